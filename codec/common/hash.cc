@@ -1,0 +1,66 @@
+#include "codec/common/hash.h"
+
+#include <libdeflate.h>
+#include <xxhash.h>
+
+#include <new>
+
+namespace ckptfs {
+
+uint64_t Checksum64(ByteSpan data) { return XXH3_64bits(data.data(), data.size()); }
+
+Checksum64Stream::Checksum64Stream() : state_(XXH3_createState()) {
+  if (state_ == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+Checksum64Stream::~Checksum64Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void Checksum64Stream::Update(ByteSpan data) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data.data(), data.size());
+}
+uint64_t Checksum64Stream::Digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+}
+
+uint32_t Crc32(ByteSpan data, uint32_t crc) { return libdeflate_crc32(crc, data.data(), data.size()); }
+
+ObjectId ObjectId::Of(ByteSpan content) {
+  XXH128_hash_t h = XXH3_128bits(content.data(), content.size());
+  ObjectId id;
+  for (int i = 0; i < 8; ++i) {
+    id.bytes[i] = static_cast<uint8_t>(h.high64 >> (56 - 8 * i));
+    id.bytes[8 + i] = static_cast<uint8_t>(h.low64 >> (56 - 8 * i));
+  }
+  return id;
+}
+
+Result<ObjectId> ObjectId::FromHex(std::string_view hex) {
+  if (hex.size() != 32) return Status::InvalidArgument("object id: want 32 hex digits have " + std::to_string(hex.size()));
+  ObjectId id;
+  for (size_t i = 0; i < 32; ++i) {
+    char c = hex[i];
+    int v;
+    if (c >= '0' && c <= '9') v = c - '0';
+    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+    else return Status::InvalidArgument("object id: not a lowercase hex digit in '" + std::string(hex) + "'");
+    id.bytes[i / 2] = static_cast<uint8_t>(id.bytes[i / 2] | (i % 2 == 0 ? v << 4 : v));
+  }
+  return id;
+}
+
+std::string ObjectId::Hex() const {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s(32, '0');
+  for (size_t i = 0; i < 16; ++i) {
+    s[2 * i] = kDigits[bytes[i] >> 4];
+    s[2 * i + 1] = kDigits[bytes[i] & 15];
+  }
+  return s;
+}
+
+bool ObjectId::IsZero() const {
+  for (uint8_t b : bytes)
+    if (b != 0) return false;
+  return true;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,84 @@
+// The small I/O interface the codec uses: random-access reads of an
+// immutable byte source (a blob in memory, an object file on disk), and a
+// read-only memory map of a whole file for encoding.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec/common/bytes.h"
+#include "codec/common/status.h"
+
+namespace ckptfs {
+
+// An immutable sequence of bytes readable at any offset.
+// Thread safety: ReadAt may be called concurrently.
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  virtual uint64_t Size() const = 0;
+  // Reads exactly out.size() bytes at `offset`. A read past Size() is
+  // Corruption (callers only read ranges that a checked index names).
+  virtual Status ReadAt(uint64_t offset, MutableByteSpan out) const = 0;
+  // The whole content when it is already in memory (zero-copy), else empty.
+  virtual ByteSpan Contiguous() const { return {}; }
+};
+
+// Owns (or borrows) bytes in memory.
+class MemoryFile final : public RandomAccessFile {
+ public:
+  explicit MemoryFile(std::vector<std::byte> owned);
+  // REQUIRES: `borrowed` outlives this object.
+  static std::unique_ptr<MemoryFile> Borrow(ByteSpan borrowed);
+  uint64_t Size() const override { return data_.size(); }
+  Status ReadAt(uint64_t offset, MutableByteSpan out) const override;
+  ByteSpan Contiguous() const override { return data_; }
+
+ private:
+  MemoryFile() = default;
+  std::vector<std::byte> owned_;
+  ByteSpan data_;
+};
+
+// A read-only file on disk read with pread. The size is fixed at open.
+class PosixFile final : public RandomAccessFile {
+ public:
+  static Result<std::unique_ptr<PosixFile>> Open(const std::string& path);
+  ~PosixFile() override;
+  PosixFile(const PosixFile&) = delete;
+  PosixFile& operator=(const PosixFile&) = delete;
+  uint64_t Size() const override { return size_; }
+  Status ReadAt(uint64_t offset, MutableByteSpan out) const override;
+
+ private:
+  PosixFile(int fd, uint64_t size, std::string path) : fd_(fd), size_(size), path_(std::move(path)) {}
+  int fd_;
+  uint64_t size_;
+  std::string path_;
+};
+
+// A whole file mapped read-only (MAP_PRIVATE). An empty file maps to an
+// empty span. Moves only.
+class MappedFile {
+ public:
+  static Result<MappedFile> Open(const std::string& path);
+  static Result<MappedFile> FromFd(int fd, const std::string& path_for_errors);
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  ~MappedFile();
+  ByteSpan bytes() const { return {static_cast<const std::byte*>(addr_), size_}; }
+
+ private:
+  MappedFile(void* addr, size_t size) : addr_(addr), size_(size) {}
+  void* addr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Reads a whole file into memory / writes one (no fsync: callers that need
+// durability do it themselves).
+Result<std::vector<std::byte>> ReadWholeFile(const std::string& path);
+Status WriteWholeFile(const std::string& path, ByteSpan data);
+
+}  // namespace ckptfs

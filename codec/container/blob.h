@@ -1,0 +1,174 @@
+// The blob: the self-describing, checksummed, random-access encoding of one
+// file version (format specified in codec/FORMAT.md). This header is the
+// container's public API, used by fs/ and the CLI:
+//   EncodeBlob  : file bytes + layout (+ optional base version) -> blob bytes
+//   BlobReader  : random-access reads of the reconstructed file from a blob
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec/common/bytes.h"
+#include "codec/common/hash.h"
+#include "codec/common/io.h"
+#include "codec/common/status.h"
+#include "codec/format/layout.h"
+
+namespace ckptfs {
+
+class BlobReader;
+class ChunkCache;
+
+// Chunk codecs. Stored in blobs: never renumber, only append.
+enum class ChunkCodec : uint8_t {
+  kRaw = 0,                // stored as is
+  kZstd = 1,               // zstd of the bytes
+  kBytePlaneZstd = 2,      // float byte planes split, then zstd
+  kBytePlaneXorZstd = 3,   // XOR against the base version's bytes, planes, zstd
+  kZeros = 4,              // all-zero bytes, nothing stored
+  // 16..63 are reserved for the lossy (quantizing) codecs.
+};
+std::string_view ChunkCodecName(ChunkCodec codec);
+
+// Receives the blob as it is produced (the encoder streams: memory stays
+// bounded by the chunks in flight, not by the file size).
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  virtual Status Append(ByteSpan data) = 0;
+};
+
+// Collects the blob in memory.
+class VectorSink final : public ByteSink {
+ public:
+  Status Append(ByteSpan data) override {
+    bytes.insert(bytes.end(), data.begin(), data.end());
+    return Status::Ok();
+  }
+  std::vector<std::byte> bytes;
+};
+
+struct EncodeOptions {
+  int zstd_level = 3;
+  // Target uncompressed chunk size; tensors are cut at element boundaries.
+  uint64_t chunk_bytes = 4ull << 20;
+  // Worker threads for chunk encoding (1 = the calling thread only).
+  unsigned threads = 1;
+};
+
+// The previous version of the file, for delta frames. Tensors are matched by
+// name, dtype and shape; a chunk is XOR-delta encoded only when that is
+// smaller than encoding it alone.
+struct BaseRef {
+  ObjectId id;
+  std::shared_ptr<const BlobReader> reader;
+};
+
+struct EncodeStats {
+  uint64_t logical_bytes = 0;  // size of the input file
+  uint64_t stored_bytes = 0;   // size of the blob
+  uint32_t chunks = 0;
+  uint32_t delta_chunks = 0;   // chunks encoded against the base
+  bool uses_base = false;      // true if the blob references the base
+};
+
+// Encodes `file` described by `layout` into `sink`.
+// REQUIRES: ValidateLayout(layout, file.size()).ok().
+// Thread safety: reentrant; `base->reader` is only read.
+Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRef* base,
+                               const EncodeOptions& options, ByteSink* sink);
+
+// Opens base blobs by id when a delta chain is followed.
+class BlobResolver {
+ public:
+  virtual ~BlobResolver() = default;
+  virtual Result<std::shared_ptr<const BlobReader>> OpenBlob(const ObjectId& id) = 0;
+};
+
+struct DecodeLimits {
+  uint64_t max_logical_size = 1ull << 44;  // 16 TiB
+  uint64_t max_chunk_bytes = 256ull << 20; // a chunk never inflates past this
+  uint32_t max_chain_depth = 256;
+  uint32_t max_index_bytes = 1u << 30;
+};
+
+// Description of one chunk, for inspect/fsck/stats.
+struct ChunkInfo {
+  uint64_t logical_offset = 0;
+  uint64_t logical_length = 0;
+  uint64_t stored_offset = 0;  // in the blob
+  uint64_t stored_length = 0;
+  ChunkCodec codec = ChunkCodec::kRaw;
+  uint64_t checksum = 0;       // XXH3-64 of the decoded bytes
+  int32_t segment = -1;        // index into segments()
+};
+
+struct SegmentInfo {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  int32_t tensor = -1;   // index into tensors(), or -1
+  uint32_t first_chunk = 0;
+  uint32_t chunk_count = 0;
+};
+
+// Random-access view of a blob. Open checks the header and index (every
+// length and offset, before use); chunk payloads are checked when read.
+// Thread safety: all const methods may be called concurrently.
+class BlobReader {
+ public:
+  // `id` is the blob's content address when known (keys the chunk cache;
+  // without it nothing is cached). `resolver` may be null for blobs with no
+  // base; a blob with a base then fails to read its delta chunks with
+  // NotFound.
+  static Result<std::shared_ptr<const BlobReader>> Open(std::shared_ptr<const RandomAccessFile> blob,
+                                                        std::optional<ObjectId> id,
+                                                        BlobResolver* resolver,
+                                                        ChunkCache* cache = nullptr,
+                                                        const DecodeLimits& limits = {});
+  virtual ~BlobReader() = default;
+
+  virtual uint64_t logical_size() const = 0;
+  virtual uint64_t stored_size() const = 0;
+  virtual FileFormat format() const = 0;
+  virtual const std::optional<ObjectId>& base() const = 0;
+  virtual uint64_t file_checksum() const = 0;  // XXH3-64 of the whole file
+  virtual const std::vector<TensorInfo>& tensors() const = 0;
+  virtual const std::vector<SegmentInfo>& segments() const = 0;
+  virtual const std::vector<ChunkInfo>& chunks() const = 0;
+
+  // Reads [offset, offset + out.size()) of the reconstructed file, decoding
+  // only the chunks that cover it (following the delta chain). Reads past
+  // logical_size() are InvalidArgument. A chunk whose stored bytes or
+  // decoded bytes fail their checksum is ChecksumMismatch naming the chunk.
+  virtual Status ReadAt(uint64_t offset, MutableByteSpan out) const = 0;
+
+  // Decodes chunk `index` and checks it (fsck).
+  virtual Status VerifyChunk(uint32_t index) const = 0;
+};
+
+// Decodes the whole file and checks the whole-file checksum.
+Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader);
+
+// A thread-safe LRU of decoded chunks shared by readers, keyed by
+// (blob id, chunk index). Capacity in bytes.
+class ChunkCache {
+ public:
+  explicit ChunkCache(uint64_t capacity_bytes);
+  ~ChunkCache();
+  ChunkCache(const ChunkCache&) = delete;
+  ChunkCache& operator=(const ChunkCache&) = delete;
+
+  std::shared_ptr<const std::vector<std::byte>> Get(const ObjectId& blob, uint32_t chunk);
+  void Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const std::vector<std::byte>> data);
+  uint64_t size_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ckptfs
