@@ -1,11 +1,44 @@
-// ckptfs: the command-line tool. Subcommands grow with the layers.
-#include <CLI/CLI.hpp>
-
+// ckptfs: the command-line tool. Subcommand groups live in cmd_*.cc.
 #include <cstdio>
+#include <iostream>
+
+#include "mount-tools/commands.h"
+
+namespace ckptfs::tools {
+
+int ReportStatus(const Status& status, std::string_view context) {
+  if (status.ok()) return kExitOk;
+  std::cerr << "ckptfs: " << context << ": " << status.ToString() << "\n";
+  switch (status.code()) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument: return kExitUsage;
+    case StatusCode::kCorruption:
+    case StatusCode::kChecksumMismatch:
+    case StatusCode::kUnsupported: return kExitBadInput;
+    case StatusCode::kNotFound:
+    case StatusCode::kNoSpace:
+    case StatusCode::kIo:
+    case StatusCode::kNoMemory: return kExitIo;
+    case StatusCode::kInternal: return kExitInternal;
+  }
+  return kExitInternal;
+}
+
+}  // namespace ckptfs::tools
 
 int main(int argc, char** argv) {
+  using namespace ckptfs::tools;
   CLI::App app{"ckptfs: a compressing filesystem for deep-learning checkpoints"};
   app.require_subcommand(1);
-  CLI11_PARSE(app, argc, argv);
-  return 0;
+  int exit_code = kExitOk;
+  RegisterBlobCommands(app, &exit_code);
+  RegisterMountCommands(app, &exit_code);
+  RegisterStoreCommands(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  return exit_code;
 }
