@@ -184,6 +184,19 @@ def save_npy(out, name, array, version=None, fortran=False):
     write_expected(path, "npy", tensors)
 
 
+def write_npz(path, arrays, compression):
+    """What np.savez / np.savez_compressed write, with a fixed timestamp so
+    that the fixture is reproducible."""
+    with zipfile.ZipFile(path, "w", compression, allowZip64=True) as z:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(name + ".npy", date_time=(2020, 1, 1, 0, 0, 0))
+            info.compress_type = compression
+            with z.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, array)
+    with np.load(path) as loaded:  # numpy must read it back as written
+        assert sorted(loaded.files) == sorted(arrays)
+
+
 def make_npy(out):
     rng = np.random.default_rng(3)
     save_npy(out, "v1_f32.npy", rng.standard_normal((2, 3)).astype("<f4"))
@@ -194,6 +207,13 @@ def make_npy(out):
     save_npy(out, "bool.npy", np.array([True, False, True, True]))
     save_npy(out, "u8.npy", np.arange(7, dtype=np.uint8))
     save_npy(out, "scalar_0d.npy", np.array(1.5, dtype="<f8"))
+    # npz: stored members; keys are the member names without ".npy".
+    npz = os.path.join(out, "arrays.npz")
+    arrays = {"weights": rng.standard_normal((4, 3)).astype("<f4"), "ids": np.arange(5, dtype="<i8")}
+    write_npz(npz, arrays, zipfile.ZIP_STORED)
+    write_expected(npz, "npz", [{"name": k, "dtype": NUMPY_NAMES[v.dtype.name], "shape": list(v.shape)}
+                                for k, v in arrays.items()])
+    write_npz(os.path.join(out, "compressed.npz"), {"a": np.zeros(16, dtype="<f4")}, zipfile.ZIP_DEFLATED)
     # Formats we must refuse (opaque): object and structured dtypes.
     with open(os.path.join(out, "object.npy"), "wb") as f:
         np.save(f, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)

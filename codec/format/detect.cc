@@ -5,6 +5,7 @@
 
 #include "codec/format/layout.h"
 #include "codec/format/npy.h"
+#include "codec/format/npz.h"
 #include "codec/format/safetensors.h"
 #include "codec/format/torch_zip.h"
 #include "codec/format/zip_archive.h"
@@ -24,9 +25,12 @@ Layout DetectZip(ByteSpan file, const ParseLimits& limits) {
   Result<ZipArchive> archive = ParseZipArchive(file, limits);
   if (!archive.ok()) return OpaqueLayout(file.size(), fmt::format("zip: {}", archive.status().ToString()));
   Result<Layout> torch = ParseTorchZip(file, *archive, limits);
-  // A well-formed zip that is not a torch file is simply not a known format.
-  if (!torch.ok() && torch.status().code() == StatusCode::kNotFound) return OpaqueLayout(file.size());
-  return OrOpaque(std::move(torch), file.size(), "torch zip");
+  if (torch.ok() || torch.status().code() != StatusCode::kNotFound)
+    return OrOpaque(std::move(torch), file.size(), "torch zip");
+  Result<Layout> npz = ParseNpz(file, *archive);
+  if (npz.ok() || npz.status().code() != StatusCode::kNotFound) return OrOpaque(std::move(npz), file.size(), "npz");
+  // A well-formed zip that is neither is simply not a known format.
+  return OpaqueLayout(file.size());
 }
 
 }  // namespace

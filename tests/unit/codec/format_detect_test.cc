@@ -99,7 +99,7 @@ TEST(FormatDetectTest, BytesIoSaveUsesArchivePrefix) {
 }
 
 TEST(FormatDetectTest, UnsupportedNumpyDtypesAreOpaqueWithReason) {
-  for (const char* name : {"object.npy", "structured.npy"}) {
+  for (const char* name : {"object.npy", "structured.npy", "compressed.npz"}) {
     std::vector<std::byte> file = ReadFixture(name);
     Layout layout = DetectLayout(file);
     EXPECT_TRUE(IsOpaque(layout, file.size())) << name;
