@@ -10,6 +10,7 @@ namespace ckptfs {
 namespace {
 
 constexpr uint64_t kLengthPrefix = 8;
+constexpr int kMaxJsonDepth = 4;
 
 struct NamedDType {
   std::string_view name;
@@ -66,9 +67,19 @@ Result<Layout> ParseSafetensors(ByteSpan file, const ParseLimits& limits) {
     return Status::Corruption(
         fmt::format("safetensors: header length {} past the file end, have {} bytes", n, file.size() - kLengthPrefix));
   std::string_view text = AsChars(file.subspan(kLengthPrefix, n));
-  nlohmann::json header = nlohmann::json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  // A valid header nests only a few levels (object, entry, shape array);
+  // deeper values are dropped while parsing so that a hostile header cannot
+  // build a huge tree, and their presence makes the header invalid.
+  bool too_deep = false;
+  auto limit_depth = [&too_deep](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return depth <= kMaxJsonDepth;
+  };
+  nlohmann::json header = nlohmann::json::parse(text.begin(), text.end(), limit_depth, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
     return Status::Corruption("safetensors: header is not a JSON object");
+  if (too_deep)
+    return Status::Corruption(fmt::format("safetensors: header nests deeper than {} levels", kMaxJsonDepth));
 
   const uint64_t buffer_start = kLengthPrefix + n;
   const uint64_t buffer_size = file.size() - buffer_start;

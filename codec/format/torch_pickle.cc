@@ -48,10 +48,14 @@ bool IsParameterRebuild(std::string_view callee) {
          callee == "torch._utils._rebuild_parameter_with_state";
 }
 
-// The dict key of a path component as Python's str() would print it.
+// Longest key path the walk builds; longer ones are refused (see Walk).
+constexpr size_t kMaxPathLength = 16384;
+
+// The dict key of a path component as Python's str() would print it
+// (truncated past kMaxPathLength, which the walk refuses anyway).
 std::string KeyText(const PickleNode* key) {
   switch (key->kind) {
-    case Kind::kString: return key->text;
+    case Kind::kString: return key->text.substr(0, kMaxPathLength + 1);
     case Kind::kInt: return key->big_int ? "<int>" : std::to_string(key->int_value);
     case Kind::kBool: return key->bool_value ? "True" : "False";
     case Kind::kNone: return "None";
@@ -64,8 +68,6 @@ std::string Join(const std::string& path, std::string_view part) {
   if (path.empty()) return std::string(part);
   return path + "." + std::string(part);
 }
-
-constexpr size_t kMaxPathLength = 16384;
 
 class StorageFinder {
  public:
@@ -98,13 +100,30 @@ class StorageFinder {
   std::vector<TorchStorage> Take() { return std::move(storages_); }
 
  private:
+  // Only containers, objects and persistent ids can lead to storages, and a
+  // node is walked once: checking that before building its path keeps the
+  // cost linear even when one long key is reused for many entries.
+  bool WorthWalking(const PickleNode* node) const {
+    switch (node->kind) {
+      case Kind::kDict:
+      case Kind::kList:
+      case Kind::kTuple:
+      case Kind::kSet:
+      case Kind::kCall:
+      case Kind::kPersistentId:
+        return visited_.count(node) == 0;
+      default:
+        return false;
+    }
+  }
   Status WalkEntries(const PickleNode* node, const std::string& path, uint32_t depth) {
-    for (const auto& [key, value] : node->entries) RETURN_IF_ERROR(Walk(value, Join(path, KeyText(key)), depth + 1));
+    for (const auto& [key, value] : node->entries)
+      if (WorthWalking(value)) RETURN_IF_ERROR(Walk(value, Join(path, KeyText(key)), depth + 1));
     return Status::Ok();
   }
   Status WalkItems(const std::vector<PickleNode*>& items, const std::string& path, uint32_t depth) {
     for (size_t i = 0; i < items.size(); ++i)
-      RETURN_IF_ERROR(Walk(items[i], Join(path, std::to_string(i)), depth + 1));
+      if (WorthWalking(items[i])) RETURN_IF_ERROR(Walk(items[i], Join(path, std::to_string(i)), depth + 1));
     return Status::Ok();
   }
 

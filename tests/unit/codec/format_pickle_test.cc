@@ -134,6 +134,22 @@ TEST(PickleMachineTest, SharedSubgraphsAreWalkedOnce) {
   EXPECT_TRUE(storages->empty());
 }
 
+TEST(PickleMachineTest, LongKeysReusedManyTimesStayCheap) {
+  // One 1 MiB key recalled from the memo for 100000 entries.
+  std::string p = "}" + Str(std::string(1 << 20, 'k')) + Put(0) + "0(";
+  for (int i = 0; i < 100000; ++i) p += Get(0) + "N";
+  p += "u.";
+  auto graph = RunBytes(p);
+  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+  EXPECT_TRUE(FindTorchStorages(*graph, ParseLimits{}).ok());
+  // With a container value the key path is built once, and refused.
+  auto nested = RunBytes("}" + Str(std::string(1 << 20, 'k')) + "}s.");
+  ASSERT_TRUE(nested.ok());
+  auto storages = FindTorchStorages(*nested, ParseLimits{});
+  EXPECT_EQ(storages.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(storages.status().message().find("longer"), std::string::npos) << storages.status().ToString();
+}
+
 TEST(TorchPickleTest, FindsStoragesWithNamesDtypesAndShapes) {
   // {'w': f32 tensor (2,3), 'v': view at offset 1 of the same storage,
   //  'opt': {3: [half tensor of 4 elements viewed as (2,)]}}

@@ -69,6 +69,12 @@ TEST(SafetensorsTest, MalformedHeadersAreOpaqueWithReason) {
   ExpectOpaqueWithReason(
       Safetensors(R"({"a":{"dtype":"U8","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8), "shape");
   ExpectOpaqueWithReason(Safetensors(R"({"a":{"shape":[2],"data_offsets":[0,8]}})", 8), "lacks");
+  // Metadata may hold nested values, but never deeply nested ones.
+  ExpectOpaqueWithReason(Safetensors(R"({"__metadata__":{"k":[[[[[[1]]]]]]},)"
+                                     R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                                     8),
+                         "deeper");
+  ExpectOpaqueWithReason(Safetensors(R"({"a":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", 8), "shape");
 }
 
 TEST(SafetensorsTest, HeaderLengthLimits) {
