@@ -83,7 +83,8 @@ Status ParseDescr(const std::string& descr, NpyHeader* h) {
   char kind = descr[1];
   std::string_view size_text = std::string_view(descr).substr(2);
   if ((order != '<' && order != '>' && order != '|' && order != '=') ||
-      !std::all_of(size_text.begin(), size_text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+      !std::all_of(size_text.begin(), size_text.end(),
+                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
     return Status::Unsupported(fmt::format("npy: dtype '{}' not handled", descr));
   std::string code = std::string(1, kind) + std::string(size_text);
   struct Code {

@@ -17,7 +17,8 @@ Result<Layout> ParseNpz(ByteSpan file, const ZipArchive& archive) {
   std::vector<Segment> tensor_segments;
   for (const ZipEntry& e : archive.entries) {
     if (e.method != 0)
-      return Status::Unsupported(fmt::format("npz: member {} is compressed (method {}), want stored", e.name, e.method));
+      return Status::Unsupported(
+          fmt::format("npz: member {} is compressed (method {}), want stored", e.name, e.method));
     ByteSpan member = file.subspan(e.payload_offset, e.compressed_size);
     Result<Layout> inner = ParseNpy(member);
     if (!inner.ok()) return inner.status().WithContext(fmt::format("npz member {}", e.name));

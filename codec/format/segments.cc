@@ -15,7 +15,8 @@ Result<std::vector<Segment>> CoverWithVerbatim(std::vector<Segment> tensor_segme
   uint64_t at = 0;
   for (const Segment& s : tensor_segments) {
     if (s.offset < at)
-      return Status::Corruption(fmt::format("tensor data at {} overlaps the previous range ending at {}", s.offset, at));
+      return Status::Corruption(
+          fmt::format("tensor data at {} overlaps the previous range ending at {}", s.offset, at));
     if (s.offset > file_size || s.length > file_size - s.offset)
       return Status::Corruption(
           fmt::format("tensor data [{}, +{}) ends past the file size {}", s.offset, s.length, file_size));

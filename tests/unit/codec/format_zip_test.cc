@@ -172,6 +172,27 @@ TEST(ZipArchiveTest, MissingStorageRecordIsOpaqueWithReason) {
   ExpectOpaqueWithReason(file, "has no record");
 }
 
+TEST(ZipArchiveTest, HostilePicklesInTorchZipAreOpaqueWithReason) {
+  std::string deep(100000, '(');
+  std::string wide;
+  for (int i = 0; i < 100000; ++i) wide += "]";  // many lists, then no STOP
+  std::string future_protocol = std::string("\x80\x07") + "N.";
+  for (const std::string& pickle : {deep + "N.", wide, future_protocol}) {
+    std::vector<std::byte> zip = BuildZip({{"m/data.pkl", pickle}, {"m/data/0", "12345678"}});
+    Layout layout = DetectLayout(zip);
+    EXPECT_TRUE(IsOpaque(layout, zip.size()));
+    EXPECT_NE(layout.fallback_reason.find("pickle"), std::string::npos) << layout.fallback_reason;
+  }
+  // A pickle naming a callable is only ever a symbol: a torch file, no tensors.
+  std::string proto2 = std::string("\x80\x02");
+  std::string call_os_system =
+      proto2 + "cos\nsystem\n" + "X" + std::string("\x02\x00\x00\x00", 4) + "ls" + std::string("\x85") + "R.";
+  std::vector<std::byte> zip = BuildZip({{"m/data.pkl", call_os_system}});
+  Layout layout = DetectLayout(zip);
+  EXPECT_EQ(layout.format, FileFormat::kTorchZip) << layout.fallback_reason;
+  EXPECT_TRUE(layout.tensors.empty());
+}
+
 bool HaveTool(const char* path) { return std::filesystem::exists(path); }
 
 int Run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
@@ -192,7 +213,8 @@ void CheckRewrite(const char* fixture) {
     if (s.is_tensor())
       for (uint64_t i = 0; i < s.length; ++i) file[s.offset + i] ^= std::byte{0x11};
   std::string path = ::testing::TempDir() + "/rewrite_" + fixture;
-  std::string python = "/usr/bin/python3 -c \"import zipfile,sys; assert zipfile.ZipFile(sys.argv[1]).testzip() is None\" ";
+  std::string python =
+      "/usr/bin/python3 -c \"import zipfile,sys; assert zipfile.ZipFile(sys.argv[1]).testzip() is None\" ";
   WriteFile(path, file);
   EXPECT_NE(Run(python + path), 0) << "altered payloads must fail the CRC check first";
   EXPECT_NE(Run("unzip -tq " + path), 0);
