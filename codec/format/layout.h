@@ -83,7 +83,8 @@ struct Layout {
   // Sorted by offset, contiguous, covering [0, file size) exactly once.
   // Zero-length segments are not allowed. An empty file has no segments.
   std::vector<Segment> segments;
-  // Torch zip only: the CRC-32 locations of entries that hold tensors.
+  // Zip formats only (torch zip, npz): the CRC-32 locations of entries that
+  // hold tensors.
   std::vector<ZipCrcField> zip_crcs;
   // Why the file is opaque when a parser recognised the format but gave up
   // (empty otherwise); logged by callers.
