@@ -32,10 +32,10 @@ constexpr double kRawEntropyBits = 7.88;
 // Sampling every kSampleStride-th byte estimates the entropy within a few
 // hundredths of a bit for 1 MiB planes at a sixteenth of the cost.
 constexpr size_t kSampleStride = 16;
-// Planes at or below this entropy get the caller's zstd level; the
-// near-random ones above it get level 1, whose result is the same there
-// (Huffman-coded literals) and which is several times faster.
-constexpr double kHighLevelEntropyBits = 6.5;
+// Planes below this entropy (long zero runs: XOR residuals of barely
+// changed tensors) get zstd at the caller's level, where LZ matches pay;
+// the others are order-0 data and get the literal-only settings.
+constexpr double kMatchingEntropyBits = 1.0;
 
 struct PlaneStats {
   double entropy_bits = 0;
@@ -85,8 +85,10 @@ Result<size_t> EncodePlanes(const std::byte* const* planes, size_t count, size_t
       out[at] = planes[k][0];
     } else if (count > 0 && stats.entropy_bits < kRawEntropyBits) {
       // Capacity one byte short of raw: zstd fails unless it saves space.
-      int plane_level = stats.entropy_bits <= kHighLevelEntropyBits ? level : 1;
-      Result<size_t> z = ZstdCompressFrame(scratch, plane_level, ByteSpan(planes[k], count), out + at, count - 1);
+      ByteSpan plane_bytes(planes[k], count);
+      Result<size_t> z = stats.entropy_bits < kMatchingEntropyBits
+                             ? ZstdCompressFrame(scratch, level, plane_bytes, out + at, count - 1)
+                             : ZstdCompressLiterals(scratch, plane_bytes, out + at, count - 1);
       if (z.ok()) {
         mode = PlaneMode::kZstd;
         stored = *z;
