@@ -107,7 +107,7 @@ Result<size_t> EncodePlanes(const std::byte* const* planes, size_t count, size_t
 Status DecodePlanes(ByteSpan stored, DType dtype, CodecScratch& scratch, MutableByteSpan out,
                     std::string_view what) {
   const size_t width = DTypeSize(dtype);
-  if (width != 2 && width != 4)
+  if (!IsCodecFloat(dtype) || (width != 2 && width != 4))
     return Status::Corruption(fmt::format("{}: dtype {} is not a byte-plane float", what, DTypeName(dtype)));
   if (out.size() % width != 0)
     return Status::Corruption(fmt::format("{}: {} bytes is not a whole number of {}-byte elements", what,
