@@ -14,6 +14,7 @@
 
 #include "codec/common/io.h"
 #include "codec/container/blob.h"
+#include "codec/common/hash.h"
 #include "codec/tensor/chunk_encoder.h"
 
 using namespace ckptfs;
@@ -107,29 +108,54 @@ int main(int argc, char** argv) {
   }
   double zstd_encode = Seconds(t0);
 
-  // The whole container path, one thread.
+  // The whole container path: best of `repeats` runs (warm buffers) with a
+  // sink that keeps its capacity, on 1 and 2 threads; decode by ReadAt into
+  // a reused buffer plus the whole-file checksum (what DecodeAll does,
+  // minus allocating the output).
+  class ReusedSink final : public ByteSink {
+   public:
+    Status Append(ByteSpan data) override {
+      bytes.insert(bytes.end(), data.begin(), data.end());
+      return Status::Ok();
+    }
+    std::vector<std::byte> bytes;
+  } sink;
   Layout layout;
   layout.tensors.push_back(TensorInfo{"t", dtype, {size / elem}, false});
   layout.segments.push_back(Segment{0, size, 0});
-  VectorSink sink;
-  t0 = std::chrono::steady_clock::now();
-  EncodeStats stats = *EncodeBlob(ByteSpan(*file).first(size), layout, nullptr, EncodeOptions{3, chunk_bytes, 1}, &sink);
-  double blob_encode = Seconds(t0);
-  auto reader = *BlobReader::Open(std::make_shared<MemoryFile>(std::move(sink.bytes)), std::nullopt, nullptr);
+  double blob_encode = 1e9, blob_encode2 = 1e9, blob_decode = 1e9;
+  EncodeStats stats;
+  for (unsigned threads : {1u, 2u}) {
+    for (int r = 0; r < repeats; ++r) {
+      sink.bytes.clear();
+      auto t = std::chrono::steady_clock::now();
+      stats = *EncodeBlob(ByteSpan(*file).first(size), layout, nullptr, EncodeOptions{3, chunk_bytes, threads}, &sink);
+      double& best = threads == 1 ? blob_encode : blob_encode2;
+      best = std::min(best, Seconds(t));
+    }
+  }
+  auto reader = *BlobReader::Open(MemoryFile::Borrow(sink.bytes), std::nullopt, nullptr);
+  for (int r = 0; r < repeats; ++r) {
+    auto t = std::chrono::steady_clock::now();
+    if (!reader->ReadAt(0, decoded).ok() || Checksum64(decoded) != reader->file_checksum()) return 1;
+    blob_decode = std::min(blob_decode, Seconds(t));
+  }
   t0 = std::chrono::steady_clock::now();
   auto all = *DecodeAll(*reader);
-  double blob_decode = Seconds(t0);
+  double decode_all = Seconds(t0);
 
   const double mb = static_cast<double>(size) / 1e6;
   std::printf(
       "{\"file\":\"%s\",\"dtype\":\"%s\",\"bytes\":%zu,\"chunk_bytes\":%llu,"
       "\"codec\":{\"ratio\":%.4f,\"encode_mbps\":%.0f,\"decode_mbps\":%.0f},"
       "\"zstd3\":{\"ratio\":%.4f,\"encode_mbps\":%.0f},"
-      "\"blob\":{\"ratio\":%.4f,\"encode_mbps\":%.0f,\"decode_mbps\":%.0f,\"delta_chunks\":%u},"
+      "\"blob\":{\"ratio\":%.4f,\"encode_mbps\":%.0f,\"encode_2threads_mbps\":%.0f,\"decode_mbps\":%.0f,"
+      "\"decode_all_cold_mbps\":%.0f},"
       "\"chunk_codecs\":[%s]}\n",
       argv[1], argv[2], size, static_cast<unsigned long long>(chunk_bytes), static_cast<double>(size) / stored,
       mb / best_encode, mb / best_decode, static_cast<double>(size) / zstored, mb / zstd_encode,
-      static_cast<double>(size) / stats.stored_bytes, mb / blob_encode, mb / blob_decode, stats.delta_chunks,
+      static_cast<double>(size) / stats.stored_bytes, mb / blob_encode, mb / blob_encode2, mb / blob_decode,
+      mb / decode_all,
       codecs.c_str());
   return all.size() == size ? 0 : 1;
 }
