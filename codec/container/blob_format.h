@@ -1,0 +1,107 @@
+// The on-disk structures of a blob (codec/FORMAT.md is the specification;
+// keep the two in step). Each structure encodes to and decodes from bytes;
+// decoders check every length before use and reject reserved bits.
+//
+//   [BlobHeader][chunk payloads ...][index][BlobFooter]
+//   index = [IndexHeader][TensorRecord * n][SegmentRecord * n][ChunkRecord * n]
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "codec/common/bytes.h"
+#include "codec/common/hash.h"
+#include "codec/common/status.h"
+#include "codec/container/blob.h"
+#include "codec/format/layout.h"
+
+namespace ckptfs {
+
+inline constexpr uint16_t kBlobVersion = 1;
+// PNG-style magics: a high-bit byte (catches 7-bit transfers), CR LF and
+// LF (catch line-ending conversion) and ^Z (stops a DOS `type`). The
+// letter after "CK" tells header (B) from footer (F).
+inline constexpr std::array<uint8_t, 8> kBlobHeaderMagic = {0x89, 'C', 'K', 'B', '\r', '\n', 0x1a, '\n'};
+inline constexpr std::array<uint8_t, 8> kBlobFooterMagic = {0x89, 'C', 'K', 'F', '\r', '\n', 0x1a, '\n'};
+
+// Limits of version 1 (independent of DecodeLimits, which callers tune).
+inline constexpr uint32_t kMaxTensorRank = 64;
+inline constexpr uint64_t kMaxChunkParamsBytes = 1u << 20;
+// A chunk's stored bytes may exceed its logical bytes by at most this.
+inline constexpr uint64_t kMaxStoredOverhead = 4096;
+
+struct BlobHeader {
+  static constexpr size_t kEncodedSize = 16;
+  uint16_t version = kBlobVersion;
+  void EncodeTo(ByteWriter& w) const;
+  static Result<BlobHeader> DecodeFrom(ByteSpan bytes);
+};
+
+struct BlobFooter {
+  static constexpr size_t kEncodedSize = 40;
+  uint64_t index_offset = 0;
+  uint64_t index_length = 0;
+  uint64_t index_checksum = 0;  // XXH3-64 (seed 0) of the index bytes
+  uint16_t version = kBlobVersion;
+  void EncodeTo(ByteWriter& w) const;
+  static Result<BlobFooter> DecodeFrom(ByteSpan bytes);
+};
+
+struct IndexHeader {
+  static constexpr size_t kEncodedSize = 48;
+  static constexpr uint8_t kFlagHasBase = 1;
+  uint64_t logical_size = 0;
+  uint64_t file_checksum = 0;  // XXH3-64 (seed 0) of the reconstructed file
+  FileFormat format = FileFormat::kOpaque;
+  std::optional<ObjectId> base;
+  uint32_t tensor_count = 0;
+  uint32_t segment_count = 0;
+  uint32_t chunk_count = 0;
+  void EncodeTo(ByteWriter& w) const;
+  static Result<IndexHeader> DecodeFrom(ByteReader& r);
+};
+
+struct TensorRecord {
+  static constexpr size_t kFixedSize = 6;  // before the name and the shape
+  static constexpr uint8_t kFlagBigEndian = 1;
+  static void EncodeTo(const TensorInfo& tensor, ByteWriter& w);
+  static Result<TensorInfo> DecodeFrom(ByteReader& r);
+};
+
+struct SegmentRecord {
+  static constexpr size_t kEncodedSize = 32;
+  static void EncodeTo(const SegmentInfo& segment, ByteWriter& w);
+  static Result<SegmentInfo> DecodeFrom(ByteReader& r);
+};
+
+// A chunk as stored: ChunkInfo plus what only the reader needs.
+struct ChunkRecord {
+  static constexpr size_t kFixedSize = 64;  // before the parameters area
+  ChunkInfo info;
+  uint64_t stored_checksum = 0;  // XXH3-64 (seed 0) of the stored bytes
+  uint64_t base_offset = 0;      // delta chunks: logical offset in the base
+  std::vector<std::byte> params; // codec parameters (empty for lossless)
+  void EncodeTo(ByteWriter& w) const;
+  static Result<ChunkRecord> DecodeFrom(ByteReader& r);
+};
+
+// The parsed and validated index.
+struct BlobIndex {
+  IndexHeader header;
+  std::vector<TensorInfo> tensors;
+  std::vector<SegmentInfo> segments;
+  std::vector<ChunkInfo> chunks;
+  std::vector<uint64_t> stored_checksums;
+  std::vector<uint64_t> base_offsets;
+  std::vector<std::vector<std::byte>> params;
+
+  // Serializes the index (the bytes the footer's checksum covers).
+  void EncodeTo(ByteWriter& w) const;
+  // Parses `bytes` and checks every rule of FORMAT.md ("Validation") given
+  // the payload area [BlobHeader::kEncodedSize, payload_end).
+  static Result<BlobIndex> DecodeFrom(ByteSpan bytes, uint64_t payload_end, const DecodeLimits& limits);
+};
+
+}  // namespace ckptfs

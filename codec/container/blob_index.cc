@@ -1,0 +1,145 @@
+// Parsing and validation of the blob index: after DecodeFrom succeeds every
+// offset and length in the index is known to be consistent, so readers use
+// them without further checks.
+#include <fmt/format.h>
+
+#include "codec/container/blob_format.h"
+
+namespace ckptfs {
+namespace {
+
+Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segment, uint64_t segment_at,
+                     uint64_t stored_at, uint64_t payload_end, const DecodeLimits& limits) {
+  const ChunkInfo& chunk = index.chunks[c];
+  auto fail = [&](std::string why) {
+    return Status::Corruption(fmt::format("blob index: chunk {} at logical offset {}: {}", c, chunk.logical_offset, why));
+  };
+  const uint64_t segment_end = segment.offset + segment.length;
+  if (chunk.logical_offset != segment_at) return fail(fmt::format("want logical offset {}", segment_at));
+  if (chunk.logical_length == 0) return fail("empty chunk");
+  if (chunk.logical_length > segment_end - segment_at)
+    return fail(fmt::format("length {} runs past its segment's end {}", chunk.logical_length, segment_end));
+  if (chunk.logical_length > limits.max_chunk_bytes)
+    return fail(fmt::format("length {} exceeds the limit {}", chunk.logical_length, limits.max_chunk_bytes));
+  DType dtype = DType::kU8;
+  if (segment.tensor >= 0) {
+    dtype = index.tensors[segment.tensor].dtype;
+    if (chunk.logical_length % DTypeSize(dtype) != 0)
+      return fail(fmt::format("length {} is not whole {} elements", chunk.logical_length, DTypeName(dtype)));
+  }
+  if (chunk.stored_offset != stored_at) return fail(fmt::format("stored offset {}, want {}", chunk.stored_offset, stored_at));
+  if (chunk.stored_length > payload_end - stored_at)
+    return fail(fmt::format("stored length {} runs past the payload end {}", chunk.stored_length, payload_end));
+  if (chunk.stored_length > chunk.logical_length + kMaxStoredOverhead)
+    return fail(fmt::format("stored length {} exceeds logical length {} + {}", chunk.stored_length,
+                            chunk.logical_length, kMaxStoredOverhead));
+  const bool delta = chunk.codec == ChunkCodec::kBytePlaneXorZstd;
+  switch (chunk.codec) {
+    case ChunkCodec::kRaw:
+      if (chunk.stored_length != chunk.logical_length)
+        return fail(fmt::format("raw chunk stores {} bytes, want {}", chunk.stored_length, chunk.logical_length));
+      break;
+    case ChunkCodec::kZeros:
+      if (chunk.stored_length != 0) return fail(fmt::format("zeros chunk stores {} bytes, want 0", chunk.stored_length));
+      break;
+    case ChunkCodec::kBytePlaneZstd:
+    case ChunkCodec::kBytePlaneXorZstd:
+      if (!IsCodecFloat(dtype)) return fail(fmt::format("byte-plane codec on dtype {}", DTypeName(dtype)));
+      break;
+    case ChunkCodec::kZstd: break;
+  }
+  if (delta) {
+    if (!index.header.base) return fail("delta chunk in a blob without a base");
+    if (index.base_offsets[c] > UINT64_MAX - chunk.logical_length) return fail("base offset overflows");
+  } else if (index.base_offsets[c] != 0) {
+    return fail(fmt::format("base offset {} on a non-delta chunk, want 0", index.base_offsets[c]));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<BlobIndex> BlobIndex::DecodeFrom(ByteSpan bytes, uint64_t payload_end, const DecodeLimits& limits) {
+  ByteReader r(bytes, "blob index");
+  BlobIndex index;
+  ASSIGN_OR_RETURN(index.header, IndexHeader::DecodeFrom(r));
+  const IndexHeader& h = index.header;
+  if (h.logical_size > limits.max_logical_size)
+    return Status::Corruption(
+        fmt::format("blob index: logical size {} exceeds the limit {}", h.logical_size, limits.max_logical_size));
+  // Bound the counts by the bytes present before allocating anything.
+  const uint64_t min_bytes = uint64_t{h.tensor_count} * TensorRecord::kFixedSize +
+                             uint64_t{h.segment_count} * SegmentRecord::kEncodedSize +
+                             uint64_t{h.chunk_count} * ChunkRecord::kFixedSize;
+  if (min_bytes > r.remaining())
+    return Status::Corruption(fmt::format("blob index: {} tensors, {} segments, {} chunks need {} bytes, have {}",
+                                          h.tensor_count, h.segment_count, h.chunk_count, min_bytes, r.remaining()));
+
+  index.tensors.reserve(h.tensor_count);
+  for (uint32_t i = 0; i < h.tensor_count; ++i) {
+    ASSIGN_OR_RETURN(TensorInfo t, TensorRecord::DecodeFrom(r));
+    index.tensors.push_back(std::move(t));
+  }
+  index.segments.reserve(h.segment_count);
+  for (uint32_t i = 0; i < h.segment_count; ++i) {
+    ASSIGN_OR_RETURN(SegmentInfo s, SegmentRecord::DecodeFrom(r));
+    index.segments.push_back(s);
+  }
+  index.chunks.reserve(h.chunk_count);
+  index.stored_checksums.reserve(h.chunk_count);
+  index.base_offsets.reserve(h.chunk_count);
+  index.params.reserve(h.chunk_count);
+  for (uint32_t i = 0; i < h.chunk_count; ++i) {
+    ASSIGN_OR_RETURN(ChunkRecord c, ChunkRecord::DecodeFrom(r));
+    index.chunks.push_back(c.info);
+    index.stored_checksums.push_back(c.stored_checksum);
+    index.base_offsets.push_back(c.base_offset);
+    index.params.push_back(std::move(c.params));
+  }
+  if (r.remaining() != 0)
+    return Status::Corruption(fmt::format("blob index: {} bytes after the chunk table", r.remaining()));
+
+  // Segments tile [0, logical_size); their chunks tile each segment and
+  // the stored payloads tile [header end, payload_end), all in order.
+  uint64_t at = 0;
+  uint64_t next_chunk = 0;
+  uint64_t stored_at = BlobHeader::kEncodedSize;
+  for (uint32_t s = 0; s < h.segment_count; ++s) {
+    const SegmentInfo& seg = index.segments[s];
+    auto fail = [&](std::string why) {
+      return Status::Corruption(fmt::format("blob index: segment {} at offset {}: {}", s, seg.offset, why));
+    };
+    if (seg.offset != at) return fail(fmt::format("want offset {}", at));
+    if (seg.length == 0) return fail("empty segment");
+    if (seg.length > h.logical_size - at)
+      return fail(fmt::format("length {} runs past the logical size {}", seg.length, h.logical_size));
+    if (seg.tensor < -1 || (seg.tensor >= 0 && static_cast<uint32_t>(seg.tensor) >= h.tensor_count))
+      return fail(fmt::format("names tensor {} of {}", seg.tensor, h.tensor_count));
+    if (seg.tensor >= 0 && seg.length % DTypeSize(index.tensors[seg.tensor].dtype) != 0)
+      return fail(fmt::format("length {} is not whole elements", seg.length));
+    if (seg.first_chunk != next_chunk) return fail(fmt::format("first chunk {}, want {}", seg.first_chunk, next_chunk));
+    if (seg.chunk_count == 0 || seg.chunk_count > h.chunk_count - next_chunk)
+      return fail(fmt::format("chunk count {} of {} remaining", seg.chunk_count, h.chunk_count - next_chunk));
+    uint64_t segment_at = seg.offset;
+    for (uint32_t c = seg.first_chunk; c < seg.first_chunk + seg.chunk_count; ++c) {
+      RETURN_IF_ERROR(ValidateChunk(index, c, seg, segment_at, stored_at, payload_end, limits));
+      index.chunks[c].segment = static_cast<int32_t>(s);
+      segment_at += index.chunks[c].logical_length;
+      stored_at += index.chunks[c].stored_length;
+    }
+    if (segment_at != seg.offset + seg.length)
+      return fail(fmt::format("chunks cover {} of {} bytes", segment_at - seg.offset, seg.length));
+    at += seg.length;
+    next_chunk += seg.chunk_count;
+  }
+  if (at != h.logical_size)
+    return Status::Corruption(fmt::format("blob index: segments cover {} bytes, want {}", at, h.logical_size));
+  if (next_chunk != h.chunk_count)
+    return Status::Corruption(fmt::format("blob index: segments use {} chunks, want {}", next_chunk, h.chunk_count));
+  if (stored_at != payload_end)
+    return Status::Corruption(fmt::format("blob index: chunks store {} payload bytes, want {}",
+                                          stored_at - BlobHeader::kEncodedSize, payload_end - BlobHeader::kEncodedSize));
+  return index;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,223 @@
+// BlobReader: opens a blob (header, footer, index: a few reads, everything
+// validated), then serves random-access reads chunk by chunk, following
+// delta chunks into the base version through the resolver.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "codec/container/blob_format.h"
+#include "codec/tensor/chunk_codec.h"
+
+namespace ckptfs {
+namespace {
+
+class BlobReaderImpl final : public BlobReader {
+ public:
+  BlobReaderImpl(std::shared_ptr<const RandomAccessFile> blob, std::optional<ObjectId> id, BlobResolver* resolver,
+                 ChunkCache* cache, const DecodeLimits& limits, BlobIndex index)
+      : blob_(std::move(blob)),
+        id_(id),
+        resolver_(resolver),
+        cache_(cache),
+        limits_(limits),
+        index_(std::move(index)) {}
+
+  uint64_t logical_size() const override { return index_.header.logical_size; }
+  uint64_t stored_size() const override { return blob_->Size(); }
+  FileFormat format() const override { return index_.header.format; }
+  const std::optional<ObjectId>& base() const override { return index_.header.base; }
+  uint64_t file_checksum() const override { return index_.header.file_checksum; }
+  const std::vector<TensorInfo>& tensors() const override { return index_.tensors; }
+  const std::vector<SegmentInfo>& segments() const override { return index_.segments; }
+  const std::vector<ChunkInfo>& chunks() const override { return index_.chunks; }
+
+  Status ReadAt(uint64_t offset, MutableByteSpan out) const override { return ReadAtDepth(offset, out, 0); }
+
+  Status VerifyChunk(uint32_t index) const override {
+    if (index >= index_.chunks.size())
+      return Status::InvalidArgument(fmt::format("verify: chunk {} of {}", index, index_.chunks.size()));
+    CodecScratch& scratch = ThreadCodecScratch(0);
+    std::byte* buffer = scratch.decoded.Reserve(index_.chunks[index].logical_length);
+    return DecodeChunk(index, MutableByteSpan(buffer, index_.chunks[index].logical_length), 0);
+  }
+
+  // ReadAt at delta-chain level `depth` (0 for the caller's blob).
+  Status ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth) const;
+
+ private:
+  // Decodes chunk `c` into `out` (exactly its logical length), checking
+  // both checksums. Uses the scratch of level `depth`.
+  Status DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const;
+  // Reads the base version's bytes a delta chunk XORs against.
+  Status ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth) const;
+  Result<std::shared_ptr<const BlobReader>> OpenBase() const;
+  Status ChunkError(StatusCode code, uint32_t c, std::string_view why) const;
+
+  std::shared_ptr<const RandomAccessFile> blob_;
+  std::optional<ObjectId> id_;
+  BlobResolver* resolver_;
+  ChunkCache* cache_;
+  DecodeLimits limits_;
+  BlobIndex index_;
+  mutable std::mutex base_mu_;  // guards base_reader_
+  mutable std::shared_ptr<const BlobReader> base_reader_;
+};
+
+Status BlobReaderImpl::ChunkError(StatusCode code, uint32_t c, std::string_view why) const {
+  std::string msg = fmt::format("blob{}{}: chunk {} at logical offset {}: {}", id_ ? " " : "",
+                                id_ ? id_->Hex() : std::string(), c, index_.chunks[c].logical_offset, why);
+  return code == StatusCode::kChecksumMismatch ? Status::ChecksumMismatch(std::move(msg))
+                                               : Status::Corruption(std::move(msg));
+}
+
+Result<std::shared_ptr<const BlobReader>> BlobReaderImpl::OpenBase() const {
+  std::lock_guard lock(base_mu_);
+  if (base_reader_) return base_reader_;
+  if (resolver_ == nullptr)
+    return Status::NotFound(fmt::format("blob: base {} needed but no resolver was given", index_.header.base->Hex()));
+  ASSIGN_OR_RETURN(base_reader_, resolver_->OpenBlob(*index_.header.base));
+  if (base_reader_ == nullptr) return Status::Internal("blob: resolver returned no reader");
+  return base_reader_;
+}
+
+Status BlobReaderImpl::ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth) const {
+  if (depth + 1 > limits_.max_chain_depth)
+    return ChunkError(StatusCode::kCorruption, c,
+                      fmt::format("delta chain deeper than the limit {}", limits_.max_chain_depth));
+  ASSIGN_OR_RETURN(std::shared_ptr<const BlobReader> base, OpenBase());
+  const uint64_t base_offset = index_.base_offsets[c];
+  if (base_offset > base->logical_size() || out.size() > base->logical_size() - base_offset)
+    return ChunkError(StatusCode::kCorruption, c,
+                      fmt::format("base range [{}, +{}) past the base's size {}", base_offset, out.size(),
+                                  base->logical_size()));
+  // Readers from Open are BlobReaderImpl; carry the depth through them.
+  if (const auto* impl = dynamic_cast<const BlobReaderImpl*>(base.get()))
+    return impl->ReadAtDepth(base_offset, out, depth + 1);
+  return base->ReadAt(base_offset, out);
+}
+
+Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const {
+  const ChunkInfo& chunk = index_.chunks[c];
+  CodecScratch& scratch = ThreadCodecScratch(depth);
+  ByteSpan stored;
+  if (ByteSpan whole = blob_->Contiguous(); !whole.empty() || blob_->Size() == 0) {
+    stored = whole.subspan(chunk.stored_offset, chunk.stored_length);
+  } else {
+    std::byte* buffer = scratch.stored.Reserve(chunk.stored_length);
+    RETURN_IF_ERROR(blob_->ReadAt(chunk.stored_offset, MutableByteSpan(buffer, chunk.stored_length)));
+    stored = ByteSpan(buffer, chunk.stored_length);
+  }
+  // The stored checksum is checked before any decoder sees the bytes.
+  if (uint64_t have = Checksum64(stored); have != index_.stored_checksums[c])
+    return ChunkError(StatusCode::kChecksumMismatch, c,
+                      fmt::format("stored bytes checksum want={:016x} have={:016x}", index_.stored_checksums[c], have));
+  ChunkContext ctx;
+  if (chunk.segment >= 0 && index_.segments[chunk.segment].tensor >= 0)
+    ctx.dtype = index_.tensors[index_.segments[chunk.segment].tensor].dtype;
+  if (chunk.codec == ChunkCodec::kBytePlaneXorZstd) {
+    // The base bytes get their own buffer: the base read below uses the
+    // scratch of the next level, never this one.
+    std::byte* base = scratch.base.Reserve(out.size());
+    RETURN_IF_ERROR(ReadBase(c, MutableByteSpan(base, out.size()), depth));
+    ctx.base = ByteSpan(base, out.size());
+  }
+  const ChunkCodecImpl* codec = FindChunkCodec(chunk.codec);  // known: checked at Open
+  Status decoded = codec->Decode(stored, index_.params[c], ctx, scratch, out);
+  if (!decoded.ok()) {
+    if (decoded.code() != StatusCode::kCorruption) return decoded;
+    return ChunkError(StatusCode::kCorruption, c, decoded.message());
+  }
+  if (uint64_t have = Checksum64(out); have != chunk.checksum)
+    return ChunkError(StatusCode::kChecksumMismatch, c,
+                      fmt::format("decoded bytes checksum want={:016x} have={:016x}", chunk.checksum, have));
+  return Status::Ok();
+}
+
+Status BlobReaderImpl::ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth) const {
+  const uint64_t size = index_.header.logical_size;
+  if (offset > size || out.size() > size - offset)
+    return Status::InvalidArgument(fmt::format("blob read: [{}, +{}) past the logical size {}", offset, out.size(), size));
+  if (out.empty()) return Status::Ok();
+  const auto& chunks = index_.chunks;
+  // The last chunk starting at or before `offset`.
+  auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
+                             [](uint64_t off, const ChunkInfo& c) { return off < c.logical_offset; });
+  uint32_t c = static_cast<uint32_t>(it - chunks.begin()) - 1;
+  uint64_t at = offset;
+  const uint64_t end = offset + out.size();
+  for (; at < end; ++c) {
+    const ChunkInfo& chunk = chunks[c];
+    const uint64_t from = at - chunk.logical_offset;
+    const uint64_t n = std::min(end, chunk.logical_offset + chunk.logical_length) - at;
+    MutableByteSpan target = out.subspan(at - offset, n);
+    if (cache_ != nullptr && id_) {
+      std::shared_ptr<const std::vector<std::byte>> data = cache_->Get(*id_, c);
+      if (!data) {
+        auto fresh = std::make_shared<std::vector<std::byte>>(chunk.logical_length);
+        RETURN_IF_ERROR(DecodeChunk(c, *fresh, depth));
+        data = fresh;
+        cache_->Put(*id_, c, data);
+      }
+      std::memcpy(target.data(), data->data() + from, n);
+    } else if (n == chunk.logical_length) {
+      RETURN_IF_ERROR(DecodeChunk(c, target, depth));  // the whole chunk: straight into `out`
+    } else {
+      std::byte* buffer = ThreadCodecScratch(depth).decoded.Reserve(chunk.logical_length);
+      RETURN_IF_ERROR(DecodeChunk(c, MutableByteSpan(buffer, chunk.logical_length), depth));
+      std::memcpy(target.data(), buffer + from, n);
+    }
+    at += n;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const BlobReader>> BlobReader::Open(std::shared_ptr<const RandomAccessFile> blob,
+                                                           std::optional<ObjectId> id, BlobResolver* resolver,
+                                                           ChunkCache* cache, const DecodeLimits& limits) {
+  if (blob == nullptr) return Status::InvalidArgument("blob open: no file");
+  const uint64_t size = blob->Size();
+  constexpr uint64_t kMinSize = BlobHeader::kEncodedSize + BlobFooter::kEncodedSize;
+  if (size < kMinSize)
+    return Status::Corruption(fmt::format("blob: {} bytes, want at least {}", size, kMinSize));
+  std::array<std::byte, BlobHeader::kEncodedSize> header_bytes;
+  RETURN_IF_ERROR(blob->ReadAt(0, header_bytes));
+  RETURN_IF_ERROR(BlobHeader::DecodeFrom(header_bytes).status());
+  std::array<std::byte, BlobFooter::kEncodedSize> footer_bytes;
+  RETURN_IF_ERROR(blob->ReadAt(size - BlobFooter::kEncodedSize, footer_bytes));
+  ASSIGN_OR_RETURN(BlobFooter footer, BlobFooter::DecodeFrom(footer_bytes));
+  // The index sits between the payloads and the footer, exactly.
+  const uint64_t index_end = size - BlobFooter::kEncodedSize;
+  if (footer.index_length > limits.max_index_bytes)
+    return Status::Corruption(
+        fmt::format("blob footer: index of {} bytes exceeds the limit {}", footer.index_length, limits.max_index_bytes));
+  if (footer.index_offset < BlobHeader::kEncodedSize || footer.index_offset > index_end ||
+      footer.index_length != index_end - footer.index_offset)
+    return Status::Corruption(fmt::format("blob footer: index [{}, +{}), want it to end at {}", footer.index_offset,
+                                          footer.index_length, index_end));
+  std::vector<std::byte> index_bytes(footer.index_length);
+  RETURN_IF_ERROR(blob->ReadAt(footer.index_offset, index_bytes));
+  if (uint64_t have = Checksum64(index_bytes); have != footer.index_checksum)
+    return Status::ChecksumMismatch(
+        fmt::format("blob index: checksum want={:016x} have={:016x}", footer.index_checksum, have));
+  ASSIGN_OR_RETURN(BlobIndex index, BlobIndex::DecodeFrom(index_bytes, footer.index_offset, limits));
+  if (id && index.header.base && *index.header.base == *id)
+    return Status::Corruption(fmt::format("blob {}: names itself as its base", id->Hex()));
+  return std::shared_ptr<const BlobReader>(
+      std::make_shared<BlobReaderImpl>(std::move(blob), id, resolver, cache, limits, std::move(index)));
+}
+
+Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader) {
+  if (reader.logical_size() > SIZE_MAX) return Status::NoMemory("decode: file too large for memory");
+  std::vector<std::byte> out(reader.logical_size());
+  RETURN_IF_ERROR(reader.ReadAt(0, out));
+  if (uint64_t have = Checksum64(out); have != reader.file_checksum())
+    return Status::ChecksumMismatch(
+        fmt::format("blob: whole-file checksum want={:016x} have={:016x}", reader.file_checksum(), have));
+  return out;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,78 @@
+// ChunkCache: an LRU list plus a hash map from (blob, chunk) to list nodes,
+// under one mutex (lookups are short; decoding happens outside the lock).
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "codec/container/blob.h"
+
+namespace ckptfs {
+
+namespace {
+struct CacheKey {
+  ObjectId blob;
+  uint32_t chunk = 0;
+  friend bool operator==(const CacheKey&, const CacheKey&) = default;
+};
+struct CacheKeyHash {
+  size_t operator()(const CacheKey& k) const { return ObjectIdHash{}(k.blob) * 31 + k.chunk; }
+};
+}  // namespace
+
+struct ChunkCache::Impl {
+  struct Entry {
+    CacheKey key;
+    std::shared_ptr<const std::vector<std::byte>> data;
+  };
+  uint64_t capacity = 0;
+  mutable std::mutex mu;  // guards everything below
+  uint64_t bytes = 0;
+  std::list<Entry> lru;  // front = most recently used
+  std::unordered_map<CacheKey, std::list<Entry>::iterator, CacheKeyHash> map;
+
+  void EvictToFit() {
+    while (bytes > capacity && !lru.empty()) {
+      bytes -= lru.back().data->size();
+      map.erase(lru.back().key);
+      lru.pop_back();
+    }
+  }
+};
+
+ChunkCache::ChunkCache(uint64_t capacity_bytes) : impl_(std::make_unique<Impl>()) {
+  impl_->capacity = capacity_bytes;
+}
+ChunkCache::~ChunkCache() = default;
+
+std::shared_ptr<const std::vector<std::byte>> ChunkCache::Get(const ObjectId& blob, uint32_t chunk) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->map.find(CacheKey{blob, chunk});
+  if (it == impl_->map.end()) return nullptr;
+  impl_->lru.splice(impl_->lru.begin(), impl_->lru, it->second);
+  return it->second->data;
+}
+
+void ChunkCache::Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const std::vector<std::byte>> data) {
+  if (data == nullptr) return;
+  std::lock_guard lock(impl_->mu);
+  // An entry larger than the whole cache would only evict everything else.
+  if (data->size() > impl_->capacity) return;
+  CacheKey key{blob, chunk};
+  auto it = impl_->map.find(key);
+  if (it != impl_->map.end()) {
+    impl_->bytes -= it->second->data->size();
+    impl_->lru.erase(it->second);
+    impl_->map.erase(it);
+  }
+  impl_->bytes += data->size();
+  impl_->lru.push_front(Impl::Entry{key, std::move(data)});
+  impl_->map.emplace(key, impl_->lru.begin());
+  impl_->EvictToFit();
+}
+
+uint64_t ChunkCache::size_bytes() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->bytes;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,32 @@
+#include "codec/tensor/scratch.h"
+
+#include <zstd.h>
+
+#include <memory>
+#include <new>
+#include <vector>
+
+namespace ckptfs {
+
+CodecScratch::CodecScratch() : cctx_(ZSTD_createCCtx()), dctx_(ZSTD_createDCtx()) {
+  if (cctx_ == nullptr || dctx_ == nullptr) {
+    ZSTD_freeCCtx(cctx_);
+    ZSTD_freeDCtx(dctx_);
+    throw std::bad_alloc();
+  }
+}
+
+CodecScratch::~CodecScratch() {
+  ZSTD_freeCCtx(cctx_);
+  ZSTD_freeDCtx(dctx_);
+}
+
+CodecScratch& ThreadCodecScratch(uint32_t depth) {
+  // Per-thread by design: readers are called from threads we do not own.
+  thread_local std::vector<std::unique_ptr<CodecScratch>> levels;
+  if (depth >= levels.size()) levels.resize(depth + 1);
+  if (!levels[depth]) levels[depth] = std::make_unique<CodecScratch>();
+  return *levels[depth];
+}
+
+}  // namespace ckptfs

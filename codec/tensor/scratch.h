@@ -1,0 +1,69 @@
+// Reusable working memory for the chunk codecs. Fresh allocations are slow
+// (page faults on every new buffer), so each worker thread keeps one
+// CodecScratch and reuses its buffers and zstd contexts for every chunk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "codec/common/bytes.h"
+
+struct ZSTD_CCtx_s;
+struct ZSTD_DCtx_s;
+
+namespace ckptfs {
+
+// A grow-only byte buffer whose contents are left uninitialised (a
+// std::vector would zero every byte it grows by).
+// Thread safety: none; one owner.
+class ScratchBuffer {
+ public:
+  // Returns at least `n` writable bytes; earlier contents are not kept.
+  std::byte* Reserve(size_t n) {
+    if (n > capacity_) {
+      data_.reset(new std::byte[n]);
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  size_t capacity_ = 0;
+};
+
+// Per-thread codec state: zstd contexts and plane buffers.
+// Thread safety: none; use one per thread (ThreadCodecScratch() for readers).
+class CodecScratch {
+ public:
+  CodecScratch();
+  ~CodecScratch();
+  CodecScratch(const CodecScratch&) = delete;
+  CodecScratch& operator=(const CodecScratch&) = delete;
+
+  ZSTD_CCtx_s* cctx() { return cctx_; }
+  ZSTD_DCtx_s* dctx() { return dctx_; }
+
+  ScratchBuffer planes;    // split planes (encode) or decoded planes (decode)
+  ScratchBuffer xored;     // XOR residual against the base
+  ScratchBuffer base;      // base version bytes for delta chunks
+  ScratchBuffer candidate; // a second encoding when codecs compete
+  ScratchBuffer decoded;   // a decoded chunk not wholly wanted by a read
+  ScratchBuffer stored;    // a chunk's stored bytes read from a file
+
+ private:
+  ZSTD_CCtx_s* cctx_;
+  ZSTD_DCtx_s* dctx_;
+};
+
+// The calling thread's scratch for delta-chain level `depth`, created on
+// first use and freed at thread exit. Used by readers, whose calling threads
+// (FUSE workers) are not ours; a read that follows a delta chain uses one
+// scratch per level so that the levels never share a buffer.
+CodecScratch& ThreadCodecScratch(uint32_t depth);
+
+}  // namespace ckptfs

@@ -1,0 +1,221 @@
+// Hostile and damaged blobs: every failure is a clean error, never a crash
+// and never silently wrong bytes.
+#include <gtest/gtest.h>
+#include <zstd.h>
+
+#include "blob_test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using testing::Encode;
+using testing::FileBuilder;
+using testing::OpenBytes;
+using testing::RewriteBlob;
+
+FileBuilder SmallFile() {
+  std::string text(300, 'k');
+  for (size_t i = 0; i < text.size(); i += 3) text[i] = static_cast<char>('a' + i % 11);
+  FileBuilder f;
+  f.Verbatim(AsBytes(text))
+      .Tensor("w", DType::kF32, {200}, testing::NormalF32(200, 1))
+      .Tensor("z", DType::kBF16, {64}, std::vector<std::byte>(128))
+      .Tensor("r", DType::kU8, {40}, testing::RandomBytes(40, 2));
+  return f;
+}
+
+// OK only if the blob opens and decodes to exactly `want`.
+Status OpenAndDecode(std::vector<std::byte> blob, const std::vector<std::byte>& want, const DecodeLimits& limits = {}) {
+  auto reader = OpenBytes(std::move(blob), std::nullopt, nullptr, nullptr, limits);
+  if (!reader.ok()) return reader.status();
+  for (uint32_t c = 0; c < (*reader)->chunks().size(); ++c) RETURN_IF_ERROR((*reader)->VerifyChunk(c));
+  auto all = DecodeAll(**reader);
+  if (!all.ok()) return all.status();
+  if (*all != want) return Status::Internal("WRONG BYTES returned as OK");
+  return Status::Ok();
+}
+
+TEST(BlobCorruption, EveryByteFlipIsDetected) {
+  FileBuilder f = SmallFile();
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 256, 1});
+  ASSERT_TRUE(OpenAndDecode(blob, f.bytes).ok());
+  for (size_t i = 0; i < blob.size(); ++i) {
+    for (uint8_t mask : {0x01, 0x80, 0xff}) {
+      std::vector<std::byte> bad = blob;
+      bad[i] ^= std::byte{mask};
+      Status s = OpenAndDecode(bad, f.bytes);
+      ASSERT_FALSE(s.ok()) << "flip of byte " << i << " mask " << int{mask} << " of " << blob.size();
+      ASSERT_NE(s.code(), StatusCode::kInternal) << s.ToString();
+    }
+  }
+}
+
+TEST(BlobCorruption, EveryTruncationAndExtensionFails) {
+  FileBuilder f = SmallFile();
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 256, 1});
+  for (size_t n = 0; n < blob.size(); ++n) {
+    Status s = OpenAndDecode(std::vector<std::byte>(blob.begin(), blob.begin() + n), f.bytes);
+    ASSERT_FALSE(s.ok()) << n;
+  }
+  std::vector<std::byte> longer = blob;
+  longer.push_back(std::byte{0});
+  EXPECT_FALSE(OpenAndDecode(longer, f.bytes).ok());
+  longer = blob;
+  longer.insert(longer.begin() + BlobHeader::kEncodedSize, std::byte{0});
+  EXPECT_FALSE(OpenAndDecode(longer, f.bytes).ok());
+}
+
+TEST(BlobCorruption, DamagedChunkErrorNamesTheChunk) {
+  FileBuilder f = SmallFile();
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 256, 1});
+  auto reader = OpenBytes(blob);
+  ASSERT_TRUE(reader.ok());
+  const ChunkInfo& c = (*reader)->chunks()[2];
+  ASSERT_GT(c.stored_length, 0u);
+  blob[c.stored_offset] ^= std::byte{4};
+  auto damaged = OpenBytes(blob);
+  ASSERT_TRUE(damaged.ok()) << "payload damage is found on read, not at open";
+  Status s = DecodeAll(**damaged).status();
+  EXPECT_EQ(s.code(), StatusCode::kChecksumMismatch);
+  EXPECT_NE(s.message().find("chunk 2 at logical offset " + std::to_string(c.logical_offset)), std::string::npos)
+      << s.message();
+  // The chunks before it still read.
+  std::vector<std::byte> head(c.logical_offset);
+  EXPECT_TRUE((*damaged)->ReadAt(0, head).ok());
+  EXPECT_EQ((*damaged)->VerifyChunk(2).code(), StatusCode::kChecksumMismatch);
+}
+
+TEST(BlobCorruption, DecompressionBombInAChunkIsRefusedBeforeInflating) {
+  FileBuilder f;
+  std::string text(5000, 'q');
+  f.Verbatim(AsBytes(text));
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout);
+  std::vector<std::byte> big(64 << 20);
+  std::vector<std::byte> bomb(ZSTD_compressBound(big.size()));
+  bomb.resize(ZSTD_compress(bomb.data(), bomb.size(), big.data(), big.size(), 1));
+  std::vector<std::byte> hostile = RewriteBlob(blob, [&](BlobIndex& index, auto& payloads) {
+    ASSERT_EQ(index.chunks[0].codec, ChunkCodec::kZstd);
+    payloads[0] = bomb;
+  });
+  auto reader = OpenBytes(hostile);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  Status s = DecodeAll(**reader).status();
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("chunk 0"), std::string::npos) << s.message();
+}
+
+TEST(BlobCorruption, DeclaredSizesAreBoundedByTheLimits) {
+  FileBuilder f = SmallFile();
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 256, 1});
+  DecodeLimits limits;
+  limits.max_chunk_bytes = 255;
+  EXPECT_EQ(OpenAndDecode(blob, f.bytes, limits).code(), StatusCode::kCorruption);
+  limits = {};
+  limits.max_logical_size = f.bytes.size() - 1;
+  EXPECT_EQ(OpenAndDecode(blob, f.bytes, limits).code(), StatusCode::kCorruption);
+  limits = {};
+  limits.max_index_bytes = 100;
+  EXPECT_EQ(OpenAndDecode(blob, f.bytes, limits).code(), StatusCode::kCorruption);
+  EXPECT_TRUE(OpenAndDecode(blob, f.bytes).ok());
+}
+
+TEST(BlobCorruption, WellChecksummedButInconsistentIndexesAreRejected) {
+  FileBuilder f = SmallFile();
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 256, 1});
+  using Edit = std::function<void(BlobIndex&, std::vector<std::vector<std::byte>>&)>;
+  struct Case {
+    const char* what;
+    Edit edit;
+    StatusCode want;
+  };
+  const std::vector<Case> cases = {
+      {"huge chunk count", [](BlobIndex& i, auto&) { i.header.chunk_count = 0xffffffff; }, StatusCode::kCorruption},
+      {"huge tensor count", [](BlobIndex& i, auto&) { i.header.tensor_count = 0x7fffffff; }, StatusCode::kCorruption},
+      {"logical size too big", [](BlobIndex& i, auto&) { i.header.logical_size += 1; }, StatusCode::kCorruption},
+      {"segment gap", [](BlobIndex& i, auto&) { i.segments[1].offset += 4; }, StatusCode::kCorruption},
+      {"segment names a missing tensor", [](BlobIndex& i, auto&) { i.segments[1].tensor = 9; },
+       StatusCode::kCorruption},
+      {"segment tensor below -1", [](BlobIndex& i, auto&) { i.segments[1].tensor = -2; }, StatusCode::kCorruption},
+      {"chunk past its segment",
+       [](BlobIndex& i, auto&) { i.chunks[i.segments[0].first_chunk].logical_length += 1; }, StatusCode::kCorruption},
+      {"unknown codec", [](BlobIndex& i, auto&) { i.chunks[0].codec = static_cast<ChunkCodec>(17); },
+       StatusCode::kUnsupported},
+      {"byte planes on verbatim bytes", [](BlobIndex& i, auto&) { i.chunks[0].codec = ChunkCodec::kBytePlaneZstd; },
+       StatusCode::kCorruption},
+      {"delta without a base", [](BlobIndex& i, auto&) {
+         i.chunks[i.segments[1].first_chunk].codec = ChunkCodec::kBytePlaneXorZstd;
+       }, StatusCode::kCorruption},
+      {"base offset on a key chunk", [](BlobIndex& i, auto&) { i.base_offsets[0] = 8; }, StatusCode::kCorruption},
+      {"raw chunk of the wrong size", [](BlobIndex& i, auto& p) {
+         for (size_t c = 0; c < i.chunks.size(); ++c)
+           if (i.chunks[c].codec == ChunkCodec::kRaw) p[c].pop_back();
+       }, StatusCode::kCorruption},
+      {"zeros chunk with bytes", [](BlobIndex& i, auto& p) {
+         for (size_t c = 0; c < i.chunks.size(); ++c)
+           if (i.chunks[c].codec == ChunkCodec::kZeros) p[c].push_back(std::byte{0});
+       }, StatusCode::kCorruption},
+      {"bad dtype", [](BlobIndex& i, auto&) { i.tensors[0].dtype = static_cast<DType>(200); }, StatusCode::kCorruption},
+      {"base id flag without id", [](BlobIndex& i, auto&) { i.header.base = ObjectId{}; }, StatusCode::kCorruption},
+      {"params on a lossless chunk", [](BlobIndex& i, auto&) { i.params[0] = {std::byte{1}}; },
+       StatusCode::kCorruption},
+      {"payload bytes no chunk owns", [](BlobIndex&, auto& p) { p.push_back({std::byte{1}}); },
+       StatusCode::kCorruption},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::byte> hostile = RewriteBlob(blob, c.edit);
+    Status s = OpenAndDecode(hostile, f.bytes);
+    EXPECT_EQ(s.code(), c.want) << c.what << ": " << s.ToString();
+  }
+  // The rewriter itself is faithful.
+  EXPECT_TRUE(OpenAndDecode(RewriteBlob(blob, [](BlobIndex&, auto&) {}), f.bytes).ok());
+}
+
+TEST(BlobCorruption, NewerVersionIsUnsupported) {
+  FileBuilder f = SmallFile();
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout);
+  std::vector<std::byte> newer = blob;
+  StoreLE16(newer.data() + 8, 2);
+  EXPECT_EQ(OpenAndDecode(newer, f.bytes).code(), StatusCode::kUnsupported);
+  newer = blob;
+  StoreLE16(newer.data() + newer.size() - 16, 2);
+  EXPECT_EQ(OpenAndDecode(newer, f.bytes).code(), StatusCode::kUnsupported);
+}
+
+TEST(ChunkCacheTest, EvictsLeastRecentlyUsedByBytes) {
+  ChunkCache cache(300);
+  ObjectId a = ObjectId::Of(AsBytes("a")), b = ObjectId::Of(AsBytes("b"));
+  auto chunk = [](size_t n, uint8_t v) { return std::make_shared<const std::vector<std::byte>>(n, std::byte{v}); };
+  cache.Put(a, 0, chunk(100, 1));
+  cache.Put(a, 1, chunk(100, 2));
+  cache.Put(b, 0, chunk(100, 3));
+  EXPECT_EQ(cache.size_bytes(), 300u);
+  ASSERT_NE(cache.Get(a, 0), nullptr);  // a/0 is now the most recent
+  cache.Put(b, 1, chunk(100, 4));       // evicts a/1, the least recent
+  EXPECT_EQ(cache.Get(a, 1), nullptr);
+  EXPECT_EQ((*cache.Get(a, 0))[0], std::byte{1});
+  EXPECT_EQ((*cache.Get(b, 0))[0], std::byte{3});
+  EXPECT_EQ(cache.size_bytes(), 300u);
+  cache.Put(b, 0, chunk(50, 5));  // replacing an entry updates its size
+  EXPECT_EQ(cache.size_bytes(), 250u);
+  cache.Put(a, 7, chunk(301, 6));  // larger than the cache: not kept
+  EXPECT_EQ(cache.Get(a, 7), nullptr);
+  EXPECT_EQ(cache.size_bytes(), 250u);
+}
+
+TEST(ChunkCacheTest, ReadersShareItAndHitIt) {
+  FileBuilder f = SmallFile();
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 256, 1});
+  ChunkCache cache(1 << 20);
+  ObjectId id = ObjectId::Of(blob);
+  auto reader = OpenBytes(blob, id, nullptr, &cache);
+  ASSERT_TRUE(reader.ok());
+  std::vector<std::byte> out(10);
+  ASSERT_TRUE((*reader)->ReadAt(0, out).ok());
+  auto cached = cache.Get(id, 0);
+  ASSERT_NE(cached, nullptr);
+  EXPECT_EQ(cached->size(), (*reader)->chunks()[0].logical_length);
+  EXPECT_TRUE(std::equal(cached->begin(), cached->end(), f.bytes.begin()));
+}
+
+}  // namespace
+}  // namespace ckptfs

@@ -1,0 +1,176 @@
+#include "codec/tensor/chunk_codec.h"
+
+#include <gtest/gtest.h>
+#include <zstd.h>
+
+#include <limits>
+
+#include "blob_test_util.h"
+#include "codec/tensor/chunk_encoder.h"
+
+namespace ckptfs {
+namespace {
+
+std::vector<std::byte> EncodeWith(ChunkCodec id, ByteSpan data, const ChunkContext& ctx) {
+  CodecScratch scratch;
+  ScratchBuffer out;
+  Result<size_t> n = FindChunkCodec(id)->Encode(data, ctx, scratch, &out);
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  return n.ok() ? std::vector<std::byte>(out.data(), out.data() + *n) : std::vector<std::byte>{};
+}
+
+Status DecodeWith(ChunkCodec id, ByteSpan stored, const ChunkContext& ctx, MutableByteSpan out,
+                  ByteSpan params = {}) {
+  CodecScratch scratch;
+  return FindChunkCodec(id)->Decode(stored, params, ctx, scratch, out);
+}
+
+std::vector<std::byte> SpecialFloats(size_t count) {
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::denorm_min(), -1e-40f, 1.0f, 3.4e38f, -2.5f};
+  std::vector<std::byte> out(count * 4);
+  for (size_t i = 0; i < count; ++i) std::memcpy(out.data() + 4 * i, &specials[i % 10], 4);
+  // A signalling NaN payload must survive bit for bit too.
+  const uint32_t snan = 0x7fa00001;
+  if (count > 3) std::memcpy(out.data() + 12, &snan, 4);
+  return out;
+}
+
+TEST(ChunkCodec, RegistryKnowsEveryLosslessCodecAndNothingElse) {
+  for (uint8_t id = 0; id <= 4; ++id) {
+    ASSERT_NE(FindChunkCodec(static_cast<ChunkCodec>(id)), nullptr) << int{id};
+    EXPECT_EQ(FindChunkCodec(static_cast<ChunkCodec>(id))->id(), static_cast<ChunkCodec>(id));
+  }
+  for (int id = 5; id < 256; ++id) EXPECT_FALSE(IsKnownChunkCodec(static_cast<uint8_t>(id))) << id;
+}
+
+TEST(ChunkCodec, KeyFrameCodecsRoundTripEveryFloatPattern) {
+  struct Case {
+    DType dtype;
+    std::vector<std::byte> data;
+  };
+  std::vector<Case> cases = {
+      {DType::kF32, testing::NormalF32(10000, 1)},
+      {DType::kF32, SpecialFloats(1001)},
+      {DType::kF32, std::vector<std::byte>(4096, std::byte{0x3f})},
+      {DType::kBF16, testing::NormalBF16(5001, 2)},
+      {DType::kF16, testing::NormalBF16(17, 3)},
+      {DType::kF32, testing::NormalF32(1, 4)},
+      {DType::kF32, {}},
+  };
+  for (const Case& c : cases) {
+    for (ChunkCodec id : {ChunkCodec::kRaw, ChunkCodec::kZstd, ChunkCodec::kBytePlaneZstd}) {
+      ChunkContext ctx{c.dtype, 3, {}};
+      std::vector<std::byte> stored = EncodeWith(id, c.data, ctx);
+      std::vector<std::byte> back(c.data.size());
+      ASSERT_TRUE(DecodeWith(id, stored, ctx, back).ok()) << ChunkCodecName(id);
+      ASSERT_EQ(back, c.data) << ChunkCodecName(id) << " " << DTypeName(c.dtype) << " " << c.data.size();
+    }
+  }
+}
+
+TEST(ChunkCodec, BytePlaneBeatsZstdOnNormalWeights) {
+  std::vector<std::byte> w = testing::NormalF32(1 << 18, 5);
+  ChunkContext ctx{DType::kF32, 3, {}};
+  size_t planes = EncodeWith(ChunkCodec::kBytePlaneZstd, w, ctx).size();
+  size_t zstd = EncodeWith(ChunkCodec::kZstd, w, ctx).size();
+  EXPECT_LT(planes, zstd);
+  EXPECT_LT(planes * 115, w.size() * 100) << "want at least 1.15x on normal f32";
+}
+
+TEST(ChunkCodec, XorCodecRoundTripsAndShrinksSmallUpdates) {
+  std::vector<std::byte> base = testing::NormalF32(50000, 6);
+  std::vector<std::byte> next = base;
+  for (size_t i = 0; i < 50000; i += 97) next[4 * i] ^= std::byte{1};  // a few mantissa bits change
+  ChunkContext ctx{DType::kF32, 3, base};
+  std::vector<std::byte> stored = EncodeWith(ChunkCodec::kBytePlaneXorZstd, next, ctx);
+  EXPECT_LT(stored.size() * 20, next.size());
+  std::vector<std::byte> back(next.size());
+  ASSERT_TRUE(DecodeWith(ChunkCodec::kBytePlaneXorZstd, stored, ctx, back).ok());
+  EXPECT_EQ(back, next);
+}
+
+TEST(ChunkCodec, ZerosCodecRefusesNonZeroAndStoredBytes) {
+  CodecScratch scratch;
+  ScratchBuffer out;
+  std::vector<std::byte> data(100);
+  data[99] = std::byte{1};
+  EXPECT_EQ(FindChunkCodec(ChunkCodec::kZeros)->Encode(data, {}, scratch, &out).status().code(),
+            StatusCode::kUnsupported);
+  std::vector<std::byte> back(100, std::byte{7});
+  ASSERT_TRUE(DecodeWith(ChunkCodec::kZeros, {}, {}, back).ok());
+  EXPECT_EQ(back, std::vector<std::byte>(100));
+  EXPECT_EQ(DecodeWith(ChunkCodec::kZeros, data, {}, back).code(), StatusCode::kCorruption);
+}
+
+TEST(ChunkCodec, DecodeRejectsParamsForLosslessCodecs) {
+  std::vector<std::byte> data = testing::RandomBytes(64, 7);
+  std::vector<std::byte> params(3);
+  std::vector<std::byte> back(64);
+  EXPECT_EQ(DecodeWith(ChunkCodec::kRaw, data, {}, back, params).code(), StatusCode::kCorruption);
+}
+
+TEST(ChunkCodec, ZstdDecodeRefusesAFrameDeclaringMoreThanTheChunk) {
+  // A decompression bomb: 16 MiB of zeros in a few hundred bytes, offered
+  // as a 4 KiB chunk. It must fail before inflating.
+  std::vector<std::byte> bomb_src(16 << 20);
+  std::vector<std::byte> bomb(ZSTD_compressBound(bomb_src.size()));
+  bomb.resize(ZSTD_compress(bomb.data(), bomb.size(), bomb_src.data(), bomb_src.size(), 1));
+  std::vector<std::byte> out(4096);
+  Status s = DecodeWith(ChunkCodec::kZstd, bomb, {}, out);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("declares"), std::string::npos) << s.message();
+}
+
+TEST(ChunkCodec, HostileBytePlanePayloadsFailCleanly) {
+  std::vector<std::byte> w = testing::NormalF32(4096, 8);
+  ChunkContext ctx{DType::kF32, 3, {}};
+  std::vector<std::byte> stored = EncodeWith(ChunkCodec::kBytePlaneZstd, w, ctx);
+  std::vector<std::byte> back(w.size());
+  // Every truncation.
+  for (size_t n = 0; n < stored.size(); n += 7)
+    EXPECT_FALSE(DecodeWith(ChunkCodec::kBytePlaneZstd, ByteSpan(stored).first(n), ctx, back).ok()) << n;
+  // Wrong plane count, unknown mode, trailing bytes, wrong dtype.
+  std::vector<std::byte> bad = stored;
+  bad[0] = std::byte{2};
+  EXPECT_EQ(DecodeWith(ChunkCodec::kBytePlaneZstd, bad, ctx, back).code(), StatusCode::kCorruption);
+  bad = stored;
+  bad[1] = std::byte{9};
+  EXPECT_EQ(DecodeWith(ChunkCodec::kBytePlaneZstd, bad, ctx, back).code(), StatusCode::kCorruption);
+  bad = stored;
+  bad.push_back(std::byte{0});
+  EXPECT_EQ(DecodeWith(ChunkCodec::kBytePlaneZstd, bad, ctx, back).code(), StatusCode::kCorruption);
+  EXPECT_EQ(DecodeWith(ChunkCodec::kBytePlaneZstd, stored, ChunkContext{DType::kI32, 3, {}}, back).code(),
+            StatusCode::kCorruption);
+  // A byte flip anywhere: an error or, if it lands in a raw plane, other bytes; never a crash.
+  for (size_t i = 0; i < stored.size(); i += 3) {
+    bad = stored;
+    bad[i] ^= std::byte{0x5a};
+    (void)DecodeWith(ChunkCodec::kBytePlaneZstd, bad, ctx, back);
+  }
+}
+
+TEST(ChunkEncoder, PicksTheFittingCodec) {
+  CodecScratch scratch;
+  ScratchBuffer out;
+  auto pick = [&](ByteSpan data, DType dtype, ByteSpan base = {}) {
+    Result<ChunkEncoding> e = EncodeChunkBest(data, dtype, 3, base, scratch, &out);
+    EXPECT_TRUE(e.ok());
+    return e->codec;
+  };
+  std::vector<std::byte> zeros(1 << 16);
+  EXPECT_EQ(pick(zeros, DType::kF32), ChunkCodec::kZeros);
+  EXPECT_EQ(pick(testing::RandomBytes(1 << 16, 9), DType::kU8), ChunkCodec::kRaw);
+  EXPECT_EQ(pick(testing::RandomBytes(1 << 16, 9), DType::kF32), ChunkCodec::kRaw);
+  std::vector<std::byte> w = testing::NormalF32(1 << 14, 10);
+  EXPECT_EQ(pick(w, DType::kF32), ChunkCodec::kBytePlaneZstd);
+  std::string text(1 << 14, 'a');
+  for (size_t i = 0; i < text.size(); i += 5) text[i] = static_cast<char>('a' + i % 7);
+  EXPECT_EQ(pick(AsBytes(text), DType::kU8), ChunkCodec::kZstd);
+  EXPECT_EQ(pick(w, DType::kF32, w), ChunkCodec::kBytePlaneXorZstd);  // unchanged: all-zero residual
+  EXPECT_EQ(pick(w, DType::kF32, testing::NormalF32(1 << 14, 11)), ChunkCodec::kBytePlaneZstd);
+}
+
+}  // namespace
+}  // namespace ckptfs
