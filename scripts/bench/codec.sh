@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Codec benchmark: makes a trained fp32 checkpoint (model + Adam state), a
+# bf16 one and a short sequence of versions, then prints JSON comparing the
+# ckptfs codec with zstd -1 and zstd -3 on the same bytes (ratio, encode and
+# decode MB/s on one core, medians).
+#   scripts/bench/codec.sh [OUT_JSON]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/lib/deps.sh
+ckptfs_install_deps
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C build checkpoint_bench >/dev/null
+data=${CKPTFS_BENCH_DATA:-build/bench-data}
+if [ ! -f "$data/fp32.pt" ]; then
+  "$CKPTFS_PYTHON" scripts/bench/make_checkpoints.py "$data"
+fi
+out=${1:-/dev/stdout}
+build/tests/bench/checkpoint_bench --runs 5 "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt > "$out"
