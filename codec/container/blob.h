@@ -62,7 +62,8 @@ struct EncodeOptions {
 
 // The previous version of the file, for delta frames. Tensors are matched by
 // name, dtype and shape; a chunk is XOR-delta encoded only when that is
-// smaller than encoding it alone.
+// smaller than encoding it alone. A chunk whose base bytes cannot be read is
+// encoded alone; a blob with no delta chunk does not reference the base.
 struct BaseRef {
   ObjectId id;
   std::shared_ptr<const BlobReader> reader;
@@ -83,6 +84,8 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
                                const EncodeOptions& options, ByteSink* sink);
 
 // Opens base blobs by id when a delta chain is followed.
+// Thread safety: OpenBlob may be called concurrently (by readers of
+// different blobs); it must outlive the readers it is given to.
 class BlobResolver {
  public:
   virtual ~BlobResolver() = default;
@@ -92,7 +95,7 @@ class BlobResolver {
 struct DecodeLimits {
   uint64_t max_logical_size = 1ull << 44;  // 16 TiB
   uint64_t max_chunk_bytes = 256ull << 20; // a chunk never inflates past this
-  uint32_t max_chain_depth = 256;
+  uint32_t max_chain_depth = 256;         // base hops one read may follow
   uint32_t max_index_bytes = 1u << 30;
 };
 

@@ -86,16 +86,22 @@ Status BlobReaderImpl::ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth)
   if (depth + 1 > limits_.max_chain_depth)
     return ChunkError(StatusCode::kCorruption, c,
                       fmt::format("delta chain deeper than the limit {}", limits_.max_chain_depth));
-  ASSIGN_OR_RETURN(std::shared_ptr<const BlobReader> base, OpenBase());
+  Result<std::shared_ptr<const BlobReader>> opened = OpenBase();
+  if (!opened.ok())
+    return opened.status().WithContext(
+        fmt::format("blob: chunk {} at logical offset {}", c, index_.chunks[c].logical_offset));
+  std::shared_ptr<const BlobReader> base = std::move(opened).value();
   const uint64_t base_offset = index_.base_offsets[c];
   if (base_offset > base->logical_size() || out.size() > base->logical_size() - base_offset)
     return ChunkError(StatusCode::kCorruption, c,
                       fmt::format("base range [{}, +{}) past the base's size {}", base_offset, out.size(),
                                   base->logical_size()));
   // Readers from Open are BlobReaderImpl; carry the depth through them.
-  if (const auto* impl = dynamic_cast<const BlobReaderImpl*>(base.get()))
-    return impl->ReadAtDepth(base_offset, out, depth + 1);
-  return base->ReadAt(base_offset, out);
+  const auto* impl = dynamic_cast<const BlobReaderImpl*>(base.get());
+  Status s = impl != nullptr ? impl->ReadAtDepth(base_offset, out, depth + 1) : base->ReadAt(base_offset, out);
+  if (s.ok()) return s;
+  return s.WithContext(fmt::format("blob: chunk {} at logical offset {}: reading base {}", c,
+                                   index_.chunks[c].logical_offset, index_.header.base->Hex()));
 }
 
 Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const {

@@ -67,10 +67,11 @@ Status EncodeOne(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, c
   ByteSpan data = file.subspan(plan.offset, plan.length);
   ByteSpan base_bytes;
   if (plan.base_offset) {
+    // A base that cannot be read (damaged, or its own base is gone) must not
+    // stop the new version from being stored: the chunk becomes a key frame.
     std::byte* buffer = scratch.base.Reserve(plan.length);
-    RETURN_IF_ERROR(base->reader->ReadAt(*plan.base_offset, MutableByteSpan(buffer, plan.length))
-                        .WithContext(fmt::format("reading the base for the chunk at offset {}", plan.offset)));
-    base_bytes = ByteSpan(buffer, plan.length);
+    if (base->reader->ReadAt(*plan.base_offset, MutableByteSpan(buffer, plan.length)).ok())
+      base_bytes = ByteSpan(buffer, plan.length);
   }
   ASSIGN_OR_RETURN(slot->encoding,
                    EncodeChunkBest(data, plan.dtype, options.zstd_level, base_bytes, scratch, &slot->stored));

@@ -60,6 +60,14 @@ TEST(BlobDelta, ChainOfThreeRoundTripsThroughTheResolver) {
       ASSERT_TRUE((*reader)->base().has_value());
       EXPECT_EQ(*(*reader)->base(), ids[v - 1]);
     }
+    if (v > 0) {
+      // The frozen layer's chunks are all-zero residuals: constant planes.
+      const SegmentInfo& frozen = (*reader)->segments()[3];
+      for (uint32_t c = frozen.first_chunk; c < frozen.first_chunk + frozen.chunk_count; ++c) {
+        EXPECT_EQ((*reader)->chunks()[c].codec, ChunkCodec::kBytePlaneXorZstd);
+        EXPECT_LE((*reader)->chunks()[c].stored_length, 25u);
+      }
+    }
     base = BaseRef{id, *reader};
   }
   EXPECT_LT(sizes[2] * 4, sizes[0]) << "deltas of small updates are much smaller than the key frame";
@@ -165,6 +173,18 @@ TEST(BlobDelta, ChainDepthIsBoundedAndCyclesEndThere) {
       ASSERT_TRUE(all.ok()) << all.status().ToString();
       EXPECT_EQ(*all, versions.back().bytes);
     }
+  }
+
+  // An unreadable base is not fatal to the encoder: the chunks become key frames.
+  {
+    MapResolver empty;
+    auto orphan = OpenBytes(last, std::nullopt, &empty);  // its base cannot be found
+    ASSERT_TRUE(orphan.ok());
+    BaseRef broken{ObjectId::Of(last), *orphan};
+    EncodeStats stats;
+    std::vector<std::byte> blob = Encode(versions[0].bytes, versions[0].layout, {}, &broken, &stats);
+    EXPECT_EQ(stats.delta_chunks, 0u);
+    EXPECT_EQ(*DecodeAll(**OpenBytes(blob)), versions[0].bytes);
   }
 
   // A cycle: blob B names A as its base, and the resolver hands out B for A.
