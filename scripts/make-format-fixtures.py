@@ -15,6 +15,8 @@ compare with DetectLayout. Conventions shared with codec/format:
     for Fortran-order arrays).
   - safetensors: the JSON keys; empty tensors are not listed.
 """
+import argparse
+import collections
 import io
 import json
 import os
@@ -61,6 +63,8 @@ def torch_expected(obj):
         elif isinstance(value, (list, tuple)):
             for i, v in enumerate(value):
                 walk(v, f"{path}.{i}" if path else str(i))
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            walk(vars(value), path)  # objects: attributes, as pickled state
 
     walk(obj, "")
     return out
@@ -125,6 +129,13 @@ def make_torch(out):
         "param": torch.nn.Parameter(randn(2, 2)), "meta": {"name": "x", "lr": 0.1, "none": None},
     })
     save_torch(out, "torch_root.pt", randn(4, 2))
+    # Non-tensor values a training script puts next to its tensors: objects
+    # (NEWOBJ/BUILD), sets, big and negative ints, bytes, odd keys.
+    save_torch(out, "torch_objects.pt", {
+        "args": argparse.Namespace(lr=0.1, mask=torch.ones(3, dtype=torch.bool)), "tags": {"a", "b"},
+        "big": 2**70, "neg": -5, "nan": float("nan"), "raw": b"\x00\x01", (1, 2): "tuple key", None: 0,
+        "sched": collections.OrderedDict([("w", randn(2).double()), ("n", 3)]), "cplx": complex(1, 2),
+    })
     # Protocol 4 exercises FRAME, MEMOIZE, SHORT_BINUNICODE and STACK_GLOBAL.
     save_torch(out, "torch_proto4.pt", {"enc": {"w": randn(3, 2), "ids": torch.arange(4)}, "lst": [randn(2).half()]},
                protocol=4)

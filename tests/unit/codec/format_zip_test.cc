@@ -25,8 +25,12 @@ struct Member {
   uint16_t method = 0;
 };
 
-// A plain zip: stored members, no data descriptors, CRCs computed.
-std::vector<std::byte> BuildZip(const std::vector<Member>& members, std::string_view comment = "") {
+// A plain zip: stored members, no data descriptors, CRCs computed. With
+// `zip64`, the central directory saturates sizes and offsets and carries
+// them in zip64 extra fields, and zip64 end records precede the end record,
+// as a writer of files over 4 GiB must.
+std::vector<std::byte> BuildZip(const std::vector<Member>& members, std::string_view comment = "",
+                                bool zip64 = false) {
   std::vector<std::byte> out;
   ByteWriter w(&out);
   std::vector<uint64_t> offsets;
@@ -42,14 +46,25 @@ std::vector<std::byte> BuildZip(const std::vector<Member>& members, std::string_
   for (size_t i = 0; i < members.size(); ++i) {
     const Member& m = members[i];
     w.U32(0x02014b50); w.U16(20); w.U16(20); w.U16(0); w.U16(m.method); w.U32(0);
-    w.U32(Crc32(AsBytes(m.payload))); w.U32(m.payload.size()); w.U32(m.payload.size());
-    w.U16(m.name.size()); w.U16(0); w.U16(0); w.U16(0); w.U16(0); w.U32(0);
-    w.U32(offsets[i]);
+    w.U32(Crc32(AsBytes(m.payload)));
+    w.U32(zip64 ? 0xffffffff : m.payload.size()); w.U32(zip64 ? 0xffffffff : m.payload.size());
+    w.U16(m.name.size()); w.U16(zip64 ? 28 : 0); w.U16(0); w.U16(0); w.U16(0); w.U32(0);
+    w.U32(zip64 ? 0xffffffff : offsets[i]);
     w.Bytes(AsBytes(m.name));
+    if (zip64) {
+      w.U16(1); w.U16(24); w.U64(m.payload.size()); w.U64(m.payload.size()); w.U64(offsets[i]);
+    }
   }
   uint64_t cd_size = out.size() - cd;
-  w.U32(0x06054b50); w.U16(0); w.U16(0); w.U16(members.size()); w.U16(members.size());
-  w.U32(cd_size); w.U32(cd); w.U16(comment.size());
+  if (zip64) {
+    uint64_t end64 = out.size();
+    w.U32(0x06064b50); w.U64(44); w.U16(45); w.U16(45); w.U32(0); w.U32(0);
+    w.U64(members.size()); w.U64(members.size()); w.U64(cd_size); w.U64(cd);
+    w.U32(0x07064b50); w.U32(0); w.U64(end64); w.U32(1);
+  }
+  w.U32(0x06054b50); w.U16(0); w.U16(0);
+  w.U16(zip64 ? 0xffff : members.size()); w.U16(zip64 ? 0xffff : members.size());
+  w.U32(zip64 ? 0xffffffff : cd_size); w.U32(zip64 ? 0xffffffff : cd); w.U16(comment.size());
   w.Bytes(AsBytes(comment));
   return out;
 }
@@ -94,6 +109,26 @@ TEST(ZipArchiveTest, ParsesPlainZipWithCommentAndIsNotTorch) {
   Layout layout = DetectLayout(zip);
   EXPECT_TRUE(IsOpaque(layout, zip.size()));
   EXPECT_EQ(layout.fallback_reason, "");  // a valid zip, just not a checkpoint
+}
+
+TEST(ZipArchiveTest, Zip64DirectoryFieldsAreResolved) {
+  std::vector<std::byte> zip = BuildZip({{"m/data.pkl", "N."}, {"m/extra.bin", "abcdef"}}, "", /*zip64=*/true);
+  auto archive = ParseZipArchive(zip, ParseLimits{});
+  ASSERT_TRUE(archive.ok()) << archive.status().ToString();
+  ASSERT_EQ(archive->entries.size(), 2u);
+  EXPECT_EQ(archive->entries[1].compressed_size, 6u);
+  EXPECT_EQ(AsChars(ByteSpan(zip).subspan(archive->entries[1].payload_offset, 6)), "abcdef");
+  EXPECT_EQ(DetectLayout(zip).format, FileFormat::kTorchZip);
+  // A saturated field whose zip64 extra is missing is a lie.
+  uint64_t rec = CentralRecords(zip)[0];
+  std::vector<std::byte> bad = zip;
+  StoreLE16(bad.data() + rec + 46 + 10, 0x9999);  // the extra's id
+  EXPECT_EQ(ParseZipArchive(bad, ParseLimits{}).status().code(), StatusCode::kCorruption);
+  // A locator pointing past itself is a lie.
+  bad = zip;
+  uint64_t locator = bad.size() - 22 - 20;
+  StoreLE64(bad.data() + locator + 8, locator);
+  EXPECT_EQ(ParseZipArchive(bad, ParseLimits{}).status().code(), StatusCode::kCorruption);
 }
 
 TEST(ZipArchiveTest, EntryHiddenInsideAnotherEntryIsRejectedAsOverlap) {
