@@ -1,6 +1,10 @@
 #include "codec/common/hash.h"
 
 #include <libdeflate.h>
+
+// Inline XXH3 instead of calling the shared library: three hash passes per
+// chunk sit on the hot encode and read paths.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <new>
