@@ -73,8 +73,24 @@ Result<uint64_t> Filesystem::SizeLocked(Inode& inode) {
 Status Filesystem::EnsureStagingLocked(Inode& inode, bool truncate) {
   FileState& f = inode.file;
   if (f.phase == FilePhase::kEncoding) {
-    ++f.encode_ticket;  // the queued/running commit is superseded
+    // Supersede the queued/running commit. Its encoder may have the staging
+    // file mapped: truncating it would SIGBUS the encoder, so the writer
+    // gets a new staging file (a copy unless truncating).
+    ++f.encode_ticket;
+    ASSIGN_OR_RETURN(std::unique_ptr<StagingFile> fresh, store_->CreateStaging());
+    struct stat st;
+    if (::fstat(f.staging->fd(), &st) != 0) return Status::Io(errno, "fstat staging");
+    loff_t in_off = 0;
+    while (!truncate && in_off < st.st_size) {
+      ssize_t n = ::copy_file_range(f.staging->fd(), &in_off, fresh->fd(), nullptr,
+                                    static_cast<size_t>(st.st_size - in_off), 0);
+      if (n <= 0) return Status::Io(n < 0 ? errno : EIO, "copy staging to " + fresh->path());
+    }
+    f.superseded.push_back(std::move(f.staging));
+    f.staging = std::move(fresh);
     f.phase = FilePhase::kStaging;
+    f.dirty = true;
+    return Status::Ok();
   }
   if (f.phase == FilePhase::kStaging) {
     if (truncate && ::ftruncate(f.staging->fd(), 0) != 0) return Status::Io(errno, "truncate staging");
@@ -110,7 +126,9 @@ void Filesystem::MaybeQueueCommitLocked(const std::shared_ptr<Inode>& inode) {
   struct stat st;
   bool unlinked = ::fstatat(inode->fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink == 0;
   if (unlinked) {
-    f.staging->set_keep(false);  // nothing names it any more; it goes with the inode
+    // Nothing names these any more; they go with the inode.
+    f.staging->set_keep(false);
+    for (auto& old : f.superseded) old->set_keep(false);
     return;
   }
   if (!f.dirty && !(f.has_manifest && f.manifest.kind == ManifestKind::kStaging)) {
@@ -155,6 +173,7 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
       s.ok() ? EncodeStaged(*store_, staging->fd(), staging->path(), BaseCandidatesFor(dir), commit_options_, log_)
              : Result<EncodedVersion>(s);
   std::shared_ptr<StagingFile> done;
+  std::vector<std::shared_ptr<StagingFile>> superseded;  // no manifest names them now
   {
     std::lock_guard<std::mutex> lock(inode->mu);
     FileState& f = inode->file;
@@ -181,11 +200,13 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
     f.dirty = false;
     f.phase = FilePhase::kCommitted;
     done = std::move(f.staging);
+    superseded.swap(f.superseded);
   }
   log_->Debug("committed inode {}: {} bytes -> {} ({} bytes, depth {})", inode->ino, version->fields.logical_size,
               ManifestKindName(version->fields.kind), version->fields.stored_bytes, version->fields.chain_depth);
   if (Status r = RemoveStagingFile(*done, commit_options_); !r.ok())
     log_->Warn("removing staging file {}: {}", done->path(), r.ToString());
+  for (auto& old : superseded) (void)old->Remove();
   if (version->as_base) AddBaseCandidate(dir, *version->as_base);
   inodes_.EraseIfUnused(inode->ino);
 }

@@ -43,6 +43,9 @@ struct FileState {
   Manifest manifest;                              // current record (sequence!)
   std::shared_ptr<const FileContent> content;     // kPlain/kCommitted, opened lazily
   std::shared_ptr<StagingFile> staging;           // kStaging/kEncoding
+  // Staging files of cancelled encodes (an encoder may still map them, so
+  // they are never truncated or reused); removed after the next commit.
+  std::vector<std::shared_ptr<StagingFile>> superseded;
   uint64_t encode_ticket = 0;                     // bumped to cancel a queued encode
   uint32_t writers = 0;                           // open handles with write access
   bool dirty = false;                             // staging differs from the committed content
