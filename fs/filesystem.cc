@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -52,6 +53,8 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
     commit_options_.fault = [step, l](std::string_view at) {
       if (at == step) {
         l->Error("crash_at={}: aborting as requested (fault injection)", step);
+        struct rlimit no_core = {0, 0};  // an injected crash needs no core file
+        ::setrlimit(RLIMIT_CORE, &no_core);
         std::abort();
       }
       return Status::Ok();

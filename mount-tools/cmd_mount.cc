@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -45,6 +46,16 @@ std::string RootAttr(const std::string& mountpoint, const char* name) {
   return n < 0 ? std::string() : std::string(buf, static_cast<size_t>(n));
 }
 
+// True while `pid` runs. A zombie counts as exited: the daemon was
+// reparented when `ckptfs mount` returned, and its new parent may reap late.
+bool ProcessAlive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  size_t close_paren = line.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < line.size() && line[close_paren + 2] != 'Z';
+}
+
 int RunUmount(const std::string& mountpoint, int timeout_s) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   std::string pid_text = RootAttr(mountpoint, "user.ckptfs.pid");
@@ -72,7 +83,7 @@ int RunUmount(const std::string& mountpoint, int timeout_s) {
     if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
       return ReportStatus(Status::Io(EIO, "fusermount3 -u " + mountpoint + " failed"), "umount");
   }
-  while (::kill(pid, 0) == 0 || errno == EPERM) {
+  while (ProcessAlive(pid)) {
     if (std::chrono::steady_clock::now() > deadline)
       return ReportStatus(Status::Io(ETIMEDOUT, "daemon " + pid_text + " still running"), "umount");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
