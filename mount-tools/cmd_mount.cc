@@ -70,7 +70,14 @@ int RunUmount(const std::string& mountpoint, int timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   pid_t pid = static_cast<pid_t>(std::stol(pid_text));
-  if (::umount2(mountpoint.c_str(), 0) != 0) {
+  int rc = ::umount2(mountpoint.c_str(), 0);
+  // The kernel drops the last references of closed files asynchronously
+  // (deferred fput): a brief EBUSY right after the last close is retried.
+  for (int tries = 0; rc != 0 && errno == EBUSY && tries < 40; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    rc = ::umount2(mountpoint.c_str(), 0);
+  }
+  if (rc != 0) {
     int err = errno;
     if (err != EPERM) return ReportStatus(Status::Io(err, "umount " + mountpoint), "umount");
     pid_t child = ::fork();
