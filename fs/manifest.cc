@@ -26,9 +26,11 @@ namespace {
 constexpr uint8_t kFlagHasBase = 1;
 
 ByteSpan IdBytes(const ObjectId& id) { return {reinterpret_cast<const std::byte*>(id.bytes.data()), 16}; }
+// Zero when `b` is short (a ByteReader past its end returns an empty span;
+// the caller then fails on the reader's status).
 ObjectId IdFrom(ByteSpan b) {
   ObjectId id;
-  std::memcpy(id.bytes.data(), b.data(), 16);
+  if (b.size() == 16) std::memcpy(id.bytes.data(), b.data(), 16);
   return id;
 }
 }  // namespace
