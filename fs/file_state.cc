@@ -208,6 +208,13 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
     log_->Warn("removing staging file {}: {}", done->path(), r.ToString());
   for (auto& old : superseded) (void)old->Remove();
   if (version->as_base) AddBaseCandidate(dir, *version->as_base);
+  if (version->fields.kind == ManifestKind::kBlob && session_ != nullptr) {
+    // The reconstruction of a lossy codec differs from the staged bytes the
+    // kernel may have cached: drop them. Called with no lock held, since
+    // the kernel may wait on a READ of this inode.
+    int rc = fuse_lowlevel_notify_inval_inode(session_, inode->ino, 0, 0);
+    if (rc != 0 && rc != -ENOENT) log_->Debug("notify_inval_inode({}): {}", inode->ino, rc);
+  }
   inodes_.EraseIfUnused(inode->ino);
 }
 
