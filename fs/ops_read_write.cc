@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <ctime>
 
 #include "fs/filesystem.h"
@@ -53,7 +54,10 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fu
   size_t n = static_cast<size_t>(std::min<uint64_t>(size, content->size() - start));
   s = content->ReadAt(start, MutableByteSpan(reinterpret_cast<std::byte*>(buf.data()), n));
   if (!s.ok()) {
-    log_->Error("read of inode {} at offset {} ({} bytes) failed: {}", ino, start, n, s.ToString());
+    char where[PATH_MAX] = "?";
+    ssize_t len = ::readlink(inode.ProcPath().c_str(), where, sizeof where - 1);
+    where[len > 0 ? len : 1] = '\0';
+    log_->Error("read of {} (inode {}) at offset {} ({} bytes) failed: {}", where, ino, start, n, s.ToString());
     return (void)fuse_reply_err(req, EIO);
   }
   fuse_reply_buf(req, buf.data(), n);

@@ -81,7 +81,10 @@ f = open({store.path('partial')!r}, 'wb')
 for i in range(1000):
     f.write(os.urandom(65536)); f.flush(); time.sleep(0.002)
 """])
-    time.sleep(0.3)
+    deadline = time.time() + 20
+    while not (os.path.exists(store.path("partial")) and os.path.getsize(store.path("partial")) > 0):
+        assert time.time() < deadline, "the writer never started"
+        time.sleep(0.01)
     store.kill9()
     proc.kill()
     proc.wait()
