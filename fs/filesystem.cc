@@ -298,6 +298,7 @@ Status RunDaemon(const MountOptions& options) {
   readahead.join();
   log.Info("session loop ended (rc={}); finishing pending commits", rc);
   fs->StopWorkers();
+  fs.reset();  // closes every inode (and its staging files) first
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);

@@ -58,6 +58,7 @@ Store::Store(std::string backing, int backing_fd, const StoreOptions& options)
     : backing_(std::move(backing)), backing_fd_(backing_fd), options_(options), cache_(options.chunk_cache_bytes) {}
 
 Store::~Store() {
+  ReleaseStagingArea();
   if (area_lock_fd_ >= 0) ::close(area_lock_fd_);
   ::close(backing_fd_);
 }
@@ -123,6 +124,25 @@ Status Store::ClaimStagingArea() {
   area_lock_fd_ = fd;
   area_ = hex;
   return Status::Ok();
+}
+
+void Store::ReleaseStagingArea() {
+  if (area_.empty()) return;
+  std::string sdir = MetaPath("staging/" + area_);
+  std::string tdir = MetaPath("tmp/" + area_);
+  std::error_code ec;
+  size_t left = 0;
+  for (auto& e : std::filesystem::directory_iterator(sdir, ec))
+    if (e.path().filename() != ".lock") ++left;
+  if (ec || left > 0) return;
+  // Still holding the lock: a recovering daemon sees a live area until the
+  // directory is gone.
+  ::unlink((sdir + "/.lock").c_str());
+  ::rmdir(sdir.c_str());
+  ::rmdir(tdir.c_str());
+  ::close(area_lock_fd_);
+  area_lock_fd_ = -1;
+  area_.clear();
 }
 
 Result<std::unique_ptr<StagingFile>> Store::CreateStaging() {

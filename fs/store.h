@@ -95,6 +95,10 @@ class Store final : public BlobResolver {
   // Claims a staging area for this process (staging/<area>/ holding an
   // exclusive flock on its .lock for the process lifetime). REQUIRES: once.
   Status ClaimStagingArea();
+  // At a clean exit (also run by the destructor): removes the claimed area
+  // when nothing is left in it (staging files named by durable manifests
+  // stay for recovery).
+  void ReleaseStagingArea();
   // The claimed area's 16 hex digits ("" before ClaimStagingArea).
   const std::string& area() const { return area_; }
   // A new empty staging file in the claimed area. Thread-safe.
