@@ -180,6 +180,9 @@ fuse_lowlevel_ops MakeOperations() {
   ops.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* fi) {
     Self(r)->ReadDir(r, i, s, o, fi);
   };
+  ops.readdirplus = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* fi) {
+    Self(r)->ReadDirPlus(r, i, s, o, fi);
+  };
   ops.releasedir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->ReleaseDir(r, i, fi); };
   ops.fsyncdir = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) { Self(r)->FsyncDir(r, i, d, fi); };
   ops.statfs = [](fuse_req_t r, fuse_ino_t i) { Self(r)->StatFs(r, i); };

@@ -91,6 +91,7 @@ class Filesystem {
   void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
   void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
   void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void FsyncDir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
   void StatFs(fuse_req_t req, fuse_ino_t ino);
@@ -133,6 +134,7 @@ class Filesystem {
   // True for the entry ".ckptfs" in the root directory (hidden).
   bool IsHidden(fuse_ino_t parent, const char* name) const;
   void ChownToCaller(fuse_req_t req, int dirfd, const char* name);
+  void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus);
 
   const MountOptions options_;
   std::unique_ptr<Store> store_;

@@ -163,7 +163,18 @@ void Filesystem::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void Filesystem::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirCommon(req, ino, size, off, fi, /*plus=*/false);
+}
+
+void Filesystem::ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirCommon(req, ino, size, off, fi, /*plus=*/true);
+}
+
+void Filesystem::ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,
+                               bool plus) {
   auto* handle = reinterpret_cast<DirHandle*>(fi->fh);
+  auto dir_inode = inodes_.Get(ino);
+  if (!dir_inode) return (void)fuse_reply_err(req, ESTALE);
   std::vector<char> buf(size);
   size_t used = 0;
   ::seekdir(handle->dir, off);
@@ -179,8 +190,28 @@ void Filesystem::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     struct stat st {};
     st.st_ino = d->d_ino;
     st.st_mode = static_cast<mode_t>(DTTOIF(d->d_type));
-    size_t n = fuse_add_direntry(req, buf.data() + used, size - used, d->d_name, &st, ::telldir(handle->dir));
+    off_t next = ::telldir(handle->dir);
+    if (!plus) {
+      size_t n = fuse_add_direntry(req, buf.data() + used, size - used, d->d_name, &st, next);
+      if (n > size - used) {
+        ::seekdir(handle->dir, here);
+        break;
+      }
+      used += n;
+      continue;
+    }
+    // readdirplus: each entry returned with a nonzero ino counts a lookup.
+    fuse_entry_param e;
+    std::memset(&e, 0, sizeof e);
+    bool dot = std::strcmp(d->d_name, ".") == 0 || std::strcmp(d->d_name, "..") == 0;
+    if (dot) {
+      e.attr = st;
+    } else if (!DoLookup(*dir_inode, d->d_name, &e).ok()) {
+      continue;  // vanished meanwhile
+    }
+    size_t n = fuse_add_direntry_plus(req, buf.data() + used, size - used, d->d_name, &e, next);
     if (n > size - used) {
+      if (e.ino != 0) inodes_.Forget(e.ino, 1);
       ::seekdir(handle->dir, here);
       break;
     }

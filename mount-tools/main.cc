@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   // Invoked as the mount helper (mount -t fuse.ckptfs / mount.ckptfs)?
   std::string self = argv[0];
   std::vector<std::string> helper;
-  if (self.substr(self.rfind('/') + 1) == "mount.ckptfs") helper = MountHelperArgs(argc, argv);
+  std::string base = self.substr(self.rfind('/') + 1);
+  if (base == "mount.ckptfs" || base == "mount.fuse.ckptfs") helper = MountHelperArgs(argc, argv);
   std::vector<char*> helper_argv;
   for (std::string& a : helper) helper_argv.push_back(a.data());
   if (!helper.empty()) {

@@ -213,6 +213,11 @@ def test_directories(mnt):
     for n in names:
         open(mnt.path("d3", n), "w").close()
     assert sorted(os.listdir(mnt.path("d3"))) == sorted(names + ["d2"])
+    with open(mnt.path("d3", "n0001"), "wb") as f:
+        f.write(b"z" * 50_000)
+    mnt.wait_idle()
+    sizes = {e.name: e.stat().st_size for e in os.scandir(mnt.path("d3")) if e.is_file()}
+    assert sizes["n0001"] == 50_000 and sizes["n0002"] == 0  # logical sizes, not manifest sizes
     sh(f"rm -r {mnt.path('d3')}")
     assert not os.path.exists(mnt.path("d3"))
     os.statvfs(mnt.mnt)
