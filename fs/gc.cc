@@ -60,7 +60,6 @@ Result<std::unordered_set<ObjectId, ObjectIdHash>> MarkLiveObjects(Store& store,
       if (!reader.ok()) {
         if (::access(store.ObjectPath(id).c_str(), F_OK) == 0) {
           problems->push_back(fmt::format("object {}: {}", id.Hex(), reader.status().ToString()));
-          // An unreadable object that is not a blob may be raw (compress=off).
         } else {
           problems->push_back(fmt::format("object {} is referenced but missing", id.Hex()));
         }
