@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "fs/filesystem.h"
@@ -38,8 +39,16 @@ Result<std::shared_ptr<const FileContent>> Filesystem::ContentLocked(Inode& inod
     ASSIGN_OR_RETURN(auto file, PosixFile::Open(inode.ProcPath()));
     f.content = std::make_shared<const FileContent>(FileContent::Verbatim(std::move(file)));
   } else {
-    ASSIGN_OR_RETURN(FileContent c, FileContent::Open(*store_, f.manifest));
-    f.content = std::make_shared<const FileContent>(std::move(c));
+    auto c = FileContent::Open(*store_, f.manifest);
+    if (!c.ok()) {
+      // A manifest whose object is missing or unreadable is a damaged
+      // store: EIO, not the ENOENT of the object file.
+      char where[PATH_MAX] = "?";
+      ssize_t len = ::readlink(inode.ProcPath().c_str(), where, sizeof where - 1);
+      where[len > 0 ? len : 1] = '\0';
+      return Status::Corruption(std::string(where) + ": " + c.status().ToString());
+    }
+    f.content = std::make_shared<const FileContent>(std::move(*c));
   }
   return f.content;
 }

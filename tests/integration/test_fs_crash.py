@@ -186,3 +186,18 @@ def test_gc_keeps_bases_and_drops_garbage(store):
     store.umount()
     r = store.cli("gc", store.backing, "--json")
     assert '"removed": 0' in r.stdout
+
+
+def test_missing_object_is_eio_and_fsck_problem(store):
+    store.mount()
+    write(store.path("lost"), os.urandom(500_000))
+    store.wait_idle()
+    obj = os.getxattr(store.path("lost"), "user.ckptfs.object").decode()
+    store.umount()
+    os.unlink(os.path.join(store.backing, ".ckptfs", "objects", obj[:2], obj))
+    r = store.cli("fsck", store.backing, check=False)
+    assert r.returncode == 4 and "missing" in r.stdout
+    store.mount()
+    with pytest.raises(OSError) as e:
+        read(store.path("lost"))
+    assert e.value.errno == 5  # EIO
