@@ -62,7 +62,25 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
   }
 }
 
-Filesystem::~Filesystem() { StopWorkers(); }
+Filesystem::~Filesystem() {
+  StopWorkers();
+  for (FileHandle* h : handles_) delete h;
+}
+
+FileHandle* Filesystem::NewHandle(std::shared_ptr<Inode> inode, bool writable) {
+  auto* h = new FileHandle{std::move(inode), writable};
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  handles_.insert(h);
+  return h;
+}
+
+void Filesystem::DeleteHandle(FileHandle* handle) {
+  {
+    std::lock_guard<std::mutex> lock(handles_mu_);
+    handles_.erase(handle);
+  }
+  delete handle;
+}
 
 void Filesystem::StartWorkers() {
   queue_ = std::make_unique<EncodeQueue>(options_.threads);

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "fs/commit_pipeline.h"
 #include "fs/encode_queue.h"
@@ -143,6 +144,13 @@ class Filesystem {
   InodeTable inodes_;
   fuse_session* session_ = nullptr;
   std::unique_ptr<EncodeQueue> queue_;
+
+  // Open file handles, so that handles the kernel never released (a lazy
+  // or aborted unmount) are freed at exit. Leaf lock.
+  std::mutex handles_mu_;
+  std::unordered_set<FileHandle*> handles_;
+  FileHandle* NewHandle(std::shared_ptr<Inode> inode, bool writable);
+  void DeleteHandle(FileHandle* handle);
 
   std::mutex bases_mu_;  // leaf lock
   std::unordered_map<ino_t, std::deque<BaseCandidate>> bases_;

@@ -45,7 +45,7 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     log_->Warn("open of inode {} failed: {}", ino, s.ToString());
     return (void)fuse_reply_err(req, ToErrno(s));
   }
-  auto* handle = new FileHandle{inode, write};
+  FileHandle* handle = NewHandle(inode, write);
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->keep_cache = keep_cache;
   fi->direct_io = 0;  // cached mode: mmap works
@@ -53,7 +53,7 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // The kernel will not send RELEASE for a handle it never saw.
     std::lock_guard<std::mutex> lock(inode->mu);
     if (write && --inode->file.writers == 0) MaybeQueueCommitLocked(inode);
-    delete handle;
+    DeleteHandle(handle);
   }
 }
 
@@ -99,13 +99,13 @@ void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
     inodes_.Forget(e.ino, 1);
     return (void)fuse_reply_err(req, ToErrno(s));
   }
-  auto* handle = new FileHandle{inode, write};
+  FileHandle* handle = NewHandle(inode, write);
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->direct_io = 0;
   if (fuse_reply_create(req, &e, fi) != 0) {
     std::lock_guard<std::mutex> lock(inode->mu);
     if (write && --inode->file.writers == 0) MaybeQueueCommitLocked(inode);
-    delete handle;
+    DeleteHandle(handle);
   }
 }
 
@@ -116,11 +116,12 @@ void Filesystem::Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*
 }
 
 void Filesystem::Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  std::unique_ptr<FileHandle> handle(reinterpret_cast<FileHandle*>(fi->fh));
+  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
   if (handle->writable) {
     std::lock_guard<std::mutex> lock(handle->inode->mu);
     if (--handle->inode->file.writers == 0) MaybeQueueCommitLocked(handle->inode);
   }
+  DeleteHandle(handle);
   fuse_reply_err(req, 0);
 }
 
