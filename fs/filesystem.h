@@ -1,7 +1,8 @@
 // The ckptfs FUSE daemon (libfuse3 low-level API). One Filesystem object,
 // reached from every handler through fuse_req_userdata. Handlers are split
 // by operation group: ops_dir.cc, ops_open_create.cc, ops_read_write.cc,
-// ops_attr_xattr.cc; the commit worker is in file_commit.cc.
+// ops_attr_xattr.cc; the per-file state machine and the commit job are in
+// file_state.cc.
 // Every handler replies exactly once, after releasing its locks, and maps
 // errors through ToErrno; no exception crosses into libfuse.
 #pragma once
