@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 
 #include "fs/gc.h"
 #include "fs/recovery.h"
@@ -166,55 +167,68 @@ void Filesystem::Init(fuse_conn_info* conn) {
 namespace {
 Filesystem* Self(fuse_req_t req) { return static_cast<Filesystem*>(fuse_req_userdata(req)); }
 
+// No exception crosses into libfuse: a handler that throws (an allocation
+// failure) has not replied yet, so the request gets ENOMEM/EIO.
+template <typename F>
+void Guard(fuse_req_t req, F&& handler) {
+  try {
+    handler();
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
+  } catch (...) {
+    fuse_reply_err(req, EIO);
+  }
+}
+
 fuse_lowlevel_ops MakeOperations() {
   fuse_lowlevel_ops ops{};
   ops.init = [](void* userdata, fuse_conn_info* conn) { static_cast<Filesystem*>(userdata)->Init(conn); };
-  ops.lookup = [](fuse_req_t r, fuse_ino_t p, const char* n) { Self(r)->Lookup(r, p, n); };
+  ops.lookup = [](fuse_req_t r, fuse_ino_t p, const char* n) { Guard(r, [&] { Self(r)->Lookup(r, p, n); }); };
   ops.forget = [](fuse_req_t r, fuse_ino_t i, uint64_t n) { Self(r)->Forget(r, i, n); };
   ops.forget_multi = [](fuse_req_t r, size_t c, fuse_forget_data* f) { Self(r)->ForgetMulti(r, c, f); };
-  ops.getattr = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->GetAttr(r, i, fi); };
+  ops.getattr = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->GetAttr(r, i, fi); }); };
   ops.setattr = [](fuse_req_t r, fuse_ino_t i, struct stat* a, int s, fuse_file_info* fi) {
-    Self(r)->SetAttr(r, i, a, s, fi);
+    Guard(r, [&] { Self(r)->SetAttr(r, i, a, s, fi); });
   };
-  ops.readlink = [](fuse_req_t r, fuse_ino_t i) { Self(r)->ReadLink(r, i); };
-  ops.mknod = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, dev_t d) { Self(r)->MkNod(r, p, n, m, d); };
-  ops.mkdir = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m) { Self(r)->MkDir(r, p, n, m); };
-  ops.unlink = [](fuse_req_t r, fuse_ino_t p, const char* n) { Self(r)->Unlink(r, p, n); };
-  ops.rmdir = [](fuse_req_t r, fuse_ino_t p, const char* n) { Self(r)->RmDir(r, p, n); };
-  ops.symlink = [](fuse_req_t r, const char* l, fuse_ino_t p, const char* n) { Self(r)->Symlink(r, l, p, n); };
+  ops.readlink = [](fuse_req_t r, fuse_ino_t i) { Guard(r, [&] { Self(r)->ReadLink(r, i); }); };
+  ops.mknod = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, dev_t d) { Guard(r, [&] { Self(r)->MkNod(r, p, n, m, d); }); };
+  ops.mkdir = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m) { Guard(r, [&] { Self(r)->MkDir(r, p, n, m); }); };
+  ops.unlink = [](fuse_req_t r, fuse_ino_t p, const char* n) { Guard(r, [&] { Self(r)->Unlink(r, p, n); }); };
+  ops.rmdir = [](fuse_req_t r, fuse_ino_t p, const char* n) { Guard(r, [&] { Self(r)->RmDir(r, p, n); }); };
+  ops.symlink = [](fuse_req_t r, const char* l, fuse_ino_t p, const char* n) { Guard(r, [&] { Self(r)->Symlink(r, l, p, n); }); };
   ops.rename = [](fuse_req_t r, fuse_ino_t p, const char* n, fuse_ino_t np, const char* nn, unsigned int f) {
-    Self(r)->Rename(r, p, n, np, nn, f);
+    Guard(r, [&] { Self(r)->Rename(r, p, n, np, nn, f); });
   };
-  ops.link = [](fuse_req_t r, fuse_ino_t i, fuse_ino_t np, const char* nn) { Self(r)->Link(r, i, np, nn); };
-  ops.open = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->Open(r, i, fi); };
-  ops.read = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* fi) { Self(r)->Read(r, i, s, o, fi); };
+  ops.link = [](fuse_req_t r, fuse_ino_t i, fuse_ino_t np, const char* nn) { Guard(r, [&] { Self(r)->Link(r, i, np, nn); }); };
+  ops.open = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Open(r, i, fi); }); };
+  ops.read = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Read(r, i, s, o, fi); }); };
   ops.write = [](fuse_req_t r, fuse_ino_t i, const char* b, size_t s, off_t o, fuse_file_info* fi) {
-    Self(r)->Write(r, i, b, s, o, fi);
+    Guard(r, [&] { Self(r)->Write(r, i, b, s, o, fi); });
   };
-  ops.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->Flush(r, i, fi); };
-  ops.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->Release(r, i, fi); };
-  ops.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) { Self(r)->Fsync(r, i, d, fi); };
-  ops.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->OpenDir(r, i, fi); };
+  ops.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Flush(r, i, fi); }); };
+  ops.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Release(r, i, fi); }); };
+  ops.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Fsync(r, i, d, fi); }); };
+  ops.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->OpenDir(r, i, fi); }); };
   ops.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* fi) {
-    Self(r)->ReadDir(r, i, s, o, fi);
+    Guard(r, [&] { Self(r)->ReadDir(r, i, s, o, fi); });
   };
   ops.readdirplus = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* fi) {
-    Self(r)->ReadDirPlus(r, i, s, o, fi);
+    Guard(r, [&] { Self(r)->ReadDirPlus(r, i, s, o, fi); });
   };
-  ops.releasedir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->ReleaseDir(r, i, fi); };
-  ops.fsyncdir = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) { Self(r)->FsyncDir(r, i, d, fi); };
-  ops.statfs = [](fuse_req_t r, fuse_ino_t i) { Self(r)->StatFs(r, i); };
+  ops.releasedir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->ReleaseDir(r, i, fi); }); };
+  ops.fsyncdir = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) { Guard(r, [&] { Self(r)->FsyncDir(r, i, d, fi); }); };
+  ops.statfs = [](fuse_req_t r, fuse_ino_t i) { Guard(r, [&] { Self(r)->StatFs(r, i); }); };
   ops.setxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, const char* v, size_t s, int f) {
-    Self(r)->SetXattr(r, i, n, v, s, f);
+    Guard(r, [&] { Self(r)->SetXattr(r, i, n, v, s, f); });
   };
-  ops.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { Self(r)->GetXattr(r, i, n, s); };
-  ops.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { Self(r)->ListXattr(r, i, s); };
-  ops.removexattr = [](fuse_req_t r, fuse_ino_t i, const char* n) { Self(r)->RemoveXattr(r, i, n); };
+  ops.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { Guard(r, [&] { Self(r)->GetXattr(r, i, n, s); }); };
+  ops.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { Guard(r, [&] { Self(r)->ListXattr(r, i, s); }); };
+  ops.removexattr = [](fuse_req_t r, fuse_ino_t i, const char* n) { Guard(r, [&] { Self(r)->RemoveXattr(r, i, n); }); };
   ops.create = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) {
-    Self(r)->Create(r, p, n, m, fi);
+    Guard(r, [&] { Self(r)->Create(r, p, n, m, fi); });
   };
   ops.fallocate = [](fuse_req_t r, fuse_ino_t i, int m, off_t o, off_t l, fuse_file_info* fi) {
-    Self(r)->Fallocate(r, i, m, o, l, fi);
+    Guard(r, [&] { Self(r)->Fallocate(r, i, m, o, l, fi); });
   };
   return ops;
 }
