@@ -1,0 +1,214 @@
+// EncodeChunk: residual -> histogram -> configuration search -> quantize,
+// measure, (retry finer) -> exact list -> zstd. See LOSSY.md.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/scratch.h"
+#include "codec/tensor/lossy/search.h"
+#include "codec/tensor/lossy/stream.h"
+
+namespace ckptfs::lossy {
+
+static_assert(std::endian::native == std::endian::little, "the lossy codec assumes a little-endian host");
+
+namespace {
+
+// Searches again with the target scaled by this factor (times the measured
+// overshoot) when the measured error misses; after kMaxAttempts, lossless.
+constexpr double kEstimateSafety = 0.85;
+constexpr int kMaxAttempts = 4;
+
+double SumInOrder(std::span<const double> partials) {
+  double s = 0.0;
+  for (double p : partials) s += p;
+  return s;
+}
+
+// Compresses `src` with zstd, appending to *out; returns the compressed size.
+Result<size_t> AppendZstd(ZSTD_CCtx* cctx, int level, ByteSpan src, std::vector<std::byte>* out) {
+  size_t at = out->size();
+  out->resize(at + ZSTD_compressBound(src.size()));
+  size_t got = ZSTD_compressCCtx(cctx, out->data() + at, out->size() - at, src.data(), src.size(), level);
+  if (ZSTD_isError(got)) return Status::Internal(std::string("zstd compress: ") + ZSTD_getErrorName(got));
+  out->resize(at + got);
+  return got;
+}
+
+Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan base, Scratch::Buffers& s,
+                                    int level) {
+  EncodedChunk chunk;
+  size_t width = ElementSize(type);
+  StreamHeader h;
+  h.mode = StreamMode::kLossless;
+  h.type = type;
+  h.flags = base.empty() ? 0 : kFlagDelta;
+  h.element_count = values.size() / width;
+  EnsureSize(&s.planes, values.size());
+  MutableByteSpan planes(s.planes.data(), values.size());
+  SplitPlanes(values, base, width, planes);
+  chunk.bytes.reserve(StreamHeader::kEncodedSize + ZSTD_compressBound(values.size()));
+  h.EncodeTo(&chunk.bytes);
+  ASSIGN_OR_RETURN(h.main_size, AppendZstd(s.cctx.get(), level, planes, &chunk.bytes));
+  std::vector<std::byte> header;
+  h.EncodeTo(&header);
+  std::copy(header.begin(), header.end(), chunk.bytes.begin());
+  chunk.reconstruction.assign(values.begin(), values.end());
+  chunk.stats.bits = 0;
+  chunk.stats.exact = h.element_count;
+  return chunk;
+}
+
+// Appends the exact list: varint position gaps (position - previous - 1,
+// the first relative to -1), then the raw element bits.
+void BuildExactList(std::span<const uint32_t> positions, ByteSpan raw, std::vector<std::byte>* out) {
+  out->resize(positions.size() * 5 + raw.size());
+  size_t at = 0;
+  uint64_t next = 0;
+  for (uint32_t p : positions) {
+    at += PutVarint32(out->data() + at, static_cast<uint32_t>(p - next));
+    next = uint64_t{p} + 1;
+  }
+  std::memcpy(out->data() + at, raw.data(), raw.size());
+  out->resize(at + raw.size());
+}
+
+}  // namespace
+
+size_t ElementSize(ElementType type) { return type == ElementType::kF32 ? 4 : 2; }
+
+Result<ElementType> ElementTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return ElementType::kF32;
+    case DType::kF16: return ElementType::kF16;
+    case DType::kBF16: return ElementType::kBF16;
+    default:
+      return Status::InvalidArgument("lossy codec: want an f32/f16/bf16 tensor, have dtype " +
+                                     std::string(DTypeName(dtype)));
+  }
+}
+
+Scratch::Scratch() : buffers_(std::make_unique<Buffers>()) {}
+Scratch::~Scratch() = default;
+
+Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan base, const Budget& budget,
+                                 Scratch* scratch, const EncodeOptions& options) {
+  const size_t width = ElementSize(type);
+  if (values.size() % width != 0)
+    return Status::InvalidArgument("lossy encode: byte size " + std::to_string(values.size()) +
+                                   " is not a multiple of the element size " + std::to_string(width));
+  if (!base.empty() && base.size() != values.size())
+    return Status::InvalidArgument("lossy encode: base size, want=" + std::to_string(values.size()) +
+                                   " have=" + std::to_string(base.size()));
+  const uint64_t n = values.size() / width;
+  if (n > UINT32_MAX) return Status::InvalidArgument("lossy encode: chunk over 2^32 - 1 elements");
+  if (!(budget.rel_l2 >= 0) || !(budget.max_abs >= 0))
+    return Status::InvalidArgument("lossy encode: budget fields must be >= 0");
+  Scratch::Buffers& s = scratch->buffers();
+  if (!s.cctx) s.cctx.reset(ZSTD_createCCtx());
+  if (!s.cctx) return Status::NoMemory("lossy encode: zstd context");
+  if (!s.cpu_kernels) s.cpu_kernels = MakeCpuKernels();
+  LossyKernels& k = options.kernels ? *options.kernels : *s.cpu_kernels;
+
+  const bool lossy_allowed = budget.rel_l2 > 0 || budget.max_abs > 0;
+  if (n == 0 || !lossy_allowed) return EncodeLossless(type, values, base, s, options.zstd_level);
+
+  // 1. Residual and the squared norm of the finite values.
+  const uint64_t blocks = ReduceBlocks(n);
+  EnsureSize(&s.residual, n);
+  EnsureSize(&s.norm_partials, blocks);
+  EnsureSize(&s.error_partials, blocks);
+  std::span<float> residual(s.residual.data(), n);
+  std::span<double> norm_partials(s.norm_partials.data(), blocks);
+  std::span<double> error_partials(s.error_partials.data(), blocks);
+  RETURN_IF_ERROR(k.Residual(type, values, base, residual, norm_partials));
+  const double norm_sq = SumInOrder(norm_partials);
+
+  // 2. Histogram and search targets.
+  s.histogram.resize(kHistogramBins);
+  RETURN_IF_ERROR(k.Histogram(residual, s.histogram));
+  const double inf = std::numeric_limits<double>::infinity();
+  const double allowed_sq = budget.rel_l2 > 0 ? budget.rel_l2 * budget.rel_l2 * norm_sq : inf;
+  const double allowed_abs = budget.max_abs > 0 ? budget.max_abs : inf;
+  SearchTarget target{allowed_sq * kEstimateSafety, allowed_abs * kEstimateSafety};
+
+  EncodedChunk chunk;
+  chunk.reconstruction.resize(values.size());
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    std::optional<SearchResult> found = SearchConfig(s.histogram, n, static_cast<uint32_t>(width), target);
+    if (!found) break;
+    const QuantizeTable& table = found->table;
+
+    // 3. Quantize, reconstruct and measure.
+    uint64_t packed_bytes = PackedBytes(n, table.bits);
+    EnsureSize(&s.packed, packed_bytes);
+    MutableByteSpan packed(s.packed.data(), packed_bytes);
+    double max_abs = 0.0;
+    ClassCounts counts;
+    RETURN_IF_ERROR(k.QuantizePack(type, table, values, base, residual, packed, chunk.reconstruction,
+                                   error_partials, &max_abs, &counts));
+    const double error_sq = SumInOrder(error_partials);
+    const bool fits = error_sq <= allowed_sq && max_abs <= allowed_abs;
+    if (!fits) {
+      // Step finer: tighten the estimate's target by the measured overshoot.
+      double scale_sq = error_sq > 0 && std::isfinite(error_sq) ? std::min(0.5, allowed_sq / error_sq * 0.8) : 0.5;
+      double scale_abs = max_abs > 0 && std::isfinite(max_abs) ? std::min(0.5, allowed_abs / max_abs * 0.8) : 0.5;
+      if (error_sq > allowed_sq) target.max_error_sq *= scale_sq;
+      if (max_abs > allowed_abs) target.max_abs *= scale_abs;
+      continue;
+    }
+
+    // 4. Exact list.
+    EnsureSize(&s.exact_positions, counts.exact);
+    EnsureSize(&s.exact_raw, counts.exact * width);
+    uint64_t exact = 0;
+    RETURN_IF_ERROR(k.CompactExact(type, table, values, residual, s.exact_positions, s.exact_raw, &exact));
+    if (exact != counts.exact)
+      return Status::Internal("lossy encode: exact count, want=" + std::to_string(counts.exact) +
+                              " have=" + std::to_string(exact));
+    BuildExactList(std::span<const uint32_t>(s.exact_positions.data(), exact),
+                   ByteSpan(s.exact_raw.data(), exact * width), &s.exact_list);
+
+    // 5. Stream.
+    StreamHeader h;
+    h.mode = StreamMode::kQuantized;
+    h.type = type;
+    h.bits = static_cast<uint8_t>(table.bits);
+    h.flags = base.empty() ? 0 : kFlagDelta;
+    h.num_levels = table.num_levels;
+    h.element_count = n;
+    h.exact_count = exact;
+    h.exact_raw_size = exact == 0 ? 0 : s.exact_list.size();
+    chunk.bytes.clear();
+    chunk.bytes.reserve(StreamHeader::kEncodedSize + 4 * table.num_levels + ZSTD_compressBound(packed_bytes) +
+                        ZSTD_compressBound(s.exact_list.size()));
+    h.EncodeTo(&chunk.bytes);
+    ByteWriter w(&chunk.bytes);
+    for (uint32_t j = 0; j < table.num_levels; ++j) w.U32(FloatBits(table.levels[j]));
+    ASSIGN_OR_RETURN(h.main_size, AppendZstd(s.cctx.get(), options.zstd_level, packed, &chunk.bytes));
+    if (exact > 0) {
+      ASSIGN_OR_RETURN(h.exact_size, AppendZstd(s.cctx.get(), options.zstd_level, s.exact_list, &chunk.bytes));
+    }
+    std::vector<std::byte> header;
+    h.EncodeTo(&header);
+    std::copy(header.begin(), header.end(), chunk.bytes.begin());
+    // A lossy stream larger than the raw values is pointless: store exactly.
+    if (chunk.bytes.size() >= values.size()) break;
+
+    chunk.stats.bits = h.bits;
+    chunk.stats.pruned = counts.pruned;
+    chunk.stats.quantized = counts.quantized;
+    chunk.stats.exact = counts.exact;
+    chunk.stats.max_abs = max_abs;
+    chunk.stats.rel_l2 = norm_sq > 0 ? std::sqrt(error_sq / norm_sq) : (error_sq > 0 ? inf : 0.0);
+    return chunk;
+  }
+  return EncodeLossless(type, values, base, s, options.zstd_level);
+}
+
+}  // namespace ckptfs::lossy
