@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "codec/common/hash.h"
 #include "codec/tensor/lossy/kernels.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/scratch.h"
@@ -35,6 +36,14 @@ Status Unzstd(ZSTD_DCtx* dctx, ByteSpan src, std::byte* dst, size_t want, const 
 Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
                    LossyKernels* kernels) {
   const size_t width = ElementSize(type);
+  if (encoded.size() < StreamHeader::kEncodedSize + kTrailerSize)
+    return Corrupt("stream size at least", StreamHeader::kEncodedSize + kTrailerSize, encoded.size());
+  const uint64_t stored_sum = LoadLE64(encoded.data() + encoded.size() - kTrailerSize);
+  encoded = encoded.first(encoded.size() - kTrailerSize);
+  const uint64_t actual_sum = Checksum64(encoded);
+  if (stored_sum != actual_sum)
+    return Status::ChecksumMismatch("lossy chunk: checksum, want=" + std::to_string(stored_sum) +
+                                    " have=" + std::to_string(actual_sum));
   ASSIGN_OR_RETURN(StreamHeader h, StreamHeader::DecodeFrom(encoded));
   if (h.type != type) return Corrupt("element type", static_cast<uint8_t>(type), static_cast<uint8_t>(h.type));
   if (out.size() % width != 0 || out.size() / width != h.element_count)

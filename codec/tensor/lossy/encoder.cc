@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "codec/common/hash.h"
 #include "codec/tensor/lossy/kernels.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/scratch.h"
@@ -40,6 +41,12 @@ Result<size_t> AppendZstd(ZSTD_CCtx* cctx, int level, ByteSpan src, std::vector<
   return got;
 }
 
+// Appends the trailer: XXH3-64 of every byte before it.
+void AppendChecksum(std::vector<std::byte>* out) {
+  uint64_t sum = Checksum64(*out);
+  ByteWriter(out).U64(sum);
+}
+
 Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan base, Scratch::Buffers& s,
                                     int level) {
   EncodedChunk chunk;
@@ -58,6 +65,7 @@ Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan 
   std::vector<std::byte> header;
   h.EncodeTo(&header);
   std::copy(header.begin(), header.end(), chunk.bytes.begin());
+  AppendChecksum(&chunk.bytes);
   chunk.reconstruction.assign(values.begin(), values.end());
   chunk.stats.bits = 0;
   chunk.stats.exact = h.element_count;
@@ -197,6 +205,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     std::vector<std::byte> header;
     h.EncodeTo(&header);
     std::copy(header.begin(), header.end(), chunk.bytes.begin());
+    AppendChecksum(&chunk.bytes);
     // A lossy stream larger than the raw values is pointless: store exactly.
     if (chunk.bytes.size() >= values.size()) break;
 

@@ -22,6 +22,9 @@ enum class StreamMode : uint8_t {
   kQuantized = 1,  // levels + packed symbols (zstd) + exact list (zstd)
 };
 
+// Every stream ends with XXH3-64 (seed 0) of all bytes before it, LE.
+inline constexpr size_t kTrailerSize = 8;
+
 // Flag bits of StreamHeader::flags; all other bits are reserved (must be 0).
 inline constexpr uint8_t kFlagDelta = 0x01;
 

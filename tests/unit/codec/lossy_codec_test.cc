@@ -155,6 +155,7 @@ TEST(LossyCodecTest, DecodeChecksShapeAndBase) {
   EXPECT_EQ(DecodeChunk(ElementType::kF32, c->bytes, values, out, &scratch).code(), StatusCode::kCorruption);
   std::vector<std::byte> future = c->bytes;
   future[0] = std::byte{2};
+  testing::Reseal(&future);
   EXPECT_EQ(DecodeChunk(ElementType::kF32, future, {}, out, &scratch).code(), StatusCode::kUnsupported);
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "codec/common/bytes.h"
+#include "codec/common/hash.h"
 #include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/lossy.h"
 
@@ -107,6 +109,12 @@ inline NaiveError Measure(ElementType type, const std::vector<std::byte>& orig, 
     e.max_abs = std::max(e.max_abs, std::fabs(d));
   }
   return e;
+}
+
+// Rewrites the trailing checksum after a test edited a stream on purpose.
+inline void Reseal(std::vector<std::byte>* stream) {
+  size_t body = stream->size() - 8;
+  StoreLE64(stream->data() + body, Checksum64(ByteSpan(stream->data(), body)));
 }
 
 }  // namespace ckptfs::lossy::testing
