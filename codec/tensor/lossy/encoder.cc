@@ -48,7 +48,7 @@ void AppendChecksum(std::vector<std::byte>* out) {
 }
 
 Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan base, Scratch::Buffers& s,
-                                    int level) {
+                                    int level, MutableByteSpan reconstruction_out) {
   EncodedChunk chunk;
   size_t width = ElementSize(type);
   StreamHeader h;
@@ -66,7 +66,11 @@ Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan 
   h.EncodeTo(&header);
   std::copy(header.begin(), header.end(), chunk.bytes.begin());
   AppendChecksum(&chunk.bytes);
-  chunk.reconstruction.assign(values.begin(), values.end());
+  if (reconstruction_out.empty()) {
+    chunk.reconstruction.assign(values.begin(), values.end());
+  } else if (!values.empty()) {
+    std::memcpy(reconstruction_out.data(), values.data(), values.size());
+  }
   chunk.stats.bits = 0;
   chunk.stats.exact = h.element_count;
   return chunk;
@@ -117,6 +121,9 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   if (n > UINT32_MAX) return Status::InvalidArgument("lossy encode: chunk over 2^32 - 1 elements");
   if (!(budget.rel_l2 >= 0) || !(budget.max_abs >= 0))
     return Status::InvalidArgument("lossy encode: budget fields must be >= 0");
+  if (!options.reconstruction_out.empty() && options.reconstruction_out.size() != values.size())
+    return Status::InvalidArgument("lossy encode: reconstruction_out size, want=" + std::to_string(values.size()) +
+                                   " have=" + std::to_string(options.reconstruction_out.size()));
   Scratch::Buffers& s = scratch->buffers();
   if (!s.cctx) s.cctx.reset(ZSTD_createCCtx());
   if (!s.cctx) return Status::NoMemory("lossy encode: zstd context");
@@ -124,7 +131,8 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   LossyKernels& k = options.kernels ? *options.kernels : *s.cpu_kernels;
 
   const bool lossy_allowed = budget.rel_l2 > 0 || budget.max_abs > 0;
-  if (n == 0 || !lossy_allowed) return EncodeLossless(type, values, base, s, options.zstd_level);
+  if (n == 0 || !lossy_allowed)
+    return EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out);
 
   // 1. Residual and the squared norm of the finite values.
   const uint64_t blocks = ReduceBlocks(n);
@@ -146,7 +154,11 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   SearchTarget target{allowed_sq * kEstimateSafety, allowed_abs * kEstimateSafety};
 
   EncodedChunk chunk;
-  chunk.reconstruction.resize(values.size());
+  MutableByteSpan recon = options.reconstruction_out;
+  if (recon.empty()) {
+    chunk.reconstruction.resize(values.size());
+    recon = chunk.reconstruction;
+  }
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     std::optional<SearchResult> found = SearchConfig(s.histogram, n, static_cast<uint32_t>(width), target);
     if (!found) break;
@@ -158,7 +170,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     MutableByteSpan packed(s.packed.data(), packed_bytes);
     double max_abs = 0.0;
     ClassCounts counts;
-    RETURN_IF_ERROR(k.QuantizePack(type, table, values, base, residual, packed, chunk.reconstruction,
+    RETURN_IF_ERROR(k.QuantizePack(type, table, values, base, residual, packed, recon,
                                    error_partials, &max_abs, &counts));
     const double error_sq = SumInOrder(error_partials);
     const bool fits = error_sq <= allowed_sq && max_abs <= allowed_abs;
@@ -175,7 +187,9 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     EnsureSize(&s.exact_positions, counts.exact);
     EnsureSize(&s.exact_raw, counts.exact * width);
     uint64_t exact = 0;
-    RETURN_IF_ERROR(k.CompactExact(type, table, values, residual, s.exact_positions, s.exact_raw, &exact));
+    if (counts.exact > 0) {
+      RETURN_IF_ERROR(k.CompactExact(type, table, values, residual, s.exact_positions, s.exact_raw, &exact));
+    }
     if (exact != counts.exact)
       return Status::Internal("lossy encode: exact count, want=" + std::to_string(counts.exact) +
                               " have=" + std::to_string(exact));
@@ -217,7 +231,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     chunk.stats.rel_l2 = norm_sq > 0 ? std::sqrt(error_sq / norm_sq) : (error_sq > 0 ? inf : 0.0);
     return chunk;
   }
-  return EncodeLossless(type, values, base, s, options.zstd_level);
+  return EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out);
 }
 
 }  // namespace ckptfs::lossy

@@ -83,8 +83,9 @@ class LossyKernels {
                             ByteSpan base, MutableByteSpan out, uint32_t* max_symbol) = 0;
 };
 
-// The CPU reference implementation.
-std::unique_ptr<LossyKernels> MakeCpuKernels();
+// The CPU reference implementation. With use_simd (and an AVX2 CPU) the f32
+// hot loops run vectorized; the results are identical either way.
+std::unique_ptr<LossyKernels> MakeCpuKernels(bool use_simd = true);
 
 // Backend selection (the choice itself is made in gpu/lossy_backend.h, which
 // can see the device). kAuto = the GPU when a device is present.

@@ -4,8 +4,13 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
+#include <type_traits>
+#include <string>
+#include <vector>
 
 #include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/kernels_cpu_simd.h"
 
 namespace ckptfs::lossy {
 namespace {
@@ -28,23 +33,53 @@ double FoldLanes(double* lanes) {
   return lanes[0];
 }
 
+template <typename E, bool kHasBase>
+void ResidualBlock(const std::byte* values, const std::byte* base, uint64_t start, uint64_t end, float* residual,
+                   double* lanes) {
+  uint64_t i = start;
+  // Full rows of 32: lane l takes element i + l (vectorizes; same order).
+  for (; i + kReduceLanes <= end; i += kReduceLanes) {
+    for (uint32_t l = 0; l < kReduceLanes; ++l) {
+      const float x = E::ToFloat(LoadBits<E>(values, i + l));
+      residual[i + l] = kHasBase ? x - E::ToFloat(LoadBits<E>(base, i + l)) : x;
+      const bool finite = (FloatBits(x) & 0x7fffffffu) < kNonFiniteBits;
+      const double d = static_cast<double>(x);
+      const double sq = d * d;
+      lanes[l] += finite ? sq : 0.0;
+    }
+  }
+  for (; i < end; ++i) {
+    const float x = E::ToFloat(LoadBits<E>(values, i));
+    residual[i] = kHasBase ? x - E::ToFloat(LoadBits<E>(base, i)) : x;
+    lanes[i % kReduceLanes] += FiniteSquare(x);
+  }
+}
+
 template <typename E>
 void ResidualTyped(const std::byte* values, const std::byte* base, uint64_t n, float* residual,
-                   double* norm_partials) {
+                   double* norm_partials, bool use_simd) {
   for (uint64_t start = 0, blk = 0; start < n; start += kReduceBlock, ++blk) {
     uint64_t end = std::min<uint64_t>(n, start + kReduceBlock);
     double lanes[kReduceLanes] = {};
-    for (uint64_t i = start; i < end; ++i) {
-      float x = E::ToFloat(LoadBits<E>(values, i));
-      residual[i] = base ? x - E::ToFloat(LoadBits<E>(base, i)) : x;
-      lanes[i % kReduceLanes] += FiniteSquare(x);
+    if (use_simd && std::is_same_v<E, F32Elem>) {
+      ResidualBlockF32Simd(reinterpret_cast<const uint32_t*>(values), reinterpret_cast<const uint32_t*>(base), start,
+                           end, residual, lanes);
+    } else if (base) {
+      ResidualBlock<E, true>(values, base, start, end, residual, lanes);
+    } else {
+      ResidualBlock<E, false>(values, base, start, end, residual, lanes);
     }
     norm_partials[blk] = FoldLanes(lanes);
   }
 }
 
 // Packs 8 symbols per group into `bits` bytes, little-endian.
-void PackGroups(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte* out) {
+void PackGroups(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte* out, bool use_simd) {
+  if (bits == 8) {
+    std::memcpy(out, symbols, count);
+    return;
+  }
+  if (use_simd && PackGroupsBmi2(symbols, count, bits, out)) return;
   for (uint64_t g = 0; g < count; g += kPackGroup) {
     uint64_t word = 0;
     for (uint32_t j = 0; j < kPackGroup; ++j) word |= static_cast<uint64_t>(symbols[g + j]) << (j * bits);
@@ -53,32 +88,73 @@ void PackGroups(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte
   }
 }
 
+template <typename E, bool kHasBase>
+void QuantizeBlock(const QuantizeTable& t, const LevelLookup& lut, const std::byte* values, const std::byte* base,
+                   uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, std::byte* recon,
+                   double* lanes, double* max_err, uint64_t* by_class) {
+  using Bits = typename E::Bits;
+  const bool no_levels = t.num_levels == 0;
+  uint64_t pruned = 0, exact = 0;
+  double mx = *max_err;
+  for (uint64_t i = start; i < end; ++i) {
+    const Bits x = LoadBits<E>(values, i);
+    const Bits b = kHasBase ? LoadBits<E>(base, i) : Bits{0};
+    const float r = residual[i];
+    const uint32_t mag = FloatBits(r) & 0x7fffffffu;
+    const bool is_exact = mag >= t.exact_from;
+    const bool is_pruned = !is_exact && (mag < t.prune_below || no_levels);
+    const uint32_t k = lut.probe_ok ? LookupLevel(lut, r) : NearestLevel(t.bounds, r);
+    const float bf = kHasBase ? E::ToFloat(b) : 0.0f;
+    const Bits q = E::FromFloat(bf + lut.levels[k]);
+    const Bits out = is_exact ? x : (is_pruned ? b : q);
+    symbols[i - start] = static_cast<uint8_t>((is_exact || is_pruned) ? 0u : k + 1);
+    StoreBits<E>(recon, i, out);
+    pruned += is_pruned;
+    exact += is_exact;
+    const float xf = E::ToFloat(x);
+    const bool finite = (FloatBits(xf) & 0x7fffffffu) < kNonFiniteBits;
+    const double e = static_cast<double>(E::ToFloat(out)) - static_cast<double>(xf);
+    const double e2 = e * e;
+    lanes[i % kReduceLanes] += finite ? e2 : 0.0;
+    const double abs_e = finite ? (e < 0 ? -e : e) : 0.0;
+    mx = abs_e > mx ? abs_e : mx;
+  }
+  *max_err = mx;
+  by_class[kPruned] += pruned;
+  by_class[kExact] += exact;
+  by_class[kQuantized] += (end - start) - pruned - exact;
+}
+
 template <typename E>
 void QuantizePackTyped(const QuantizeTable& t, const std::byte* values, const std::byte* base, uint64_t n,
                        const float* residual, std::byte* packed, std::byte* recon, double* error_partials,
-                       double* max_abs_error, ClassCounts* counts) {
+                       double* max_abs_error, ClassCounts* counts, LevelLookup* lut, bool use_simd) {
   alignas(64) uint8_t symbols[kReduceBlock];
+  BuildLookup(t, lut);
+  const bool simd = use_simd && std::is_same_v<E, F32Elem> && lut->probe_ok;
   double max_err = 0.0;
   uint64_t by_class[3] = {0, 0, 0};
   for (uint64_t start = 0, blk = 0; start < n; start += kReduceBlock, ++blk) {
     uint64_t end = std::min<uint64_t>(n, start + kReduceBlock);
     double lanes[kReduceLanes] = {};
-    for (uint64_t i = start; i < end; ++i) {
-      typename E::Bits x = LoadBits<E>(values, i);
-      typename E::Bits b = base ? LoadBits<E>(base, i) : typename E::Bits{0};
-      ElementResult<E> res = QuantizeElement<E>(t, x, b, base != nullptr, residual[i]);
-      symbols[i - start] = static_cast<uint8_t>(res.symbol);
-      StoreBits<E>(recon, i, res.recon);
-      ++by_class[res.cls];
-      double abs_err;
-      lanes[i % kReduceLanes] += SquaredError<E>(x, res.recon, &abs_err);
-      max_err = std::max(max_err, abs_err);
+    if (simd) {
+      uint64_t pruned = 0, exact = 0;
+      QuantizeBlockF32Simd(t, *lut, reinterpret_cast<const uint32_t*>(values),
+                           reinterpret_cast<const uint32_t*>(base), start, end, residual, symbols,
+                           reinterpret_cast<uint32_t*>(recon), lanes, &max_err, &pruned, &exact);
+      by_class[kPruned] += pruned;
+      by_class[kExact] += exact;
+      by_class[kQuantized] += (end - start) - pruned - exact;
+    } else if (base) {
+      QuantizeBlock<E, true>(t, *lut, values, base, start, end, residual, symbols, recon, lanes, &max_err, by_class);
+    } else {
+      QuantizeBlock<E, false>(t, *lut, values, base, start, end, residual, symbols, recon, lanes, &max_err, by_class);
     }
     error_partials[blk] = FoldLanes(lanes);
     uint64_t count = end - start;
     uint64_t padded = (count + kPackGroup - 1) / kPackGroup * kPackGroup;
     std::memset(symbols + count, 0, padded - count);
-    PackGroups(symbols, padded, t.bits, packed + start / kPackGroup * t.bits);
+    PackGroups(symbols, padded, t.bits, packed + start / kPackGroup * t.bits, use_simd);
   }
   *max_abs_error = max_err;
   counts->pruned = by_class[kPruned];
@@ -149,12 +225,15 @@ const std::byte* BaseOrNull(ByteSpan base) { return base.empty() ? nullptr : bas
 
 class CpuKernels final : public LossyKernels {
  public:
-  std::string_view name() const override { return "cpu"; }
+  explicit CpuKernels(bool use_simd) : use_simd_(use_simd && SimdAvailable()) {}
+
+  std::string_view name() const override { return use_simd_ ? "cpu" : "cpu-scalar"; }
 
   Status Residual(ElementType type, ByteSpan values, ByteSpan base, std::span<float> residual,
                   std::span<double> norm_partials) override {
     WithElement(type, [&]<typename E>() {
-      ResidualTyped<E>(values.data(), BaseOrNull(base), residual.size(), residual.data(), norm_partials.data());
+      ResidualTyped<E>(values.data(), BaseOrNull(base), residual.size(), residual.data(), norm_partials.data(),
+                       use_simd_);
     });
     return Status::Ok();
   }
@@ -178,7 +257,8 @@ class CpuKernels final : public LossyKernels {
                       std::span<double> error_partials, double* max_abs_error, ClassCounts* counts) override {
     WithElement(type, [&]<typename E>() {
       QuantizePackTyped<E>(table, values.data(), BaseOrNull(base), residual.size(), residual.data(),
-                           packed.data(), reconstruction.data(), error_partials.data(), max_abs_error, counts);
+                           packed.data(), reconstruction.data(), error_partials.data(), max_abs_error, counts,
+                           lookup_.get(), use_simd_);
     });
     return Status::Ok();
   }
@@ -195,20 +275,37 @@ class CpuKernels final : public LossyKernels {
 
   Status Dequantize(ElementType type, uint32_t bits, std::span<const float> levels, ByteSpan packed,
                     ByteSpan base, MutableByteSpan out, uint32_t* max_symbol) override {
-    uint64_t n = out.size() / ElementSize(type);
+    const uint64_t n = out.size() / ElementSize(type);
+    uint64_t done_groups = 0;
+    uint32_t simd_max = 0;
+    if (use_simd_ && type == ElementType::kF32 && n >= kPackGroup && packed.size() >= 8) {
+      // Full groups whose 8-byte load stays inside `packed`.
+      done_groups = std::min<uint64_t>(n / kPackGroup, (packed.size() - 8) / bits + 1);
+      for (uint32_t s = 1; s < 256; ++s) lookup_->symbol_values[s] = levels[s - 1];
+      lookup_->symbol_values[0] = 0.0f;
+      DequantizeF32Simd(*lookup_, bits, reinterpret_cast<const uint8_t*>(packed.data()),
+                        reinterpret_cast<const uint32_t*>(BaseOrNull(base)), 0, done_groups,
+                        reinterpret_cast<uint32_t*>(out.data()), &simd_max);
+    }
+    const uint64_t first = done_groups * kPackGroup;
     WithElement(type, [&]<typename E>() {
-      DequantizeDispatch<E>(bits, levels.data(), packed.data(), BaseOrNull(base), n, out.data(), max_symbol);
+      DequantizeDispatch<E>(bits, levels.data(), packed.data() + done_groups * bits,
+                            base.empty() ? nullptr : base.data() + first * ElementSize(type), n - first,
+                            out.data() + first * ElementSize(type), max_symbol);
     });
+    *max_symbol = std::max(*max_symbol, simd_max);
     return Status::Ok();
   }
 
  private:
   std::vector<uint32_t> sub_histograms_;
+  bool use_simd_;
+  std::unique_ptr<LevelLookup> lookup_ = std::make_unique<LevelLookup>();
 };
 
 }  // namespace
 
-std::unique_ptr<LossyKernels> MakeCpuKernels() { return std::make_unique<CpuKernels>(); }
+std::unique_ptr<LossyKernels> MakeCpuKernels(bool use_simd) { return std::make_unique<CpuKernels>(use_simd); }
 
 Result<GpuMode> ParseGpuMode(std::string_view text) {
   if (text == "auto") return GpuMode::kAuto;

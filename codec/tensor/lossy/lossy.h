@@ -80,6 +80,10 @@ struct EncodeOptions {
   // Kernel backend; nullptr = the CPU reference. The GPU backend comes from
   // gpu/lossy_backend.h SelectLossyKernels(). Both produce identical bytes.
   LossyKernels* kernels = nullptr;
+  // When not empty, the reconstruction is written here (its size must be
+  // values.size()) and EncodedChunk::reconstruction stays empty: callers
+  // that keep reconstructions in their own buffers avoid a fresh allocation.
+  MutableByteSpan reconstruction_out;
 };
 
 // Encodes one chunk. `values` holds n elements of `type`; `base` is empty for

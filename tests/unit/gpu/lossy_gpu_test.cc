@@ -22,7 +22,8 @@ using testing::Dist;
 std::unique_ptr<LossyKernels> CudaOrNull(std::string* why) {
   Result<std::unique_ptr<LossyKernels>> k = gpu::MakeCudaLossyKernels(1u << 20);
   if (!k.ok()) {
-    *why = k.status().message();
+    gpu::DeviceInfo device = gpu::ProbeDevice();
+    *why = device.present ? k.status().message() : device.why_absent;
     return nullptr;
   }
   return std::move(k).value();
@@ -31,7 +32,7 @@ std::unique_ptr<LossyKernels> CudaOrNull(std::string* why) {
 #define REQUIRE_CUDA(var)                                   \
   std::string why_##var;                                    \
   std::unique_ptr<LossyKernels> var = CudaOrNull(&why_##var); \
-  if (!var) GTEST_SKIP() << "no CUDA device: " << why_##var
+  if (!var) GTEST_SKIP() << (why_##var.starts_with("no CUDA device") ? "" : "no CUDA device: ") << why_##var
 
 // Sizes around the pack group (8), the compaction tile (256), the reduction
 // block (4096) and a large chunk.

@@ -1,0 +1,69 @@
+// Private to the CPU kernels: the nearest-level lookup table and the AVX2
+// paths of the hottest loops. Their results equal element_ops.h exactly
+// (same IEEE operations, no FMA), which tests/unit/codec/lossy_kernels_test.cc
+// checks element by element.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/tensor/lossy/element_ops.h"
+
+namespace ckptfs::lossy {
+
+// NearestLevel(r) is the number of bounds below r. For every histogram bin
+// (the float's top 14 bits) the answer lies between NearestLevel(smallest r
+// of the bin) = start and NearestLevel(largest r of the bin); bounds past
+// that never compare below r. So start + (the number of
+// bounds[start .. start + kProbe - 1] below r) equals NearestLevel(r) when
+// the bin spans at most kProbe bounds; a table where some bin spans more is
+// not `probe_ok` and the callers use the binary search instead.
+inline constexpr uint32_t kProbe = 4;
+
+struct LevelLookup {
+  alignas(64) float bounds[kMaxLevels + kProbe];  // +Inf padded
+  alignas(64) float levels[kMaxLevels + kProbe];  // 0 padded
+  alignas(64) float symbol_values[256];           // [0] = 0, [s] = levels[s - 1]
+  alignas(64) int32_t start[kHistogramBins];
+  bool probe_ok = true;
+};
+
+// Fills `lut` for table `t` (only bins between the prune and exact
+// thresholds matter; others get start 0).
+void BuildLookup(const QuantizeTable& t, LevelLookup* lut);
+
+// The nearest level by lookup. REQUIRES: lut.probe_ok.
+CKPTFS_HD uint32_t LookupLevel(const LevelLookup& lut, float r) {
+  const uint32_t start = static_cast<uint32_t>(lut.start[FloatBits(r) >> kHistogramShift]);
+  const float* b = lut.bounds + start;
+  return start + (b[0] < r) + (b[1] < r) + (b[2] < r) + (b[3] < r);
+}
+
+// AVX2 versions for f32, used when the CPU has AVX2 (SimdAvailable()).
+bool SimdAvailable();
+
+// Quantizes elements [start, end) of one reduction block (start is a
+// multiple of kReduceBlock): symbols, reconstruction bits, lane sums of the
+// squared error (lanes[i % 32]), running max abs error and class counts.
+// REQUIRES: SimdAvailable(), lut.probe_ok, base null or n elements.
+void QuantizeBlockF32Simd(const QuantizeTable& t, const LevelLookup& lut, const uint32_t* values,
+                          const uint32_t* base, uint64_t start, uint64_t end, const float* residual,
+                          uint8_t* symbols, uint32_t* recon, double* lanes, double* max_err, uint64_t* pruned,
+                          uint64_t* exact);
+
+// Residual and norm lanes of f32 elements [start, end) of one reduction block
+// (start a multiple of kReduceBlock): residual[i] = x[i] - base[i] (or x[i]),
+// lanes[i % 32] += x[i]^2 for finite x[i]. REQUIRES: SimdAvailable().
+void ResidualBlockF32Simd(const uint32_t* values, const uint32_t* base, uint64_t start, uint64_t end,
+                          float* residual, double* lanes);
+
+// Packs `count` symbols (a multiple of 8; each < 2^bits) into `bits` bytes per
+// group of 8 with BMI2 PEXT; false (nothing written) without BMI2.
+bool PackGroupsBmi2(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte* out);
+
+// Dequantizes `groups` full groups of 8 symbols starting at group g0.
+// REQUIRES: SimdAvailable(); packed readable for 8 bytes at every group.
+void DequantizeF32Simd(const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const uint32_t* base,
+                       uint64_t g0, uint64_t groups, uint32_t* out, uint32_t* max_symbol);
+
+}  // namespace ckptfs::lossy
