@@ -26,12 +26,8 @@ void SweepNearest(std::span<const WeightedPoint> points, const std::vector<doubl
 Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels, uint32_t iterations) {
   Codebook book;
   std::vector<double> levels;
-  double total = 0.0;
   size_t nonempty = 0;
-  for (const WeightedPoint& p : points) {
-    total += p.weight;
-    nonempty += p.weight > 0 ? 1 : 0;
-  }
+  for (const WeightedPoint& p : points) nonempty += p.weight > 0 ? 1 : 0;
   if (nonempty == 0) return book;
 
   if (nonempty <= max_levels) {
