@@ -48,9 +48,11 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   if (h.type != type) return Corrupt("element type", static_cast<uint8_t>(type), static_cast<uint8_t>(h.type));
   if (out.size() % width != 0 || out.size() / width != h.element_count)
     return Corrupt("element count", out.size() / width, h.element_count);
+  // A chunk encoded against a base may still be a key frame (when that was
+  // smaller); its decoder then ignores the base.
   const bool delta = (h.flags & kFlagDelta) != 0;
-  if (delta != !base.empty()) return Corrupt("delta frame has a base of the chunk size", delta, !base.empty());
-  if (delta && base.size() != out.size()) return Corrupt("base size", out.size(), base.size());
+  if (delta && base.size() != out.size()) return Corrupt("delta frame base size", out.size(), base.size());
+  if (!delta) base = {};
   const uint64_t n = h.element_count;
 
   Scratch::Buffers& s = scratch->buffers();

@@ -24,6 +24,11 @@ namespace {
 // overshoot) when the measured error misses; after kMaxAttempts, lossless.
 constexpr double kEstimateSafety = 0.85;
 constexpr int kMaxAttempts = 4;
+// A delta frame whose residual carries at least this share of the values'
+// energy may be cheaper as a key frame (e.g. Adam's exp_avg, which forgets
+// its past within tens of steps): then both are searched and the smaller
+// estimate wins.
+constexpr double kTryKeyFrameEnergyShare = 0.25;
 
 double SumInOrder(std::span<const double> partials) {
   double s = 0.0;
@@ -86,7 +91,7 @@ void BuildExactList(std::span<const uint32_t> positions, ByteSpan raw, std::vect
     at += PutVarint32(out->data() + at, static_cast<uint32_t>(p - next));
     next = uint64_t{p} + 1;
   }
-  std::memcpy(out->data() + at, raw.data(), raw.size());
+  if (!raw.empty()) std::memcpy(out->data() + at, raw.data(), raw.size());
   out->resize(at + raw.size());
 }
 
@@ -153,6 +158,26 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   const double allowed_abs = budget.max_abs > 0 ? budget.max_abs : inf;
   SearchTarget target{allowed_sq * kEstimateSafety, allowed_abs * kEstimateSafety};
 
+  const uint32_t width32 = static_cast<uint32_t>(width);
+  std::optional<SearchResult> found = SearchConfig(s.histogram, n, width32, target);
+
+  // 2b. A delta frame with a large residual: is a key frame cheaper?
+  if (!base.empty() && EstimateEnergy(s.histogram) >= kTryKeyFrameEnergyShare * norm_sq) {
+    EnsureSize(&s.residual_alt, n);
+    s.histogram_alt.resize(kHistogramBins);
+    std::span<float> key_residual(s.residual_alt.data(), n);
+    RETURN_IF_ERROR(k.Residual(type, values, {}, key_residual, norm_partials));  // same norm: it is of the values
+    RETURN_IF_ERROR(k.Histogram(key_residual, s.histogram_alt));
+    std::optional<SearchResult> key = SearchConfig(s.histogram_alt, n, width32, target);
+    if (key && (!found || key->est_bytes < found->est_bytes)) {
+      base = {};
+      residual = key_residual;
+      std::swap(s.histogram, s.histogram_alt);
+      std::swap(s.residual, s.residual_alt);  // `residual` keeps pointing at the key frame's data
+      found = key;
+    }
+  }
+
   EncodedChunk chunk;
   MutableByteSpan recon = options.reconstruction_out;
   if (recon.empty()) {
@@ -160,7 +185,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     recon = chunk.reconstruction;
   }
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
-    std::optional<SearchResult> found = SearchConfig(s.histogram, n, static_cast<uint32_t>(width), target);
+    if (attempt > 0) found = SearchConfig(s.histogram, n, width32, target);
     if (!found) break;
     const QuantizeTable& table = found->table;
 

@@ -90,7 +90,9 @@ struct EncodeOptions {
 // a key frame, or the base version's *reconstructed* n elements for a delta
 // frame (the residual values - base is quantized: closed loop).
 // The reconstruction is within `budget` (guaranteed: when no lossy
-// configuration fits, the chunk is stored losslessly).
+// configuration fits, the chunk is stored losslessly). With a base whose
+// residual is large, the chunk may be stored as a key frame when that is
+// estimated smaller; decoding still takes the same base (and ignores it).
 // REQUIRES: values.size() % ElementSize(type) == 0, n < 2^32,
 //           base.empty() || base.size() == values.size(), budget fields >= 0.
 // Thread safety: reentrant; concurrent calls need distinct scratch/kernels.
@@ -98,7 +100,8 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
                                  Scratch* scratch, const EncodeOptions& options = {});
 
 // Decodes a stream made by EncodeChunk into `out` (n elements of `type`).
-// `base` must be the same base the encoder used (empty for a key frame).
+// `base` must be the same base the encoder was given (it may be empty when
+// the stream is a key frame; it is ignored then).
 // Corrupt or truncated input gives a Corruption status, never a crash.
 // REQUIRES: out.size() is the chunk's byte size.
 // Thread safety: reentrant; concurrent calls need distinct scratch/kernels.

@@ -24,9 +24,11 @@ struct ZstdDDeleter {
 
 struct Scratch::Buffers {
   std::vector<float> residual;
+  std::vector<float> residual_alt;     // the key-frame residual of a delta candidate
   std::vector<double> norm_partials;
   std::vector<double> error_partials;
   std::vector<uint32_t> histogram;
+  std::vector<uint32_t> histogram_alt;
   std::vector<std::byte> packed;
   std::vector<uint32_t> exact_positions;
   std::vector<std::byte> exact_raw;

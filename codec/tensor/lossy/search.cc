@@ -102,6 +102,17 @@ double EntropyBits(const std::vector<double>& cells, double zero_count, double n
 
 }  // namespace
 
+double EstimateEnergy(std::span<const uint32_t> counts) {
+  double energy = 0.0;
+  for (uint32_t k = 0; k < kFiniteKeys; ++k) {
+    const uint64_t c = uint64_t{counts[k]} + counts[k + kMagnitudeBins];
+    if (c == 0) continue;
+    const BinGeometry g = Geometry(k);
+    energy += static_cast<double>(c) * (g.mid * g.mid + g.width * g.width / 12.0);
+  }
+  return energy;
+}
+
 void FillBounds(QuantizeTable* t) {
   for (uint32_t j = 0; j < kMaxLevels; ++j) {
     if (j >= t->num_levels) t->levels[j] = 0.0f;

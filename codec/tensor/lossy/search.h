@@ -36,6 +36,10 @@ struct SearchResult {
 std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint64_t n, uint32_t element_size,
                                          const SearchTarget& target);
 
+// Estimated sum of squares of the finite values counted in `counts` (from
+// the bin centres; within a few percent).
+double EstimateEnergy(std::span<const uint32_t> counts);
+
 // Fills table.bounds from table.levels (midpoints in float, then +Inf).
 void FillBounds(QuantizeTable* table);
 

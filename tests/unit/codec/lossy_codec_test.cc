@@ -152,7 +152,17 @@ TEST(LossyCodecTest, DecodeChecksShapeAndBase) {
   EXPECT_EQ(DecodeChunk(ElementType::kF32, c->bytes, {}, small, &scratch).code(), StatusCode::kCorruption);
   std::vector<std::byte> half(values.size() / 2);
   EXPECT_EQ(DecodeChunk(ElementType::kF16, c->bytes, {}, half, &scratch).code(), StatusCode::kCorruption);
-  EXPECT_EQ(DecodeChunk(ElementType::kF32, c->bytes, values, out, &scratch).code(), StatusCode::kCorruption);
+  // A key frame ignores a base; a delta frame requires one of the right size.
+  ASSERT_TRUE(DecodeChunk(ElementType::kF32, c->bytes, values, out, &scratch).ok());
+  EXPECT_EQ(out, c->reconstruction);
+  std::vector<std::byte> near = values;
+  near[0] ^= std::byte{1};
+  Result<EncodedChunk> d = EncodeChunk(ElementType::kF32, values, near, Budget{1e-2, 0}, &scratch);
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(static_cast<uint8_t>(d->bytes[4]) & 1, 1) << "want a delta frame";
+  EXPECT_EQ(DecodeChunk(ElementType::kF32, d->bytes, {}, out, &scratch).code(), StatusCode::kCorruption);
+  EXPECT_EQ(DecodeChunk(ElementType::kF32, d->bytes, ByteSpan(near).first(near.size() - 4), out, &scratch).code(),
+            StatusCode::kCorruption);
   std::vector<std::byte> future = c->bytes;
   future[0] = std::byte{2};
   testing::Reseal(&future);

@@ -84,6 +84,22 @@ TEST(LossyDeltaTest, IdenticalVersionCostsAlmostNothing) {
   EXPECT_EQ(delta->reconstruction, key->reconstruction);
 }
 
+TEST(LossyDeltaTest, UnrelatedBaseFallsBackToKeyFrame) {
+  // Like Adam's exp_avg between checkpoints: the base says little about the
+  // new values, so the residual is larger than the values themselves.
+  Scratch scratch;
+  std::vector<std::byte> values = testing::ToElements(ElementType::kF32, testing::Generate(Dist::kLaplace, 50000, 1));
+  std::vector<std::byte> unrelated = testing::ToElements(ElementType::kF32, testing::Generate(Dist::kLaplace, 50000, 2));
+  Result<EncodedChunk> key = EncodeChunk(ElementType::kF32, values, {}, Budget{1e-2, 0}, &scratch);
+  Result<EncodedChunk> delta = EncodeChunk(ElementType::kF32, values, unrelated, Budget{1e-2, 0}, &scratch);
+  ASSERT_TRUE(key.ok() && delta.ok());
+  EXPECT_EQ(static_cast<uint8_t>(delta->bytes[4]) & 1, 0) << "want a key frame";
+  EXPECT_EQ(delta->bytes, key->bytes);
+  std::vector<std::byte> out(values.size());
+  ASSERT_TRUE(DecodeChunk(ElementType::kF32, delta->bytes, unrelated, out, &scratch).ok());
+  EXPECT_EQ(out, delta->reconstruction);
+}
+
 TEST(LossyDeltaTest, LosslessDeltaIsBitExact) {
   Scratch scratch;
   std::vector<float> w = testing::Generate(Dist::kNormal, 5000, 8);
