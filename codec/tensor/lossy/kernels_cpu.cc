@@ -266,6 +266,12 @@ class CpuKernels final : public LossyKernels {
   Status CompactExact(ElementType type, const QuantizeTable& table, ByteSpan values,
                       std::span<const float> residual, std::span<uint32_t> positions, MutableByteSpan raw,
                       uint64_t* count) override {
+    if (use_simd_ && type == ElementType::kF32) {
+      *count = CompactExactF32Simd(table.exact_from, reinterpret_cast<const uint32_t*>(values.data()),
+                                   residual.data(), residual.size(), positions.data(),
+                                   reinterpret_cast<uint32_t*>(raw.data()));
+      return Status::Ok();
+    }
     WithElement(type, [&]<typename E>() {
       *count = CompactExactTyped<E>(table, values.data(), residual.size(), residual.data(), positions.data(),
                                     raw.data());

@@ -23,6 +23,7 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
   for (uint32_t s = 1; s < 256; ++s) lut->symbol_values[s] = t.levels[s - 1];
   std::fill(std::begin(lut->start), std::end(lut->start), 0);
   lut->probe_ok = true;
+  lut->max_span = 0;
   const uint32_t prune_key = t.prune_below >> kHistogramShift;
   const uint32_t exact_key = std::min<uint32_t>(
       kMagnitudeBins, (t.exact_from + (1u << kHistogramShift) - 1) >> kHistogramShift);
@@ -36,6 +37,7 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
       const uint32_t hi = NearestLevel(t.bounds, sign ? a : b);
       lut->start[key] = static_cast<int32_t>(lo);
       if (hi - lo > kProbe) lut->probe_ok = false;
+      lut->max_span = std::max(lut->max_span, hi - lo);
     }
   }
 }
@@ -95,7 +97,12 @@ bool PackGroupsBmi2(const uint8_t* symbols, uint64_t count, uint32_t bits, std::
   return true;
 }
 
-__attribute__((target("avx2"))) void QuantizeBlockF32Simd(const QuantizeTable& t, const LevelLookup& lut,
+namespace {
+
+// kProbes: how many bounds past the bin's start are compared; enough when
+// it is at least the table's max_span (bounds beyond never compare below r).
+template <uint32_t kProbes>
+__attribute__((target("avx2"))) void QuantizeBlockF32Avx2(const QuantizeTable& t, const LevelLookup& lut,
                                                           const uint32_t* values, const uint32_t* base,
                                                           uint64_t start, uint64_t end, const float* residual,
                                                           uint8_t* symbols, uint32_t* recon, double* lanes,
@@ -127,7 +134,7 @@ __attribute__((target("avx2"))) void QuantizeBlockF32Simd(const QuantizeTable& t
           _mm256_andnot_si256(is_exact, _mm256_or_si256(_mm256_cmpgt_epi32(prune_lim, mag), no_levels));
       const __m256i first = _mm256_i32gather_epi32(lut.start, _mm256_srli_epi32(rb, kHistogramShift), 4);
       __m256i k = first;
-      for (uint32_t p = 0; p < kProbe; ++p) {
+      for (uint32_t p = 0; p < kProbes; ++p) {
         const __m256 bound = _mm256_i32gather_ps(lut.bounds + p, first, 4);
         k = _mm256_sub_epi32(k, _mm256_castps_si256(_mm256_cmp_ps(bound, rv, _CMP_LT_OQ)));
       }
@@ -188,6 +195,48 @@ __attribute__((target("avx2"))) void QuantizeBlockF32Simd(const QuantizeTable& t
   *exact += n_exact;
 }
 
+}  // namespace
+
+void QuantizeBlockF32Simd(const QuantizeTable& t, const LevelLookup& lut, const uint32_t* values,
+                          const uint32_t* base, uint64_t start, uint64_t end, const float* residual,
+                          uint8_t* symbols, uint32_t* recon, double* lanes, double* max_err, uint64_t* pruned,
+                          uint64_t* exact) {
+  auto run = [&](auto kernel) {
+    kernel(t, lut, values, base, start, end, residual, symbols, recon, lanes, max_err, pruned, exact);
+  };
+  if (lut.max_span == 0) return run(QuantizeBlockF32Avx2<0>);
+  if (lut.max_span == 1) return run(QuantizeBlockF32Avx2<1>);
+  if (lut.max_span == 2) return run(QuantizeBlockF32Avx2<2>);
+  return run(QuantizeBlockF32Avx2<kProbe>);
+}
+
+__attribute__((target("avx2"))) uint64_t CompactExactF32Simd(uint32_t exact_from, const uint32_t* values,
+                                                             const float* residual, uint64_t n,
+                                                             uint32_t* positions, uint32_t* raw) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i lim = _mm256_set1_epi32(static_cast<int32_t>(exact_from) - 1);
+  uint64_t k = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i rb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(residual + i));
+    uint32_t mask = static_cast<uint32_t>(
+        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_and_si256(rb, abs_mask), lim))));
+    while (mask != 0) {
+      const uint32_t j = static_cast<uint32_t>(__builtin_ctz(mask));
+      positions[k] = static_cast<uint32_t>(i + j);
+      raw[k] = values[i + j];
+      ++k;
+      mask &= mask - 1;
+    }
+  }
+  for (; i < n; ++i) {
+    if ((FloatBits(residual[i]) & 0x7fffffffu) < exact_from) continue;
+    positions[k] = static_cast<uint32_t>(i);
+    raw[k] = values[i];
+    ++k;
+  }
+  return k;
+}
+
 __attribute__((target("avx2"))) void DequantizeF32Simd(const LevelLookup& lut, uint32_t bits, const uint8_t* packed,
                                                        const uint32_t* base, uint64_t g0, uint64_t groups,
                                                        uint32_t* out, uint32_t* max_symbol) {
@@ -228,6 +277,7 @@ __attribute__((target("avx2"))) void DequantizeF32Simd(const LevelLookup& lut, u
 bool SimdAvailable() { return false; }
 bool PackGroupsBmi2(const uint8_t*, uint64_t, uint32_t, std::byte*) { return false; }
 void ResidualBlockF32Simd(const uint32_t*, const uint32_t*, uint64_t, uint64_t, float*, double*) {}
+uint64_t CompactExactF32Simd(uint32_t, const uint32_t*, const float*, uint64_t, uint32_t*, uint32_t*) { return 0; }
 void QuantizeBlockF32Simd(const QuantizeTable&, const LevelLookup&, const uint32_t*, const uint32_t*, uint64_t,
                           uint64_t, const float*, uint8_t*, uint32_t*, double*, double*, uint64_t*, uint64_t*) {}
 void DequantizeF32Simd(const LevelLookup&, uint32_t, const uint8_t*, const uint32_t*, uint64_t, uint64_t, uint32_t*,

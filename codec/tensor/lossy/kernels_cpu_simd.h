@@ -26,6 +26,7 @@ struct LevelLookup {
   alignas(64) float symbol_values[256];           // [0] = 0, [s] = levels[s - 1]
   alignas(64) int32_t start[kHistogramBins];
   bool probe_ok = true;
+  uint32_t max_span = 0;  // the most bounds inside one quantized bin
 };
 
 // Fills `lut` for table `t` (only bins between the prune and exact
@@ -60,6 +61,12 @@ void ResidualBlockF32Simd(const uint32_t* values, const uint32_t* base, uint64_t
 // Packs `count` symbols (a multiple of 8; each < 2^bits) into `bits` bytes per
 // group of 8 with BMI2 PEXT; false (nothing written) without BMI2.
 bool PackGroupsBmi2(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte* out);
+
+// Lists the positions (ascending) and raw bits of the f32 elements whose
+// residual magnitude bits are >= exact_from; returns their number.
+// REQUIRES: SimdAvailable(); positions/raw large enough.
+uint64_t CompactExactF32Simd(uint32_t exact_from, const uint32_t* values, const float* residual, uint64_t n,
+                             uint32_t* positions, uint32_t* raw);
 
 // Dequantizes `groups` full groups of 8 symbols starting at group g0.
 // REQUIRES: SimdAvailable(); packed readable for 8 bytes at every group.
