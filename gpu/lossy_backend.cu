@@ -4,6 +4,7 @@
 // and copies the results back. Every CUDA call is checked.
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 
 #include "gpu/device.h"

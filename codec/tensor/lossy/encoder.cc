@@ -115,6 +115,9 @@ Scratch::~Scratch() = default;
 
 Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan base, const Budget& budget,
                                  Scratch* scratch, const EncodeOptions& options) {
+  if (type != ElementType::kF32 && type != ElementType::kF16 && type != ElementType::kBF16)
+    return Status::InvalidArgument("lossy encode: element type, want 1..3 have " +
+                                   std::to_string(static_cast<int>(type)));
   const size_t width = ElementSize(type);
   if (values.size() % width != 0)
     return Status::InvalidArgument("lossy encode: byte size " + std::to_string(values.size()) +

@@ -140,6 +140,13 @@ TEST(LossyCodecTest, RejectsBadArguments) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(EncodeChunk(ElementType::kF32, values, {}, Budget{-1, 0}, &scratch).status().code(),
             StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeChunk(static_cast<ElementType>(9), values, {}, Budget{1e-2, 0}, &scratch).status().code(),
+            StatusCode::kInvalidArgument);
+  std::vector<std::byte> wrong_out(3);
+  EncodeOptions opt;
+  opt.reconstruction_out = wrong_out;
+  EXPECT_EQ(EncodeChunk(ElementType::kF32, values, {}, Budget{1e-2, 0}, &scratch, opt).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(LossyCodecTest, DecodeChecksShapeAndBase) {
@@ -167,6 +174,22 @@ TEST(LossyCodecTest, DecodeChecksShapeAndBase) {
   future[0] = std::byte{2};
   testing::Reseal(&future);
   EXPECT_EQ(DecodeChunk(ElementType::kF32, future, {}, out, &scratch).code(), StatusCode::kUnsupported);
+}
+
+TEST(LossyCodecTest, ReconstructionOutReceivesTheSameBytes) {
+  Scratch scratch;
+  for (const Budget& budget : {Budget{1e-2, 0}, Budget{}}) {
+    std::vector<std::byte> values = ToElements(ElementType::kBF16, Generate(Dist::kLaplace, 9000, 12));
+    Result<EncodedChunk> plain = EncodeChunk(ElementType::kBF16, values, {}, budget, &scratch);
+    std::vector<std::byte> mine(values.size());
+    EncodeOptions opt;
+    opt.reconstruction_out = mine;
+    Result<EncodedChunk> direct = EncodeChunk(ElementType::kBF16, values, {}, budget, &scratch, opt);
+    ASSERT_TRUE(plain.ok() && direct.ok());
+    EXPECT_TRUE(direct->reconstruction.empty());
+    EXPECT_EQ(direct->bytes, plain->bytes);
+    EXPECT_EQ(mine, plain->reconstruction);
+  }
 }
 
 TEST(LossyCodecTest, ElementTypeOfDType) {
