@@ -17,12 +17,12 @@ namespace {
 using lossy::ElementType;
 
 Status CudaStatus(cudaError_t err, const char* what) {
-  return Status::Internal(std::string("cuda: ") + what + ": " + cudaGetErrorName(err) + " (" +
-                          cudaGetErrorString(err) + ")");
+  return Status::Internal(std::string("cuda: ") + what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                          ")");
 }
-#define CUDA_RETURN_IF_ERROR(expr)                                  \
-  do {                                                              \
-    cudaError_t ckptfs_cuda_err_ = (expr);                          \
+#define CUDA_RETURN_IF_ERROR(expr)                                                   \
+  do {                                                                               \
+    cudaError_t ckptfs_cuda_err_ = (expr);                                           \
     if (ckptfs_cuda_err_ != cudaSuccess) return CudaStatus(ckptfs_cuda_err_, #expr); \
   } while (0)
 
@@ -100,8 +100,7 @@ class CudaLossyKernels final : public lossy::LossyKernels {
 
   Status QuantizePack(ElementType type, const lossy::QuantizeTable& table, ByteSpan values, ByteSpan base,
                       std::span<const float> residual, MutableByteSpan packed, MutableByteSpan reconstruction,
-                      std::span<double> error_partials, double* max_abs_error,
-                      lossy::ClassCounts* counts) override {
+                      std::span<double> error_partials, double* max_abs_error, lossy::ClassCounts* counts) override {
     const uint64_t n = residual.size();
     RETURN_IF_ERROR(Reserve(n));
     RETURN_IF_ERROR(UploadInputs(table, values, base, residual));
@@ -109,10 +108,10 @@ class CudaLossyKernels final : public lossy::LossyKernels {
     const void* d_base = base.empty() ? nullptr : d_base_.get();
     auto* d_counters = d_counters_.get<unsigned long long>();
     CUDA_RETURN_IF_ERROR(LaunchQuantizePack(type, d_table_.get<lossy::QuantizeTable>(), d_values_.get(), d_base,
-                                            d_residual_.get<float>(), n, d_packed_.get<uint8_t>(),
-                                            d_recon_.get(), d_counters, stream_));
-    CUDA_RETURN_IF_ERROR(LaunchErrorPartials(type, d_values_.get(), d_recon_.get(), n, d_partials_.get<double>(),
-                                             d_counters, stream_));
+                                            d_residual_.get<float>(), n, d_packed_.get<uint8_t>(), d_recon_.get(),
+                                            d_counters, stream_));
+    CUDA_RETURN_IF_ERROR(
+        LaunchErrorPartials(type, d_values_.get(), d_recon_.get(), n, d_partials_.get<double>(), d_counters, stream_));
     unsigned long long h_counters[kLossyCounters] = {};
     RETURN_IF_ERROR(Download(packed.data(), d_packed_, packed.size()));
     RETURN_IF_ERROR(Download(reconstruction.data(), d_recon_, reconstruction.size()));

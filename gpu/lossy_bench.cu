@@ -73,21 +73,32 @@ Result<std::string> BenchmarkLossyKernels(lossy::ElementType type, ByteSpan valu
     std::function<cudaError_t()> launch;
   };
   std::vector<Kernel> kernels = {
-      {"residual", [&] { return LaunchResidual(type, d_values, d_base, n, static_cast<float*>(d_residual),
-                                               static_cast<double*>(d_partials), stream); }},
-      {"histogram", [&] { return LaunchHistogram(static_cast<float*>(d_residual), n, static_cast<uint32_t*>(d_hist),
-                                                 stream); }},
-      {"quantize_pack", [&] { return LaunchQuantizePack(type, tbl, d_values, d_base, static_cast<float*>(d_residual),
-                                                        n, static_cast<uint8_t*>(d_packed), d_recon, counters,
-                                                        stream); }},
-      {"error_partials", [&] { return LaunchErrorPartials(type, d_values, d_recon, n,
-                                                         static_cast<double*>(d_partials), counters, stream); }},
-      {"compact_exact", [&] { return LaunchCompactExact(type, tbl, d_values, static_cast<float*>(d_residual), n,
-                                                        d_scratch, scratch, static_cast<uint32_t*>(d_positions),
-                                                        d_raw, counters, stream); }},
-      {"dequantize", [&] { return LaunchDequantize(type, table.bits, static_cast<float*>(d_levels),
-                                                   static_cast<uint8_t*>(d_packed), d_base, n, d_out,
-                                                   reinterpret_cast<unsigned int*>(counters), stream); }},
+      {"residual",
+       [&] {
+         return LaunchResidual(type, d_values, d_base, n, static_cast<float*>(d_residual),
+                               static_cast<double*>(d_partials), stream);
+       }},
+      {"histogram",
+       [&] { return LaunchHistogram(static_cast<float*>(d_residual), n, static_cast<uint32_t*>(d_hist), stream); }},
+      {"quantize_pack",
+       [&] {
+         return LaunchQuantizePack(type, tbl, d_values, d_base, static_cast<float*>(d_residual), n,
+                                   static_cast<uint8_t*>(d_packed), d_recon, counters, stream);
+       }},
+      {"error_partials",
+       [&] {
+         return LaunchErrorPartials(type, d_values, d_recon, n, static_cast<double*>(d_partials), counters, stream);
+       }},
+      {"compact_exact",
+       [&] {
+         return LaunchCompactExact(type, tbl, d_values, static_cast<float*>(d_residual), n, d_scratch, scratch,
+                                   static_cast<uint32_t*>(d_positions), d_raw, counters, stream);
+       }},
+      {"dequantize",
+       [&] {
+         return LaunchDequantize(type, table.bits, static_cast<float*>(d_levels), static_cast<uint8_t*>(d_packed),
+                                 d_base, n, d_out, reinterpret_cast<unsigned int*>(counters), stream);
+       }},
   };
   std::string json = "{";
   double total_ms = 0;

@@ -16,9 +16,7 @@ constexpr uint32_t kFullMask = 0xffffffffu;
 constexpr uint32_t kCompactTile = kThreads;
 constexpr uint32_t kScanThreads = 1024;
 
-uint32_t Blocks(uint64_t work, uint32_t per_block) {
-  return static_cast<uint32_t>((work + per_block - 1) / per_block);
-}
+uint32_t Blocks(uint64_t work, uint32_t per_block) { return static_cast<uint32_t>((work + per_block - 1) / per_block); }
 
 // The fixed lane fold of element_ops.h: lane l += lane l + s for s = 16..1.
 __device__ double WarpFold(double v) {
@@ -226,13 +224,12 @@ typename E::Bits* As(void* p) {
 
 }  // namespace
 
-cudaError_t LaunchResidual(ElementType type, const void* d_values, const void* d_base, uint64_t n,
-                           float* d_residual, double* d_norm_partials, cudaStream_t stream) {
+cudaError_t LaunchResidual(ElementType type, const void* d_values, const void* d_base, uint64_t n, float* d_residual,
+                           double* d_norm_partials, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   uint32_t blocks = Blocks(lossy::ReduceBlocks(n) * kWarp, kThreads);
   return WithElement(type, [&]<typename E>() {
-    ResidualKernel<E><<<blocks, kThreads, 0, stream>>>(As<E>(d_values), As<E>(d_base), n, d_residual,
-                                                       d_norm_partials);
+    ResidualKernel<E><<<blocks, kThreads, 0, stream>>>(As<E>(d_values), As<E>(d_base), n, d_residual, d_norm_partials);
     return cudaGetLastError();
   });
 }
@@ -251,9 +248,9 @@ cudaError_t LaunchHistogram(const float* d_residual, uint64_t n, uint32_t* d_cou
   return cudaGetLastError();
 }
 
-cudaError_t LaunchQuantizePack(ElementType type, const QuantizeTable* d_table, const void* d_values,
-                               const void* d_base, const float* d_residual, uint64_t n, uint8_t* d_packed,
-                               void* d_recon, unsigned long long* d_counters, cudaStream_t stream) {
+cudaError_t LaunchQuantizePack(ElementType type, const QuantizeTable* d_table, const void* d_values, const void* d_base,
+                               const float* d_residual, uint64_t n, uint8_t* d_packed, void* d_recon,
+                               unsigned long long* d_counters, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   uint32_t blocks = Blocks((n + lossy::kPackGroup - 1) / lossy::kPackGroup, kThreads);
   return WithElement(type, [&]<typename E>() {
@@ -268,8 +265,8 @@ cudaError_t LaunchErrorPartials(ElementType type, const void* d_values, const vo
   if (n == 0) return cudaSuccess;
   uint32_t blocks = Blocks(lossy::ReduceBlocks(n) * kWarp, kThreads);
   return WithElement(type, [&]<typename E>() {
-    ErrorPartialsKernel<E><<<blocks, kThreads, 0, stream>>>(As<E>(d_values), As<E>(d_recon), n, d_error_partials,
-                                                            d_counters);
+    ErrorPartialsKernel<E>
+        <<<blocks, kThreads, 0, stream>>>(As<E>(d_values), As<E>(d_recon), n, d_error_partials, d_counters);
     return cudaGetLastError();
   });
 }
@@ -281,8 +278,7 @@ size_t CompactExactScratchBytes(uint64_t n) {
 
 cudaError_t LaunchCompactExact(ElementType type, const QuantizeTable* d_table, const void* d_values,
                                const float* d_residual, uint64_t n, void* d_scratch, size_t scratch_bytes,
-                               uint32_t* d_positions, void* d_raw, unsigned long long* d_count,
-                               cudaStream_t stream) {
+                               uint32_t* d_positions, void* d_raw, unsigned long long* d_count, cudaStream_t stream) {
   cudaError_t err = cudaMemsetAsync(d_count, 0, sizeof(unsigned long long), stream);
   if (err != cudaSuccess || n == 0) return err;
   if (scratch_bytes < CompactExactScratchBytes(n)) return cudaErrorInvalidValue;
@@ -294,8 +290,8 @@ cudaError_t LaunchCompactExact(ElementType type, const QuantizeTable* d_table, c
   ScanTilesKernel<<<1, kScanThreads, 0, stream>>>(d_tile_counts, tiles, d_tile_offsets, d_count);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   return WithElement(type, [&]<typename E>() {
-    ScatterExactKernel<E><<<tiles, kCompactTile, 0, stream>>>(d_table, As<E>(d_values), d_residual, n,
-                                                               d_tile_offsets, d_positions, As<E>(d_raw));
+    ScatterExactKernel<E><<<tiles, kCompactTile, 0, stream>>>(d_table, As<E>(d_values), d_residual, n, d_tile_offsets,
+                                                              d_positions, As<E>(d_raw));
     return cudaGetLastError();
   });
 }
@@ -307,8 +303,8 @@ cudaError_t LaunchDequantize(ElementType type, uint32_t bits, const float* d_lev
   if (bits < 1 || bits > 8) return cudaErrorInvalidValue;
   uint32_t blocks = Blocks((n + lossy::kPackGroup - 1) / lossy::kPackGroup, kThreads);
   return WithElement(type, [&]<typename E>() {
-    DequantizeKernel<E><<<blocks, kThreads, 0, stream>>>(bits, d_levels, d_packed, As<E>(d_base), n, As<E>(d_out),
-                                                         d_max_symbol);
+    DequantizeKernel<E>
+        <<<blocks, kThreads, 0, stream>>>(bits, d_levels, d_packed, As<E>(d_base), n, As<E>(d_out), d_max_symbol);
     return cudaGetLastError();
   });
 }

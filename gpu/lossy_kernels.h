@@ -47,8 +47,7 @@ size_t CompactExactScratchBytes(uint64_t n);
 // Lists the exact elements in increasing position; *d_count gets their number.
 cudaError_t LaunchCompactExact(lossy::ElementType type, const lossy::QuantizeTable* d_table, const void* d_values,
                                const float* d_residual, uint64_t n, void* d_scratch, size_t scratch_bytes,
-                               uint32_t* d_positions, void* d_raw, unsigned long long* d_count,
-                               cudaStream_t stream);
+                               uint32_t* d_positions, void* d_raw, unsigned long long* d_count, cudaStream_t stream);
 
 // Unpacks, dequantizes, adds the base; atomically maxes the largest symbol
 // into *d_max_symbol (the caller zeroes it). d_levels: kMaxLevels floats.

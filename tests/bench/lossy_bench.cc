@@ -95,8 +95,8 @@ Frame RunFrame(const std::vector<std::byte>& values, const std::vector<std::byte
   for (uint64_t at = 0, i = 0; at < values.size(); at += chunk_bytes, ++i) {
     uint64_t len = std::min<uint64_t>(chunk_bytes, values.size() - at);
     ByteSpan b = base.empty() ? ByteSpan{} : ByteSpan(base.data() + at, len);
-    Status st = DecodeChunk(ElementType::kF32, chunks[i].bytes, b, MutableByteSpan(decoded.data() + at, len),
-                            &scratch, kernels);
+    Status st = DecodeChunk(ElementType::kF32, chunks[i].bytes, b, MutableByteSpan(decoded.data() + at, len), &scratch,
+                            kernels);
     if (!st.ok()) {
       std::fprintf(stderr, "decode: %s\n", st.ToString().c_str());
       std::exit(1);
@@ -163,13 +163,20 @@ int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
-    if (a == "--elements") o.elements = std::stoull(v);
-    else if (a == "--chunks") o.chunks = std::stoull(v);
-    else if (a == "--rel") o.rel = std::stod(v);
-    else if (a == "--gpu") o.gpu = v;
-    else if (a == "--input") o.input = v;
-    else if (a == "--base") o.base = v;
-    else if (a == "--wall") g_wall = v == "1";
+    if (a == "--elements")
+      o.elements = std::stoull(v);
+    else if (a == "--chunks")
+      o.chunks = std::stoull(v);
+    else if (a == "--rel")
+      o.rel = std::stod(v);
+    else if (a == "--gpu")
+      o.gpu = v;
+    else if (a == "--input")
+      o.input = v;
+    else if (a == "--base")
+      o.base = v;
+    else if (a == "--wall")
+      g_wall = v == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -203,18 +210,22 @@ int main(int argc, char** argv) {
               std::string((*kernels)->name()).c_str(), g_wall ? "wall" : "thread_cpu", o.rel,
               static_cast<unsigned long long>(o.elements));
   auto print_frame = [](const char* name, const Frame& f) {
-    std::printf(" \"%s\": {\"bytes\": %llu, \"encoded\": %llu, \"bits_per_element\": %.4f, \"ratio\": %.2f, "
-                "\"worst_rel_l2\": %.3g, \"encode_gb_per_s\": %.3f, \"decode_gb_per_s\": %.3f},\n",
-                name, static_cast<unsigned long long>(f.bytes), static_cast<unsigned long long>(f.encoded),
-                f.encoded * 8.0 / (f.bytes / 4.0), static_cast<double>(f.bytes) / f.encoded, f.worst_rel,
-                f.bytes / f.encode_s / 1e9, f.bytes / f.decode_s / 1e9);
+    std::printf(
+        " \"%s\": {\"bytes\": %llu, \"encoded\": %llu, \"bits_per_element\": %.4f, \"ratio\": %.2f, "
+        "\"worst_rel_l2\": %.3g, \"encode_gb_per_s\": %.3f, \"decode_gb_per_s\": %.3f},\n",
+        name, static_cast<unsigned long long>(f.bytes), static_cast<unsigned long long>(f.encoded),
+        f.encoded * 8.0 / (f.bytes / 4.0), static_cast<double>(f.bytes) / f.encoded, f.worst_rel,
+        f.bytes / f.encode_s / 1e9, f.bytes / f.decode_s / 1e9);
   };
   print_frame("key_frame", kf);
   if (!next.empty() && next.size() == key.size()) {
     Frame df = RunFrame(next, key_recon, o.elements, o.rel, kernels->get(), &next_recon);
     print_frame("delta_frame", df);
-    std::printf(" \"kernels_delta\": {%s},\n", KernelTimes(next, key_recon, std::min<uint64_t>(o.elements, next.size() / 4), o.rel, **kernels).c_str());
+    std::printf(
+        " \"kernels_delta\": {%s},\n",
+        KernelTimes(next, key_recon, std::min<uint64_t>(o.elements, next.size() / 4), o.rel, **kernels).c_str());
   }
-  std::printf(" \"kernels_key\": {%s}}\n", KernelTimes(key, {}, std::min<uint64_t>(o.elements, key.size() / 4), o.rel, **kernels).c_str());
+  std::printf(" \"kernels_key\": {%s}}\n",
+              KernelTimes(key, {}, std::min<uint64_t>(o.elements, key.size() / 4), o.rel, **kernels).c_str());
   return 0;
 }

@@ -19,9 +19,9 @@ struct WeightedPoint {
 };
 
 struct Codebook {
-  std::vector<float> levels;  // strictly ascending, finite
-  double est_error_sq = 0.0;  // estimated sum of squared quantization errors
-  double est_max_abs = 0.0;   // estimated max |error| of a quantized element
+  std::vector<float> levels;         // strictly ascending, finite
+  double est_error_sq = 0.0;         // estimated sum of squared quantization errors
+  double est_max_abs = 0.0;          // estimated max |error| of a quantized element
   std::vector<double> cell_weights;  // estimated element count per level
 };
 

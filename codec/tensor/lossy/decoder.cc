@@ -25,8 +25,7 @@ Status Unzstd(ZSTD_DCtx* dctx, ByteSpan src, std::byte* dst, size_t want, const 
     return Status::Corruption(std::string("lossy chunk: ") + what + ": not a zstd frame with a content size");
   if (declared != want) return Corrupt(std::string(what) + " size", want, declared);
   size_t got = ZSTD_decompressDCtx(dctx, dst, want, src.data(), src.size());
-  if (ZSTD_isError(got))
-    return Status::Corruption(std::string("lossy chunk: ") + what + ": " + ZSTD_getErrorName(got));
+  if (ZSTD_isError(got)) return Status::Corruption(std::string("lossy chunk: ") + what + ": " + ZSTD_getErrorName(got));
   if (got != want) return Corrupt(std::string(what) + " size", want, got);
   return Status::Ok();
 }
@@ -67,9 +66,10 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
     ByteSpan main = r.Bytes(h.main_size);
     RETURN_IF_ERROR(r.status());
     if (r.remaining() != 0) return Corrupt("trailing bytes", 0, r.remaining());
-    if (n == 0) return h.main_size == 0 || Unzstd(s.dctx.get(), main, nullptr, 0, "planes").ok()
-                           ? Status::Ok()
-                           : Status::Corruption("lossy chunk: empty planes stream is not zstd");
+    if (n == 0)
+      return h.main_size == 0 || Unzstd(s.dctx.get(), main, nullptr, 0, "planes").ok()
+                 ? Status::Ok()
+                 : Status::Corruption("lossy chunk: empty planes stream is not zstd");
     EnsureSize(&s.planes, out.size());
     RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.planes.data(), out.size(), "planes"));
     JoinPlanes(ByteSpan(s.planes.data(), out.size()), base, width, out);
@@ -80,7 +80,8 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   for (uint32_t j = 0; j < h.num_levels; ++j) {
     levels[j] = BitsFloat(r.U32());
     if (!r.ok()) break;
-    if (!std::isfinite(levels[j])) return Status::Corruption("lossy chunk: level " + std::to_string(j) + " is not finite");
+    if (!std::isfinite(levels[j]))
+      return Status::Corruption("lossy chunk: level " + std::to_string(j) + " is not finite");
     if (j > 0 && !(levels[j] > levels[j - 1]))
       return Status::Corruption("lossy chunk: levels not strictly ascending at " + std::to_string(j));
   }
@@ -93,8 +94,7 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   EnsureSize(&s.packed, packed_bytes);
   RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.packed.data(), packed_bytes, "symbols"));
   uint32_t max_symbol = 0;
-  RETURN_IF_ERROR(k.Dequantize(type, h.bits, levels, ByteSpan(s.packed.data(), packed_bytes), base, out,
-                               &max_symbol));
+  RETURN_IF_ERROR(k.Dequantize(type, h.bits, levels, ByteSpan(s.packed.data(), packed_bytes), base, out, &max_symbol));
   if (max_symbol > h.num_levels) return Corrupt("symbols <= levels", h.num_levels, max_symbol);
 
   if (h.exact_count == 0) return Status::Ok();
@@ -110,7 +110,8 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   uint64_t next = 0;
   for (uint64_t e = 0; e < h.exact_count; ++e) {
     uint32_t gap = 0;
-    if (!GetVarint32(gaps, &pos, &gap)) return Status::Corruption("lossy chunk: exact list position " + std::to_string(e));
+    if (!GetVarint32(gaps, &pos, &gap))
+      return Status::Corruption("lossy chunk: exact list position " + std::to_string(e));
     uint64_t p = next + gap;
     if (p >= n) return Corrupt("exact position < element count", n, p);
     std::memcpy(out.data() + p * width, list.data() + raw_at + e * width, width);

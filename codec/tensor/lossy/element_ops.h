@@ -180,8 +180,7 @@ CKPTFS_HD ElementResult<E> QuantizeElement(const QuantizeTable& t, typename E::B
 // Reconstructs one element from its symbol (exact elements are written
 // afterwards from the outlier list).
 template <typename E>
-CKPTFS_HD typename E::Bits DequantizeElement(const float* levels, uint32_t symbol, typename E::Bits b,
-                                             bool has_base) {
+CKPTFS_HD typename E::Bits DequantizeElement(const float* levels, uint32_t symbol, typename E::Bits b, bool has_base) {
   if (symbol == 0) return has_base ? b : static_cast<typename E::Bits>(0);
   float base = has_base ? E::ToFloat(b) : 0.0f;
   return E::FromFloat(base + levels[symbol - 1]);

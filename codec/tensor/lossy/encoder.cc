@@ -52,8 +52,8 @@ void AppendChecksum(std::vector<std::byte>* out) {
   ByteWriter(out).U64(sum);
 }
 
-Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan base, Scratch::Buffers& s,
-                                    int level, MutableByteSpan reconstruction_out) {
+Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan base, Scratch::Buffers& s, int level,
+                                    MutableByteSpan reconstruction_out) {
   EncodedChunk chunk;
   size_t width = ElementSize(type);
   StreamHeader h;
@@ -198,8 +198,8 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     MutableByteSpan packed(s.packed.data(), packed_bytes);
     double max_abs = 0.0;
     ClassCounts counts;
-    RETURN_IF_ERROR(k.QuantizePack(type, table, values, base, residual, packed, recon,
-                                   error_partials, &max_abs, &counts));
+    RETURN_IF_ERROR(
+        k.QuantizePack(type, table, values, base, residual, packed, recon, error_partials, &max_abs, &counts));
     const double error_sq = SumInOrder(error_partials);
     const bool fits = error_sq <= allowed_sq && max_abs <= allowed_abs;
     if (!fits) {

@@ -60,17 +60,16 @@ class LossyKernels {
   //           reconstruction.size() == values.size(),
   //           error_partials.size() == ReduceBlocks(n).
   virtual Status QuantizePack(ElementType type, const QuantizeTable& table, ByteSpan values, ByteSpan base,
-                              std::span<const float> residual, MutableByteSpan packed,
-                              MutableByteSpan reconstruction, std::span<double> error_partials,
-                              double* max_abs_error, ClassCounts* counts) = 0;
+                              std::span<const float> residual, MutableByteSpan packed, MutableByteSpan reconstruction,
+                              std::span<double> error_partials, double* max_abs_error, ClassCounts* counts) = 0;
 
   // Lists the exact elements in increasing position: positions[k] and the
   // raw value bits (ElementSize bytes each, little-endian) in raw.
   // REQUIRES: positions.size() >= the exact count of QuantizePack with the
   //           same table, raw.size() >= that count * ElementSize(type).
   virtual Status CompactExact(ElementType type, const QuantizeTable& table, ByteSpan values,
-                              std::span<const float> residual, std::span<uint32_t> positions,
-                              MutableByteSpan raw, uint64_t* count) = 0;
+                              std::span<const float> residual, std::span<uint32_t> positions, MutableByteSpan raw,
+                              uint64_t* count) = 0;
 
   // out[i] = DequantizeElement(levels, symbol i, base[i]): unpacks the
   // symbols, maps them to levels and adds the base. Exact elements are

@@ -5,8 +5,8 @@
 #include <array>
 #include <cstring>
 #include <iterator>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "codec/tensor/lossy/kernels.h"
@@ -56,8 +56,8 @@ void ResidualBlock(const std::byte* values, const std::byte* base, uint64_t star
 }
 
 template <typename E>
-void ResidualTyped(const std::byte* values, const std::byte* base, uint64_t n, float* residual,
-                   double* norm_partials, bool use_simd) {
+void ResidualTyped(const std::byte* values, const std::byte* base, uint64_t n, float* residual, double* norm_partials,
+                   bool use_simd) {
   for (uint64_t start = 0, blk = 0; start < n; start += kReduceBlock, ++blk) {
     uint64_t end = std::min<uint64_t>(n, start + kReduceBlock);
     double lanes[kReduceLanes] = {};
@@ -139,9 +139,9 @@ void QuantizePackTyped(const QuantizeTable& t, const std::byte* values, const st
     double lanes[kReduceLanes] = {};
     if (simd) {
       uint64_t pruned = 0, exact = 0;
-      QuantizeBlockF32Simd(t, *lut, reinterpret_cast<const uint32_t*>(values),
-                           reinterpret_cast<const uint32_t*>(base), start, end, residual, symbols,
-                           reinterpret_cast<uint32_t*>(recon), lanes, &max_err, &pruned, &exact);
+      QuantizeBlockF32Simd(t, *lut, reinterpret_cast<const uint32_t*>(values), reinterpret_cast<const uint32_t*>(base),
+                           start, end, residual, symbols, reinterpret_cast<uint32_t*>(recon), lanes, &max_err, &pruned,
+                           &exact);
       by_class[kPruned] += pruned;
       by_class[kExact] += exact;
       by_class[kQuantized] += (end - start) - pruned - exact;
@@ -176,8 +176,8 @@ uint64_t CompactExactTyped(const QuantizeTable& t, const std::byte* values, uint
 }
 
 template <typename E, uint32_t kBits>
-void DequantizeTyped(const float* levels, const std::byte* packed, const std::byte* base, uint64_t n,
-                     std::byte* out, uint32_t* max_symbol) {
+void DequantizeTyped(const float* levels, const std::byte* packed, const std::byte* base, uint64_t n, std::byte* out,
+                     uint32_t* max_symbol) {
   constexpr uint64_t kMask = (1u << kBits) - 1;
   uint32_t max_sym = 0;
   uint64_t groups = (n + kPackGroup - 1) / kPackGroup;
@@ -197,8 +197,8 @@ void DequantizeTyped(const float* levels, const std::byte* packed, const std::by
 }
 
 template <typename E>
-void DequantizeDispatch(uint32_t bits, const float* levels, const std::byte* packed, const std::byte* base,
-                        uint64_t n, std::byte* out, uint32_t* max_symbol) {
+void DequantizeDispatch(uint32_t bits, const float* levels, const std::byte* packed, const std::byte* base, uint64_t n,
+                        std::byte* out, uint32_t* max_symbol) {
   switch (bits) {
     case 1: return DequantizeTyped<E, 1>(levels, packed, base, n, out, max_symbol);
     case 2: return DequantizeTyped<E, 2>(levels, packed, base, n, out, max_symbol);
@@ -256,31 +256,29 @@ class CpuKernels final : public LossyKernels {
                       std::span<const float> residual, MutableByteSpan packed, MutableByteSpan reconstruction,
                       std::span<double> error_partials, double* max_abs_error, ClassCounts* counts) override {
     WithElement(type, [&]<typename E>() {
-      QuantizePackTyped<E>(table, values.data(), BaseOrNull(base), residual.size(), residual.data(),
-                           packed.data(), reconstruction.data(), error_partials.data(), max_abs_error, counts,
-                           lookup_.get(), use_simd_);
+      QuantizePackTyped<E>(table, values.data(), BaseOrNull(base), residual.size(), residual.data(), packed.data(),
+                           reconstruction.data(), error_partials.data(), max_abs_error, counts, lookup_.get(),
+                           use_simd_);
     });
     return Status::Ok();
   }
 
-  Status CompactExact(ElementType type, const QuantizeTable& table, ByteSpan values,
-                      std::span<const float> residual, std::span<uint32_t> positions, MutableByteSpan raw,
-                      uint64_t* count) override {
+  Status CompactExact(ElementType type, const QuantizeTable& table, ByteSpan values, std::span<const float> residual,
+                      std::span<uint32_t> positions, MutableByteSpan raw, uint64_t* count) override {
     if (use_simd_ && type == ElementType::kF32) {
-      *count = CompactExactF32Simd(table.exact_from, reinterpret_cast<const uint32_t*>(values.data()),
-                                   residual.data(), residual.size(), positions.data(),
-                                   reinterpret_cast<uint32_t*>(raw.data()));
+      *count = CompactExactF32Simd(table.exact_from, reinterpret_cast<const uint32_t*>(values.data()), residual.data(),
+                                   residual.size(), positions.data(), reinterpret_cast<uint32_t*>(raw.data()));
       return Status::Ok();
     }
     WithElement(type, [&]<typename E>() {
-      *count = CompactExactTyped<E>(table, values.data(), residual.size(), residual.data(), positions.data(),
-                                    raw.data());
+      *count =
+          CompactExactTyped<E>(table, values.data(), residual.size(), residual.data(), positions.data(), raw.data());
     });
     return Status::Ok();
   }
 
-  Status Dequantize(ElementType type, uint32_t bits, std::span<const float> levels, ByteSpan packed,
-                    ByteSpan base, MutableByteSpan out, uint32_t* max_symbol) override {
+  Status Dequantize(ElementType type, uint32_t bits, std::span<const float> levels, ByteSpan packed, ByteSpan base,
+                    MutableByteSpan out, uint32_t* max_symbol) override {
     const uint64_t n = out.size() / ElementSize(type);
     uint64_t done_groups = 0;
     uint32_t simd_max = 0;

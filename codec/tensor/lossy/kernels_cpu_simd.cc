@@ -25,8 +25,8 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
   lut->probe_ok = true;
   lut->max_span = 0;
   const uint32_t prune_key = t.prune_below >> kHistogramShift;
-  const uint32_t exact_key = std::min<uint32_t>(
-      kMagnitudeBins, (t.exact_from + (1u << kHistogramShift) - 1) >> kHistogramShift);
+  const uint32_t exact_key =
+      std::min<uint32_t>(kMagnitudeBins, (t.exact_from + (1u << kHistogramShift) - 1) >> kHistogramShift);
   if (t.num_levels == 0) return;  // nothing is quantized
   for (uint32_t mag_key = prune_key; mag_key < exact_key; ++mag_key) {
     for (uint32_t sign : {0u, kMagnitudeBins}) {
@@ -46,9 +46,8 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
 
 bool SimdAvailable() { return __builtin_cpu_supports("avx2"); }
 
-__attribute__((target("avx2"))) void ResidualBlockF32Simd(const uint32_t* values, const uint32_t* base,
-                                                          uint64_t start, uint64_t end, float* residual,
-                                                          double* lanes) {
+__attribute__((target("avx2"))) void ResidualBlockF32Simd(const uint32_t* values, const uint32_t* base, uint64_t start,
+                                                          uint64_t end, float* residual, double* lanes) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   const __m256i non_finite = _mm256_set1_epi32(static_cast<int32_t>(kNonFiniteBits));
   __m256d acc[8];
@@ -59,8 +58,7 @@ __attribute__((target("avx2"))) void ResidualBlockF32Simd(const uint32_t* values
       const uint64_t at = i + o;
       const __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + at));
       const __m256 x = _mm256_castsi256_ps(xb);
-      const __m256 r =
-          base ? _mm256_sub_ps(x, _mm256_loadu_ps(reinterpret_cast<const float*>(base + at))) : x;
+      const __m256 r = base ? _mm256_sub_ps(x, _mm256_loadu_ps(reinterpret_cast<const float*>(base + at))) : x;
       _mm256_storeu_ps(residual + at, r);
       const __m256i finite = _mm256_cmpgt_epi32(non_finite, _mm256_and_si256(xb, abs_mask));
       const __m256d d_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
@@ -103,18 +101,18 @@ namespace {
 // it is at least the table's max_span (bounds beyond never compare below r).
 template <uint32_t kProbes>
 __attribute__((target("avx2"))) void QuantizeBlockF32Avx2(const QuantizeTable& t, const LevelLookup& lut,
-                                                          const uint32_t* values, const uint32_t* base,
-                                                          uint64_t start, uint64_t end, const float* residual,
-                                                          uint8_t* symbols, uint32_t* recon, double* lanes,
-                                                          double* max_err, uint64_t* pruned, uint64_t* exact) {
+                                                          const uint32_t* values, const uint32_t* base, uint64_t start,
+                                                          uint64_t end, const float* residual, uint8_t* symbols,
+                                                          uint32_t* recon, double* lanes, double* max_err,
+                                                          uint64_t* pruned, uint64_t* exact) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   const __m256i exact_lim = _mm256_set1_epi32(static_cast<int32_t>(t.exact_from) - 1);
   const __m256i prune_lim = _mm256_set1_epi32(static_cast<int32_t>(t.prune_below));
   const __m256i no_levels = _mm256_set1_epi32(t.num_levels == 0 ? -1 : 0);
   const __m256i non_finite = _mm256_set1_epi32(static_cast<int32_t>(kNonFiniteBits));
   const __m256i one = _mm256_set1_epi32(1);
-  const __m256i byte_pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8,
-                                             12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i byte_pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12,
+                                             -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   const __m256d sign_pd = _mm256_set1_pd(-0.0);
   __m256d acc[8];
   for (int v = 0; v < 8; ++v) acc[v] = _mm256_loadu_pd(lanes + 4 * v);
@@ -127,7 +125,8 @@ __attribute__((target("avx2"))) void QuantizeBlockF32Avx2(const QuantizeTable& t
       const __m256i rb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(residual + at));
       const __m256 rv = _mm256_castsi256_ps(rb);
       const __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + at));
-      const __m256i bb = base ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + at)) : _mm256_setzero_si256();
+      const __m256i bb =
+          base ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + at)) : _mm256_setzero_si256();
       const __m256i mag = _mm256_and_si256(rb, abs_mask);
       const __m256i is_exact = _mm256_cmpgt_epi32(mag, exact_lim);
       const __m256i is_pruned =
@@ -154,10 +153,10 @@ __attribute__((target("avx2"))) void QuantizeBlockF32Avx2(const QuantizeTable& t
 
       const __m256i finite = _mm256_cmpgt_epi32(non_finite, _mm256_and_si256(xb, abs_mask));
       const __m256 xf = _mm256_castsi256_ps(xb), of = _mm256_castsi256_ps(out);
-      const __m256d e_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(of)),
-                                         _mm256_cvtps_pd(_mm256_castps256_ps128(xf)));
-      const __m256d e_hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(of, 1)),
-                                         _mm256_cvtps_pd(_mm256_extractf128_ps(xf, 1)));
+      const __m256d e_lo =
+          _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(of)), _mm256_cvtps_pd(_mm256_castps256_ps128(xf)));
+      const __m256d e_hi =
+          _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(of, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(xf, 1)));
       const __m256d m_lo = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(finite)));
       const __m256d m_hi = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(finite, 1)));
       acc[o / 4] = _mm256_add_pd(acc[o / 4], _mm256_and_pd(_mm256_mul_pd(e_lo, e_lo), m_lo));
@@ -197,10 +196,9 @@ __attribute__((target("avx2"))) void QuantizeBlockF32Avx2(const QuantizeTable& t
 
 }  // namespace
 
-void QuantizeBlockF32Simd(const QuantizeTable& t, const LevelLookup& lut, const uint32_t* values,
-                          const uint32_t* base, uint64_t start, uint64_t end, const float* residual,
-                          uint8_t* symbols, uint32_t* recon, double* lanes, double* max_err, uint64_t* pruned,
-                          uint64_t* exact) {
+void QuantizeBlockF32Simd(const QuantizeTable& t, const LevelLookup& lut, const uint32_t* values, const uint32_t* base,
+                          uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, uint32_t* recon,
+                          double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact) {
   auto run = [&](auto kernel) {
     kernel(t, lut, values, base, start, end, residual, symbols, recon, lanes, max_err, pruned, exact);
   };
@@ -211,8 +209,8 @@ void QuantizeBlockF32Simd(const QuantizeTable& t, const LevelLookup& lut, const 
 }
 
 __attribute__((target("avx2"))) uint64_t CompactExactF32Simd(uint32_t exact_from, const uint32_t* values,
-                                                             const float* residual, uint64_t n,
-                                                             uint32_t* positions, uint32_t* raw) {
+                                                             const float* residual, uint64_t n, uint32_t* positions,
+                                                             uint32_t* raw) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   const __m256i lim = _mm256_set1_epi32(static_cast<int32_t>(exact_from) - 1);
   uint64_t k = 0, i = 0;
@@ -258,8 +256,8 @@ __attribute__((target("avx2"))) void DequantizeF32Simd(const LevelLookup& lut, u
     const __m256i sym = _mm256_set_m128i(_mm256_castsi256_si128(_mm256_permutevar8x32_epi32(s_hi, even)),
                                          _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(s_lo, even)));
     vmax = _mm256_max_epu32(vmax, sym);
-    const __m256i bb = base ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + g * kPackGroup))
-                            : _mm256_setzero_si256();
+    const __m256i bb =
+        base ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + g * kPackGroup)) : _mm256_setzero_si256();
     const __m256 q = _mm256_add_ps(_mm256_castsi256_ps(bb), vals);
     const __m256i zero = _mm256_cmpeq_epi32(sym, _mm256_setzero_si256());
     const __m256i o = _mm256_blendv_epi8(_mm256_castps_si256(q), bb, zero);

@@ -47,16 +47,15 @@ bool SimdAvailable();
 // multiple of kReduceBlock): symbols, reconstruction bits, lane sums of the
 // squared error (lanes[i % 32]), running max abs error and class counts.
 // REQUIRES: SimdAvailable(), lut.probe_ok, base null or n elements.
-void QuantizeBlockF32Simd(const QuantizeTable& t, const LevelLookup& lut, const uint32_t* values,
-                          const uint32_t* base, uint64_t start, uint64_t end, const float* residual,
-                          uint8_t* symbols, uint32_t* recon, double* lanes, double* max_err, uint64_t* pruned,
-                          uint64_t* exact);
+void QuantizeBlockF32Simd(const QuantizeTable& t, const LevelLookup& lut, const uint32_t* values, const uint32_t* base,
+                          uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, uint32_t* recon,
+                          double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact);
 
 // Residual and norm lanes of f32 elements [start, end) of one reduction block
 // (start a multiple of kReduceBlock): residual[i] = x[i] - base[i] (or x[i]),
 // lanes[i % 32] += x[i]^2 for finite x[i]. REQUIRES: SimdAvailable().
-void ResidualBlockF32Simd(const uint32_t* values, const uint32_t* base, uint64_t start, uint64_t end,
-                          float* residual, double* lanes);
+void ResidualBlockF32Simd(const uint32_t* values, const uint32_t* base, uint64_t start, uint64_t end, float* residual,
+                          double* lanes);
 
 // Packs `count` symbols (a multiple of 8; each < 2^bits) into `bits` bytes per
 // group of 8 with BMI2 PEXT; false (nothing written) without BMI2.
@@ -70,7 +69,7 @@ uint64_t CompactExactF32Simd(uint32_t exact_from, const uint32_t* values, const 
 
 // Dequantizes `groups` full groups of 8 symbols starting at group g0.
 // REQUIRES: SimdAvailable(); packed readable for 8 bytes at every group.
-void DequantizeF32Simd(const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const uint32_t* base,
-                       uint64_t g0, uint64_t groups, uint32_t* out, uint32_t* max_symbol);
+void DequantizeF32Simd(const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const uint32_t* base, uint64_t g0,
+                       uint64_t groups, uint32_t* out, uint32_t* max_symbol);
 
 }  // namespace ckptfs::lossy

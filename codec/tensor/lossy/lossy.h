@@ -44,12 +44,12 @@ struct Budget {
 
 // What the encoder did, measured on the actual reconstruction.
 struct ChunkStats {
-  double rel_l2 = 0.0;      // achieved ||w_hat - w|| / ||w|| (0 when ||w|| = 0 and exact)
-  double max_abs = 0.0;     // achieved max |w_hat - w| over finite elements
-  uint8_t bits = 0;         // symbol width; 0 = lossless mode
-  uint64_t pruned = 0;      // elements stored as 0 / unchanged
-  uint64_t quantized = 0;   // elements mapped to a level
-  uint64_t exact = 0;       // elements stored bit for bit (outliers, NaN, Inf, or all in lossless mode)
+  double rel_l2 = 0.0;     // achieved ||w_hat - w|| / ||w|| (0 when ||w|| = 0 and exact)
+  double max_abs = 0.0;    // achieved max |w_hat - w| over finite elements
+  uint8_t bits = 0;        // symbol width; 0 = lossless mode
+  uint64_t pruned = 0;     // elements stored as 0 / unchanged
+  uint64_t quantized = 0;  // elements mapped to a level
+  uint64_t exact = 0;      // elements stored bit for bit (outliers, NaN, Inf, or all in lossless mode)
 };
 
 struct EncodedChunk {

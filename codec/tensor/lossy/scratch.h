@@ -24,7 +24,7 @@ struct ZstdDDeleter {
 
 struct Scratch::Buffers {
   std::vector<float> residual;
-  std::vector<float> residual_alt;     // the key-frame residual of a delta candidate
+  std::vector<float> residual_alt;  // the key-frame residual of a delta candidate
   std::vector<double> norm_partials;
   std::vector<double> error_partials;
   std::vector<uint32_t> histogram;

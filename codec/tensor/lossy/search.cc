@@ -35,9 +35,9 @@ BinGeometry Geometry(uint32_t key) {
 
 // Per-chunk tables shared by all candidates.
 struct ChunkProfile {
-  std::vector<uint64_t> magnitude;     // count per magnitude key (both signs)
-  std::vector<double> prune_error;     // prune_error[k]: est. error of pruning keys < k
-  std::vector<uint64_t> tail;          // tail[k]: finite elements with key >= k
+  std::vector<uint64_t> magnitude;  // count per magnitude key (both signs)
+  std::vector<double> prune_error;  // prune_error[k]: est. error of pruning keys < k
+  std::vector<uint64_t> tail;       // tail[k]: finite elements with key >= k
   uint64_t non_finite = 0;
 };
 
@@ -116,8 +116,8 @@ double EstimateEnergy(std::span<const uint32_t> counts) {
 void FillBounds(QuantizeTable* t) {
   for (uint32_t j = 0; j < kMaxLevels; ++j) {
     if (j >= t->num_levels) t->levels[j] = 0.0f;
-    t->bounds[j] = j + 1 < t->num_levels ? (t->levels[j] + t->levels[j + 1]) * 0.5f
-                                         : std::numeric_limits<float>::infinity();
+    t->bounds[j] =
+        j + 1 < t->num_levels ? (t->levels[j] + t->levels[j + 1]) * 0.5f : std::numeric_limits<float>::infinity();
   }
 }
 
@@ -145,8 +145,7 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
       for (const WeightedPoint& pt : points) quantized += pt.weight;
 
       auto fits = [&](const Codebook& book) {
-        return prune_err + book.est_error_sq <= target.max_error_sq &&
-               book.est_max_abs <= target.max_abs;
+        return prune_err + book.est_error_sq <= target.max_error_sq && book.est_max_abs <= target.max_abs;
       };
       // Smallest b whose estimate fits (the error falls as b grows).
       Codebook chosen;

@@ -21,10 +21,10 @@ struct SearchTarget {
 };
 
 struct SearchResult {
-  QuantizeTable table;        // thresholds, bits and codebook, bounds filled in
+  QuantizeTable table;  // thresholds, bits and codebook, bounds filled in
   double est_error_sq = 0.0;
   double est_bytes = 0.0;
-  uint64_t est_exact = 0;     // finite outliers + non-finite elements
+  uint64_t est_exact = 0;  // finite outliers + non-finite elements
 };
 
 // Searches the configuration of a chunk of `n` elements of `element_size`

@@ -34,14 +34,14 @@ struct StreamHeader {
   uint8_t version = kStreamVersion;
   StreamMode mode = StreamMode::kLossless;
   ElementType type = ElementType::kF32;
-  uint8_t bits = 0;              // symbol width 1..8 (kQuantized), 0 (kLossless)
-  uint8_t flags = 0;             // kFlagDelta when a base was used
-  uint32_t num_levels = 0;       // <= 2^bits - 1 (kQuantized), 0 (kLossless)
+  uint8_t bits = 0;         // symbol width 1..8 (kQuantized), 0 (kLossless)
+  uint8_t flags = 0;        // kFlagDelta when a base was used
+  uint32_t num_levels = 0;  // <= 2^bits - 1 (kQuantized), 0 (kLossless)
   uint64_t element_count = 0;
-  uint64_t exact_count = 0;      // entries in the exact list (kQuantized)
-  uint64_t main_size = 0;        // zstd bytes of the symbols / byte planes
-  uint64_t exact_raw_size = 0;   // decompressed bytes of the exact list
-  uint64_t exact_size = 0;       // zstd bytes of the exact list (0 when empty)
+  uint64_t exact_count = 0;     // entries in the exact list (kQuantized)
+  uint64_t main_size = 0;       // zstd bytes of the symbols / byte planes
+  uint64_t exact_raw_size = 0;  // decompressed bytes of the exact list
+  uint64_t exact_size = 0;      // zstd bytes of the exact list (0 when empty)
 
   // Appends the kEncodedSize bytes.
   void EncodeTo(std::vector<std::byte>* out) const;

@@ -20,8 +20,8 @@ using testing::Measure;
 using testing::ToElements;
 
 // Encodes, checks every property, returns the encoded chunk.
-EncodedChunk CheckRoundTrip(ElementType type, const std::vector<std::byte>& values,
-                            const std::vector<std::byte>& base, const Budget& budget, Scratch* scratch) {
+EncodedChunk CheckRoundTrip(ElementType type, const std::vector<std::byte>& values, const std::vector<std::byte>& base,
+                            const Budget& budget, Scratch* scratch) {
   Result<EncodedChunk> enc = EncodeChunk(type, values, base, budget, scratch);
   EXPECT_TRUE(enc.ok()) << enc.status().ToString();
   if (!enc.ok()) return {};
@@ -77,16 +77,17 @@ TEST_P(LossyPropertyTest, WithinBudgetAndRoundTrips) {
 std::string ParamName(const ::testing::TestParamInfo<std::tuple<ElementType, Dist, double>>& info) {
   auto [type, dist, rel] = info.param;
   const char* t = type == ElementType::kF32 ? "f32" : type == ElementType::kF16 ? "f16" : "bf16";
-  return std::string(t) + "_" + testing::DistName(dist) + "_e" + std::to_string(static_cast<int>(-std::log10(rel) + 0.5));
+  return std::string(t) + "_" + testing::DistName(dist) + "_e" +
+         std::to_string(static_cast<int>(-std::log10(rel) + 0.5));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Distributions, LossyPropertyTest,
-    ::testing::Combine(::testing::Values(ElementType::kF32, ElementType::kF16, ElementType::kBF16),
-                       ::testing::Values(Dist::kNormal, Dist::kLaplace, Dist::kHeavyTail, Dist::kConstant,
-                                         Dist::kZeros, Dist::kDenormal, Dist::kNonFinite, Dist::kPositive),
-                       ::testing::Values(1e-1, 1e-2, 1e-3, 1e-4)),
-    ParamName);
+INSTANTIATE_TEST_SUITE_P(Distributions, LossyPropertyTest,
+                         ::testing::Combine(::testing::Values(ElementType::kF32, ElementType::kF16, ElementType::kBF16),
+                                            ::testing::Values(Dist::kNormal, Dist::kLaplace, Dist::kHeavyTail,
+                                                              Dist::kConstant, Dist::kZeros, Dist::kDenormal,
+                                                              Dist::kNonFinite, Dist::kPositive),
+                                            ::testing::Values(1e-1, 1e-2, 1e-3, 1e-4)),
+                         ParamName);
 
 TEST(LossyCodecTest, MaxAbsBudget) {
   Scratch scratch;

@@ -61,8 +61,7 @@ TEST(LossyCorruptionTest, ResealedBadFieldsAreCorruption) {
     testing::Reseal(&bad);
     Status st = DecodeChunk(ElementType::kF32, bad, {}, out, &scratch);
     EXPECT_FALSE(st.ok()) << "edit at " << e.offset;
-    EXPECT_TRUE(st.code() == StatusCode::kCorruption || st.code() == StatusCode::kUnsupported)
-        << st.ToString();
+    EXPECT_TRUE(st.code() == StatusCode::kCorruption || st.code() == StatusCode::kUnsupported) << st.ToString();
   }
   // A level that is not finite, and levels out of order.
   std::vector<std::byte> bad = good;
@@ -113,8 +112,8 @@ TEST(LossyCorruptionTest, VarintRejectsOverlongAndTruncated) {
   EXPECT_EQ(v, 0xffffffffu);
   pos = 0;
   EXPECT_FALSE(GetVarint32(ByteSpan(buf, 3), &pos, &v));
-  std::byte overlong[6] = {std::byte{0xff}, std::byte{0xff}, std::byte{0xff}, std::byte{0xff}, std::byte{0xff},
-                           std::byte{0x01}};
+  std::byte overlong[6] = {std::byte{0xff}, std::byte{0xff}, std::byte{0xff},
+                           std::byte{0xff}, std::byte{0xff}, std::byte{0x01}};
   pos = 0;
   EXPECT_FALSE(GetVarint32(overlong, &pos, &v));
 }

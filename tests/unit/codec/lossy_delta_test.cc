@@ -89,7 +89,8 @@ TEST(LossyDeltaTest, UnrelatedBaseFallsBackToKeyFrame) {
   // new values, so the residual is larger than the values themselves.
   Scratch scratch;
   std::vector<std::byte> values = testing::ToElements(ElementType::kF32, testing::Generate(Dist::kLaplace, 50000, 1));
-  std::vector<std::byte> unrelated = testing::ToElements(ElementType::kF32, testing::Generate(Dist::kLaplace, 50000, 2));
+  std::vector<std::byte> unrelated =
+      testing::ToElements(ElementType::kF32, testing::Generate(Dist::kLaplace, 50000, 2));
   Result<EncodedChunk> key = EncodeChunk(ElementType::kF32, values, {}, Budget{1e-2, 0}, &scratch);
   Result<EncodedChunk> delta = EncodeChunk(ElementType::kF32, values, unrelated, Budget{1e-2, 0}, &scratch);
   ASSERT_TRUE(key.ok() && delta.ok());

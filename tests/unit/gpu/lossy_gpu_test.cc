@@ -29,8 +29,8 @@ std::unique_ptr<LossyKernels> CudaOrNull(std::string* why) {
   return std::move(k).value();
 }
 
-#define REQUIRE_CUDA(var)                                   \
-  std::string why_##var;                                    \
+#define REQUIRE_CUDA(var)                                     \
+  std::string why_##var;                                      \
   std::unique_ptr<LossyKernels> var = CudaOrNull(&why_##var); \
   if (!var) GTEST_SKIP() << (why_##var.starts_with("no CUDA device") ? "" : "no CUDA device: ") << why_##var
 
@@ -203,9 +203,7 @@ TEST(LossyGpuBenchmark, KernelsAndEndToEnd) {
   Scratch scratch;
   EncodeOptions use_gpu;
   use_gpu.kernels = gpu.get();
-  auto seconds = [](auto t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  auto seconds = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   std::vector<EncodedChunk> encoded;
   auto t0 = std::chrono::steady_clock::now();
   for (uint64_t at = 0; at < n; at += chunk) {
