@@ -26,6 +26,16 @@ void StoreBits(std::byte* p, uint64_t i, typename E::Bits b) {
   std::memcpy(p + i * sizeof b, &b, sizeof b);
 }
 
+template <typename E>
+constexpr ElementType TypeOf() {
+  if constexpr (std::is_same_v<E, F32Elem>)
+    return ElementType::kF32;
+  else if constexpr (std::is_same_v<E, F16Elem>)
+    return ElementType::kF16;
+  else
+    return ElementType::kBF16;
+}
+
 // Folds 32 lane sums in the fixed order of element_ops.h.
 double FoldLanes(double* lanes) {
   for (uint32_t s = kReduceLanes / 2; s != 0; s >>= 1)
@@ -61,9 +71,8 @@ void ResidualTyped(const std::byte* values, const std::byte* base, uint64_t n, f
   for (uint64_t start = 0, blk = 0; start < n; start += kReduceBlock, ++blk) {
     uint64_t end = std::min<uint64_t>(n, start + kReduceBlock);
     double lanes[kReduceLanes] = {};
-    if (use_simd && std::is_same_v<E, F32Elem>) {
-      ResidualBlockF32Simd(reinterpret_cast<const uint32_t*>(values), reinterpret_cast<const uint32_t*>(base), start,
-                           end, residual, lanes);
+    if (use_simd) {
+      ResidualBlockSimd(TypeOf<E>(), values, base, start, end, residual, lanes);
     } else if (base) {
       ResidualBlock<E, true>(values, base, start, end, residual, lanes);
     } else {
@@ -131,7 +140,7 @@ void QuantizePackTyped(const QuantizeTable& t, const std::byte* values, const st
                        double* max_abs_error, ClassCounts* counts, LevelLookup* lut, bool use_simd) {
   alignas(64) uint8_t symbols[kReduceBlock];
   BuildLookup(t, lut);
-  const bool simd = use_simd && std::is_same_v<E, F32Elem> && lut->probe_ok;
+  const bool simd = use_simd && lut->probe_ok;
   double max_err = 0.0;
   uint64_t by_class[3] = {0, 0, 0};
   for (uint64_t start = 0, blk = 0; start < n; start += kReduceBlock, ++blk) {
@@ -139,9 +148,8 @@ void QuantizePackTyped(const QuantizeTable& t, const std::byte* values, const st
     double lanes[kReduceLanes] = {};
     if (simd) {
       uint64_t pruned = 0, exact = 0;
-      QuantizeBlockF32Simd(t, *lut, reinterpret_cast<const uint32_t*>(values), reinterpret_cast<const uint32_t*>(base),
-                           start, end, residual, symbols, reinterpret_cast<uint32_t*>(recon), lanes, &max_err, &pruned,
-                           &exact);
+      QuantizeBlockSimd(TypeOf<E>(), t, *lut, values, base, start, end, residual, symbols, recon, lanes, &max_err,
+                        &pruned, &exact);
       by_class[kPruned] += pruned;
       by_class[kExact] += exact;
       by_class[kQuantized] += (end - start) - pruned - exact;
@@ -265,9 +273,9 @@ class CpuKernels final : public LossyKernels {
 
   Status CompactExact(ElementType type, const QuantizeTable& table, ByteSpan values, std::span<const float> residual,
                       std::span<uint32_t> positions, MutableByteSpan raw, uint64_t* count) override {
-    if (use_simd_ && type == ElementType::kF32) {
-      *count = CompactExactF32Simd(table.exact_from, reinterpret_cast<const uint32_t*>(values.data()), residual.data(),
-                                   residual.size(), positions.data(), reinterpret_cast<uint32_t*>(raw.data()));
+    if (use_simd_) {
+      *count = CompactExactSimd(type, table.exact_from, values.data(), residual.data(), residual.size(),
+                                positions.data(), raw.data());
       return Status::Ok();
     }
     WithElement(type, [&]<typename E>() {
@@ -282,14 +290,13 @@ class CpuKernels final : public LossyKernels {
     const uint64_t n = out.size() / ElementSize(type);
     uint64_t done_groups = 0;
     uint32_t simd_max = 0;
-    if (use_simd_ && type == ElementType::kF32 && n >= kPackGroup && packed.size() >= 8) {
+    if (use_simd_ && n >= kPackGroup && packed.size() >= 8) {
       // Full groups whose 8-byte load stays inside `packed`.
       done_groups = std::min<uint64_t>(n / kPackGroup, (packed.size() - 8) / bits + 1);
       for (uint32_t s = 1; s < 256; ++s) lookup_->symbol_values[s] = levels[s - 1];
       lookup_->symbol_values[0] = 0.0f;
-      DequantizeF32Simd(*lookup_, bits, reinterpret_cast<const uint8_t*>(packed.data()),
-                        reinterpret_cast<const uint32_t*>(BaseOrNull(base)), 0, done_groups,
-                        reinterpret_cast<uint32_t*>(out.data()), &simd_max);
+      DequantizeSimd(type, *lookup_, bits, reinterpret_cast<const uint8_t*>(packed.data()), BaseOrNull(base), 0,
+                     done_groups, out.data(), &simd_max);
     }
     const uint64_t first = done_groups * kPackGroup;
     WithElement(type, [&]<typename E>() {

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "codec/tensor/lossy/element_ops.h"
+#include "codec/tensor/lossy/lossy.h"
 
 namespace ckptfs::lossy {
 
@@ -40,36 +41,37 @@ CKPTFS_HD uint32_t LookupLevel(const LevelLookup& lut, float r) {
   return start + (b[0] < r) + (b[1] < r) + (b[2] < r) + (b[3] < r);
 }
 
-// AVX2 versions for f32, used when the CPU has AVX2 (SimdAvailable()).
+// AVX2 versions of the hot loops for every element type, used when the CPU
+// has AVX2 (SimdAvailable()). Element pointers are `type` elements.
 bool SimdAvailable();
 
 // Quantizes elements [start, end) of one reduction block (start is a
 // multiple of kReduceBlock): symbols, reconstruction bits, lane sums of the
 // squared error (lanes[i % 32]), running max abs error and class counts.
 // REQUIRES: SimdAvailable(), lut.probe_ok, base null or n elements.
-void QuantizeBlockF32Simd(const QuantizeTable& t, const LevelLookup& lut, const uint32_t* values, const uint32_t* base,
-                          uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, uint32_t* recon,
-                          double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact);
+void QuantizeBlockSimd(ElementType type, const QuantizeTable& t, const LevelLookup& lut, const void* values,
+                       const void* base, uint64_t start, uint64_t end, const float* residual, uint8_t* symbols,
+                       void* recon, double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact);
 
-// Residual and norm lanes of f32 elements [start, end) of one reduction block
+// Residual and norm lanes of elements [start, end) of one reduction block
 // (start a multiple of kReduceBlock): residual[i] = x[i] - base[i] (or x[i]),
 // lanes[i % 32] += x[i]^2 for finite x[i]. REQUIRES: SimdAvailable().
-void ResidualBlockF32Simd(const uint32_t* values, const uint32_t* base, uint64_t start, uint64_t end, float* residual,
-                          double* lanes);
+void ResidualBlockSimd(ElementType type, const void* values, const void* base, uint64_t start, uint64_t end,
+                       float* residual, double* lanes);
 
 // Packs `count` symbols (a multiple of 8; each < 2^bits) into `bits` bytes per
 // group of 8 with BMI2 PEXT; false (nothing written) without BMI2.
 bool PackGroupsBmi2(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte* out);
 
-// Lists the positions (ascending) and raw bits of the f32 elements whose
+// Lists the positions (ascending) and raw bits of the elements whose
 // residual magnitude bits are >= exact_from; returns their number.
 // REQUIRES: SimdAvailable(); positions/raw large enough.
-uint64_t CompactExactF32Simd(uint32_t exact_from, const uint32_t* values, const float* residual, uint64_t n,
-                             uint32_t* positions, uint32_t* raw);
+uint64_t CompactExactSimd(ElementType type, uint32_t exact_from, const void* values, const float* residual, uint64_t n,
+                          uint32_t* positions, void* raw);
 
 // Dequantizes `groups` full groups of 8 symbols starting at group g0.
 // REQUIRES: SimdAvailable(); packed readable for 8 bytes at every group.
-void DequantizeF32Simd(const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const uint32_t* base, uint64_t g0,
-                       uint64_t groups, uint32_t* out, uint32_t* max_symbol);
+void DequantizeSimd(ElementType type, const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const void* base,
+                    uint64_t g0, uint64_t groups, void* out, uint32_t* max_symbol);
 
 }  // namespace ckptfs::lossy
