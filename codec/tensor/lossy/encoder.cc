@@ -36,14 +36,14 @@ double SumInOrder(std::span<const double> partials) {
   return s;
 }
 
-// Compresses `src` with zstd, appending to *out; returns the compressed size.
-Result<size_t> AppendZstd(ZSTD_CCtx* cctx, int level, ByteSpan src, std::vector<std::byte>* out) {
-  size_t at = out->size();
-  out->resize(at + ZSTD_compressBound(src.size()));
-  size_t got = ZSTD_compressCCtx(cctx, out->data() + at, out->size() - at, src.data(), src.size(), level);
+// Compresses `src` into one zstd frame held in the reused `staging` buffer
+// (sizing the output vector to the worst case instead would zero-fill and
+// fault in fresh memory on every chunk, and leave it oversized).
+Result<ByteSpan> CompressZstd(ZSTD_CCtx* cctx, int level, ByteSpan src, std::vector<std::byte>* staging) {
+  EnsureSize(staging, ZSTD_compressBound(src.size()));
+  size_t got = ZSTD_compressCCtx(cctx, staging->data(), staging->size(), src.data(), src.size(), level);
   if (ZSTD_isError(got)) return Status::Internal(std::string("zstd compress: ") + ZSTD_getErrorName(got));
-  out->resize(at + got);
-  return got;
+  return ByteSpan(staging->data(), got);
 }
 
 // Appends the trailer: XXH3-64 of every byte before it.
@@ -64,12 +64,11 @@ Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan 
   EnsureSize(&s.planes, values.size());
   MutableByteSpan planes(s.planes.data(), values.size());
   SplitPlanes(values, base, width, planes);
-  chunk.bytes.reserve(StreamHeader::kEncodedSize + ZSTD_compressBound(values.size()));
+  ASSIGN_OR_RETURN(ByteSpan main, CompressZstd(s.cctx.get(), level, planes, &s.zstd_main));
+  h.main_size = main.size();
+  chunk.bytes.reserve(StreamHeader::kEncodedSize + main.size() + kTrailerSize);
   h.EncodeTo(&chunk.bytes);
-  ASSIGN_OR_RETURN(h.main_size, AppendZstd(s.cctx.get(), level, planes, &chunk.bytes));
-  std::vector<std::byte> header;
-  h.EncodeTo(&header);
-  std::copy(header.begin(), header.end(), chunk.bytes.begin());
+  ByteWriter(&chunk.bytes).Bytes(main);
   AppendChecksum(&chunk.bytes);
   if (reconstruction_out.empty()) {
     chunk.reconstruction.assign(values.begin(), values.end());
@@ -234,19 +233,21 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     h.element_count = n;
     h.exact_count = exact;
     h.exact_raw_size = exact == 0 ? 0 : s.exact_list.size();
+    ASSIGN_OR_RETURN(ByteSpan main, CompressZstd(s.cctx.get(), options.zstd_level, packed, &s.zstd_main));
+    ByteSpan exact_z;
+    if (exact > 0) {
+      ASSIGN_OR_RETURN(exact_z, CompressZstd(s.cctx.get(), options.zstd_level, s.exact_list, &s.zstd_exact));
+    }
+    h.main_size = main.size();
+    h.exact_size = exact_z.size();
     chunk.bytes.clear();
-    chunk.bytes.reserve(StreamHeader::kEncodedSize + 4 * table.num_levels + ZSTD_compressBound(packed_bytes) +
-                        ZSTD_compressBound(s.exact_list.size()));
+    chunk.bytes.reserve(StreamHeader::kEncodedSize + 4 * table.num_levels + main.size() + exact_z.size() +
+                        kTrailerSize);
     h.EncodeTo(&chunk.bytes);
     ByteWriter w(&chunk.bytes);
     for (uint32_t j = 0; j < table.num_levels; ++j) w.U32(FloatBits(table.levels[j]));
-    ASSIGN_OR_RETURN(h.main_size, AppendZstd(s.cctx.get(), options.zstd_level, packed, &chunk.bytes));
-    if (exact > 0) {
-      ASSIGN_OR_RETURN(h.exact_size, AppendZstd(s.cctx.get(), options.zstd_level, s.exact_list, &chunk.bytes));
-    }
-    std::vector<std::byte> header;
-    h.EncodeTo(&header);
-    std::copy(header.begin(), header.end(), chunk.bytes.begin());
+    w.Bytes(main);
+    w.Bytes(exact_z);
     AppendChecksum(&chunk.bytes);
     // A lossy stream larger than the raw values is pointless: store exactly.
     if (chunk.bytes.size() >= values.size()) break;

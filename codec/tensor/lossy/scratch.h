@@ -34,6 +34,8 @@ struct Scratch::Buffers {
   std::vector<std::byte> exact_raw;
   std::vector<std::byte> exact_list;
   std::vector<std::byte> planes;
+  std::vector<std::byte> zstd_main;  // compressed frames before they are assembled
+  std::vector<std::byte> zstd_exact;
   std::unique_ptr<ZSTD_CCtx, ZstdCDeleter> cctx;
   std::unique_ptr<ZSTD_DCtx, ZstdDDeleter> dctx;
   std::unique_ptr<LossyKernels> cpu_kernels;
