@@ -101,8 +101,10 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
   lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, out};
   ASSIGN_OR_RETURN(lossy::EncodedChunk encoded,
                    lossy::EncodeChunk(type, data, base_bytes, plan.budget, &scratch.lossy(), lossy_options));
+  // The lossless candidates only for their size (scratch.decoded is unused
+  // while encoding); the main pass encodes the winner again.
   ASSIGN_OR_RETURN(ChunkEncoding lossless,
-                   EncodeChunkBest(data, plan.dtype, options.zstd_level, base_bytes, scratch, &scratch.candidate));
+                   EncodeChunkBest(data, plan.dtype, options.zstd_level, base_bytes, scratch, &scratch.decoded));
   if (lossless.stored_size <= encoded.bytes.size()) {
     std::copy(data.begin(), data.end(), out.begin());
     result->used = false;
