@@ -15,7 +15,7 @@ root=$(pwd)
 source scripts/lib/deps.sh
 ckptfs_install_deps
 echo "== build"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_BUILD_TESTS=OFF >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C build ckptfs >/dev/null
 ckptfs="$root/build/mount-tools/ckptfs"
 

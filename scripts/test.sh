@@ -29,7 +29,7 @@ run_suite() {  # name, command...
 }
 
 echo "== build (release)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_BUILD_TESTS=ON >/dev/null
 ninja -C build -j "$jobs"
 
 run_suite "unit tests" ctest --test-dir build --output-on-failure -j "$jobs" -L unit
@@ -37,7 +37,7 @@ run_suite "gpu tests (skip without a device)" ctest --test-dir build --output-on
 
 if [ "${CKPTFS_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=ON >/dev/null
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=ON -DCKPTFS_BUILD_TESTS=ON >/dev/null
   ninja -C build-asan -j "$jobs" codec_tests $(ninja -C build-asan -t targets all | grep -o '^fs_tests:' | tr -d :)
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   run_suite "unit tests under ASan+UBSan" ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
