@@ -96,6 +96,16 @@ TEST(ContainerLossy, RoundTripWithinBudgetAndExactElsewhere) {
   }
 }
 
+TEST(ContainerLossy, OutputDoesNotDependOnTheThreadCount) {
+  FileBuilder f = MixedFile(4);
+  EncodeOptions one = LossyOptions(1e-2, 16 << 10);
+  EncodeOptions three = one;
+  three.threads = 3;
+  std::vector<std::byte> a = Encode(f.bytes, f.layout, one);
+  std::vector<std::byte> b = Encode(f.bytes, f.layout, three);
+  EXPECT_EQ(a, b);
+}
+
 TEST(ContainerLossy, ZeroBudgetIsBitExact) {
   FileBuilder f = MixedFile(2);
   std::vector<std::byte> blob = Encode(f.bytes, f.layout, LossyOptions(0));
