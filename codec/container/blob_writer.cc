@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <thread>
 
@@ -98,9 +99,21 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
   ByteSpan base_bytes = ReadBaseBytes(plan, base, scratch);
   ASSIGN_OR_RETURN(lossy::ElementType type, lossy::ElementTypeOf(plan.dtype));
   MutableByteSpan out(recon + plan.offset, plan.length);
-  lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, out};
+  // The lossy kernels load whole elements: give them aligned spans (tensor
+  // data in a file is not always aligned to its element size).
+  const size_t align = lossy::ElementSize(type);
+  auto misaligned = [align](const void* p) { return reinterpret_cast<uintptr_t>(p) % align != 0; };
+  ByteSpan values = data;
+  if (misaligned(data.data())) {
+    std::byte* copy = scratch.planes.Reserve(data.size());
+    std::copy(data.begin(), data.end(), copy);
+    values = ByteSpan(copy, data.size());
+  }
+  const bool direct_out = !misaligned(out.data());
+  lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, direct_out ? out : MutableByteSpan()};
   ASSIGN_OR_RETURN(lossy::EncodedChunk encoded,
-                   lossy::EncodeChunk(type, data, base_bytes, plan.budget, &scratch.lossy(), lossy_options));
+                   lossy::EncodeChunk(type, values, base_bytes, plan.budget, &scratch.lossy(), lossy_options));
+  if (!direct_out) std::copy(encoded.reconstruction.begin(), encoded.reconstruction.end(), out.begin());
   // The lossless candidates only for their size (scratch.decoded is unused
   // while encoding); the main pass encodes the winner again.
   ASSIGN_OR_RETURN(ChunkEncoding lossless,

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/lossy.h"
@@ -75,7 +77,21 @@ Result<size_t> LossyChunkCodec::DoEncode(ByteSpan, const ChunkContext&, CodecScr
 Status LossyChunkCodec::DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
                                  MutableByteSpan out) const {
   ASSIGN_OR_RETURN(lossy::ElementType type, lossy::ElementTypeOf(ctx.dtype));
-  return lossy::DecodeChunk(type, stored, ctx.base, out, &scratch.lossy());
+  // The kernels store whole elements: decode into an aligned buffer when a
+  // reader's span is not aligned to the element size (then copy).
+  const size_t align = lossy::ElementSize(type);
+  auto misaligned = [align](const void* p) { return reinterpret_cast<uintptr_t>(p) % align != 0; };
+  ByteSpan base = ctx.base;
+  if (misaligned(base.data())) {
+    std::byte* copy = scratch.xored.Reserve(base.size());
+    std::copy(base.begin(), base.end(), copy);
+    base = ByteSpan(copy, base.size());
+  }
+  if (!misaligned(out.data())) return lossy::DecodeChunk(type, stored, base, out, &scratch.lossy());
+  MutableByteSpan aligned(scratch.planes.Reserve(out.size()), out.size());
+  RETURN_IF_ERROR(lossy::DecodeChunk(type, stored, base, aligned, &scratch.lossy()));
+  std::copy(aligned.begin(), aligned.end(), out.begin());
+  return Status::Ok();
 }
 
 ErrorSums MeasureError(DType dtype, ByteSpan a, ByteSpan b) {

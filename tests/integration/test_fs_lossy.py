@@ -2,6 +2,7 @@
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -49,12 +50,23 @@ def xattr(path, name):
     return os.getxattr(path, "user.ckptfs." + name).decode()
 
 
+def wait_committed(store, *paths, timeout=60):
+    """Waits until every path is committed: FUSE sends RELEASE after close()
+    returns, so an idle queue alone does not prove the commit was queued."""
+    deadline = time.time() + timeout
+    for p in paths:
+        while xattr(p, "state") != "committed":
+            assert time.time() < deadline, f"{p} not committed"
+            time.sleep(0.02)
+    store.wait_idle()
+
+
 def test_lossy_torch_within_budget(store, tmp_path):
     store.mount("lossy=on,budget=0.01,opt_budget=0.05")
     sd = model_state(1)
     p = store.path("ckpt.pt")
     torch.save(sd, p)
-    store.wait_idle()
+    wait_committed(store, p)
     ref = tmp_path / "ckpt.pt"
     torch.save(sd, ref)
     assert os.path.getsize(p) == os.path.getsize(ref)
@@ -75,7 +87,7 @@ def test_lossy_torch_within_budget(store, tmp_path):
     store.umount()
     store.mount("lossy=off")
     torch.save(sd, q)
-    store.wait_idle()
+    wait_committed(store, q)
     assert xattr(q, "error") == "lossless"
     assert_same(torch.load(q), sd)
     lossless_stored = int(xattr(q, "stored_bytes"))
@@ -91,15 +103,20 @@ def test_lossless_policy_is_bit_exact(store, tmp_path):
     store.mount(f"lossy=on,policy={policy}")
     sd = model_state(2)
     torch.save(sd, store.path("exact-1.pt"))
-    torch.save(sd, store.path("mixed.pt"))
-    store.wait_idle()
+    wait_committed(store, store.path("exact-1.pt"))
     ref = tmp_path / "exact-1.pt"
     torch.save(sd, ref)
     with open(store.path("exact-1.pt"), "rb") as f:
         assert f.read() == ref.read_bytes()
     assert xattr(store.path("exact-1.pt"), "error") == "lossless"
-    got = torch.load(store.path("mixed.pt"))
-    zip_ok(store.path("mixed.pt"))
+    # Different content in its own directory: an identical file would be
+    # stored as a (smaller, exact) delta against exact-1.pt.
+    os.makedirs(store.path("sub"))
+    sd = model_state(4)
+    torch.save(sd, store.path("sub", "mixed.pt"))
+    wait_committed(store, store.path("sub", "mixed.pt"))
+    got = torch.load(store.path("sub", "mixed.pt"))
+    zip_ok(store.path("sub", "mixed.pt"))
     check_within(got, sd, 0.02)
     assert not torch.equal(got["model"]["fc1.weight"], sd["model"]["fc1.weight"])
     # Tensors outside the rule fall to the defaults (1e-2).
@@ -116,7 +133,7 @@ def test_lossy_rotation_closed_loop(store):
         state = model_state(200 + step, drift=1e-3, base=state)
         name = os.path.join(d, f"ckpt-{step}.pt")
         torch.save(state, name)
-        store.wait_idle()
+        wait_committed(store, name)
         saved.append((name, state))
     depths = [int(xattr(n, "chain_depth")) for n, _ in saved]
     assert max(depths) > 0, depths  # lossy deltas against the previous versions
