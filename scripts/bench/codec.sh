@@ -18,10 +18,11 @@ if [ ! -f "$data/fp32.pt" ]; then
 fi
 out=${1:-/dev/stdout}
 {
+  echo '{"lossless":'
   build/tests/bench/checkpoint_bench --runs 5 "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt
-  echo '{"lossy": ['
-  build/tests/bench/checkpoint_bench --runs 3 --budget 1e-2 "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt
-  echo ','
-  build/tests/bench/checkpoint_bench --runs 3 --budget 5e-2 "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt
-  echo ']}'
+  for budget in 1e-2 5e-2; do
+    echo ", \"lossy_rel_l2_$budget\":"
+    build/tests/bench/checkpoint_bench --runs 3 --budget "$budget" "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt
+  done
+  echo '}'
 } > "$out"
