@@ -46,6 +46,18 @@ bool IsOptimizerState(std::string_view name) {
   return name.starts_with("optimizer.state.") || name.starts_with("optim.state.") || name.starts_with("state.");
 }
 
+bool IsOptimizerDenominator(std::string_view name) {
+  if (!IsOptimizerState(name)) return false;
+  size_t dot = name.rfind('.');
+  std::string_view leaf = dot == std::string_view::npos ? name : name.substr(dot + 1);
+  // Adam/AdamW/AMSGrad second moments, RMSprop, Adamax, Adagrad, Adadelta,
+  // Adafactor's factored second moments.
+  for (std::string_view d : {"exp_avg_sq", "max_exp_avg_sq", "square_avg", "exp_inf", "sum", "acc_delta",
+                             "exp_avg_sq_row", "exp_avg_sq_col"})
+    if (leaf == d) return true;
+  return false;
+}
+
 Policy Policy::Lossless() {
   Policy p;
   p.enabled_ = false;
@@ -134,6 +146,12 @@ lossy::Budget Policy::BudgetFor(std::string_view path, FileFormat format, const 
   for (const Rule& r : rules_)
     if (FileMatches(r.files, path) && GlobMatch(r.tensors, t.name)) return r.budget;
   if (!enabled_) return {};
+  // A lossy codec may prune a small positive element to 0 within any L2
+  // budget; in a denominator such as Adam's sqrt(exp_avg_sq) + eps that
+  // turns the next update into m / eps and training diverges after a
+  // restore (measured: NaN loss). These stay lossless unless a rule above
+  // names them explicitly.
+  if (IsOptimizerDenominator(t.name)) return {};
   return lossy::Budget{IsOptimizerState(t.name) ? optimizer_rel_l2_ : default_rel_l2_, 0};
 }
 

@@ -67,4 +67,9 @@ class Policy {
 // or "state.*").
 bool IsOptimizerState(std::string_view name);
 
+// True if `name` is optimizer state used as a denominator of the update
+// (Adam's exp_avg_sq, RMSprop's square_avg, Adagrad's sum, ...). The default
+// policy keeps these lossless: zeroing one small element blows up the step.
+bool IsOptimizerDenominator(std::string_view name);
+
 }  // namespace ckptfs::policy

@@ -44,9 +44,24 @@ max_abs = 0.5
   EXPECT_EQ(b.rel_l2, 0.001);
   EXPECT_EQ(b.max_abs, 0.5);
   EXPECT_EQ(p->BudgetFor("other/x.pt", FileFormat::kTorchZip, T("layer.0.bias")).rel_l2, 0.02);
-  EXPECT_EQ(p->BudgetFor("x.pt", FileFormat::kTorchZip, T("optimizer.state.3.exp_avg_sq")).rel_l2, 0.1);
+  EXPECT_EQ(p->BudgetFor("x.pt", FileFormat::kTorchZip, T("optimizer.state.3.exp_avg")).rel_l2, 0.1);
+  // Update denominators stay lossless under the defaults...
+  EXPECT_EQ(p->BudgetFor("x.pt", FileFormat::kTorchZip, T("optimizer.state.3.exp_avg_sq")).rel_l2, 0.0);
   // Integer tensors stay lossless even when a rule says lossy.
   EXPECT_EQ(p->BudgetFor("ckpt/x.pt", FileFormat::kTorchZip, T("a.bias", DType::kI32)).rel_l2, 0.0);
+}
+
+TEST(Policy, OptimizerDenominatorsStayLosslessUnlessARuleNamesThem) {
+  Policy p = Policy::Defaults(1e-2, 5e-2);
+  for (const char* name : {"optimizer.state.0.exp_avg_sq", "optimizer.state.7.max_exp_avg_sq",
+                           "optimizer.state.1.square_avg", "optimizer.state.2.sum", "state.4.exp_inf"})
+    EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T(name)).rel_l2, 0.0) << name;
+  EXPECT_FALSE(IsOptimizerDenominator("model.exp_avg_sq"));  // not optimizer state
+  EXPECT_FALSE(IsOptimizerDenominator("optimizer.state.0.exp_avg"));
+  // An explicit rule is the user's choice.
+  Result<Policy> r = Policy::FromToml("[[rule]]\ntensors = \"*.exp_avg_sq\"\nmode = \"lossy\"\nrel_l2 = 0.01\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->BudgetFor("a.pt", FileFormat::kTorchZip, T("optimizer.state.0.exp_avg_sq")).rel_l2, 0.01);
 }
 
 TEST(Policy, DefaultsModeLosslessKeepsOnlyRules) {
