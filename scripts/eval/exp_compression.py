@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""Experiment: compression over a training run, per checkpoint and
+cumulative, weights and optimizer state apart.
+
+  exp_compression.py --workload digits|charlm|transfer [--size full|smoke]
+      [--backends ckptfs-lossless,ckptfs-lossy:1e-2,...] [--workdir DIR]
+      [--results DIR]
+
+The seed-0 run trains once into a plain directory; its checkpoint sequence
+(the exact bytes torch.save wrote, in order) is then replayed into each
+backend, waiting for the encodes after each checkpoint as a trainer whose
+save interval exceeds the encode time would. In an uninterrupted run the
+bytes a trainer writes do not depend on where they go, so this is the same
+as training into each mount, at a fraction of the cost. For the
+weights/optimizer split each checkpoint is also re-saved as two files,
+{"model": ...} into weights/ and {"optimizer": ...} into optim/ (separate
+directories, so each delta chain is its own). zstd -3 compresses each whole
+file, and for the split each tensor's raw bytes separately.
+
+Writes RESULTS/compression-<workload>.json, .md and .png.
+"""
+import argparse
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import backends as bk  # noqa: E402
+import harness as h  # noqa: E402
+
+KINDS = ("checkpoint", "weights", "optimizer", "safetensors")
+TARGET_RATIO = 40.0
+
+
+def sequence(ckdir):
+    """[(step, {kind: filename})] in save order."""
+    out = []
+    for name in sorted(os.listdir(ckdir)):
+        if name.startswith("ckpt_") and name.endswith(".pt"):
+            step = int(name[5:-3])
+            files = {"checkpoint": name}
+            st = f"model_{step:06d}.safetensors"
+            if os.path.exists(os.path.join(ckdir, st)):
+                files["safetensors"] = st
+            out.append((step, files))
+    return out
+
+
+def tensor_bytes(obj):
+    """Raw bytes of every tensor inside obj (dicts/lists walked)."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().contiguous()
+        return [t.reshape(-1).view(torch.uint8).numpy().tobytes()] if t.numel() else []
+    if isinstance(obj, dict):
+        return [b for k in obj for b in tensor_bytes(obj[k])]
+    if isinstance(obj, (list, tuple)):
+        return [b for v in obj for b in tensor_bytes(v)]
+    return []
+
+
+def zstd_size(data):
+    return len(subprocess.run(["zstd", "-3", "-q", "-c"], input=data, capture_output=True, check=True).stdout)
+
+
+def split_and_zstd(ckdir, seq, splitdir):
+    """Writes the weights/optim split files; returns the zstd -3 rows."""
+    import torch
+    os.makedirs(os.path.join(splitdir, "weights"), exist_ok=True)
+    os.makedirs(os.path.join(splitdir, "optim"), exist_ok=True)
+    rows = []
+    for step, files in seq:
+        row = {"step": step}
+        for kind, name in files.items():
+            with open(os.path.join(ckdir, name), "rb") as f:
+                data = f.read()
+            row[kind] = {"logical_bytes": len(data), "stored_bytes": zstd_size(data)}
+        ck = torch.load(os.path.join(ckdir, files["checkpoint"]))
+        for kind, key, sub in (("weights", "model", "weights"), ("optimizer", "optimizer", "optim")):
+            torch.save({key: ck[key]}, os.path.join(splitdir, sub, files["checkpoint"]))
+            blobs = tensor_bytes(ck[key])
+            row[kind] = {"logical_bytes": sum(len(b) for b in blobs),
+                         "stored_bytes": sum(zstd_size(b) for b in blobs)}
+        rows.append(row)
+    return rows
+
+
+def replay(backend, workdir, ckdir, splitdir, seq):
+    root = backend.start(workdir)
+    try:
+        for d in ("run", "weights", "optim"):
+            os.makedirs(os.path.join(root, d), exist_ok=True)
+        for step, files in seq:
+            for name in files.values():
+                shutil.copyfile(os.path.join(ckdir, name), os.path.join(root, "run", name))
+            shutil.copyfile(os.path.join(splitdir, "weights", files["checkpoint"]),
+                            os.path.join(root, "weights", files["checkpoint"]))
+            shutil.copyfile(os.path.join(splitdir, "optim", files["checkpoint"]),
+                            os.path.join(root, "optim", files["checkpoint"]))
+            backend.wait_idle()
+        backend.stop()
+    except BaseException:
+        backend.teardown()
+        raise
+    stats = backend.stats()
+    rows = []
+    for step, files in seq:
+        row = {"step": step}
+        for kind, name in files.items():
+            row[kind] = _pick(stats[os.path.join("run", name)])
+        row["weights"] = _pick(stats[os.path.join("weights", files["checkpoint"])])
+        row["optimizer"] = _pick(stats[os.path.join("optim", files["checkpoint"])])
+        rows.append(row)
+    return rows
+
+
+def _pick(s):
+    return {"logical_bytes": s["logical_bytes"], "stored_bytes": s["stored_bytes"]}
+
+
+def summarize(rows):
+    """Per kind: total logical/stored, cumulative ratio, and the cumulative
+    ratio series over the run. 'weights+optimizer' adds the two."""
+    out = {}
+    for kind in KINDS + ("weights+optimizer",):
+        parts = ("weights", "optimizer") if kind == "weights+optimizer" else (kind,)
+        if not all(p in rows[0] for p in parts):
+            continue
+        logical = stored = 0
+        series = []
+        for r in rows:
+            logical += sum(r[p]["logical_bytes"] for p in parts)
+            stored += sum(r[p]["stored_bytes"] for p in parts)
+            series.append(logical / stored)
+        out[kind] = {"logical_bytes": logical, "stored_bytes": stored, "ratio": logical / stored,
+                     "cumulative": series}
+    return out
+
+
+def fmt_ratio(x):
+    return f"{x:.1f}x" if x >= 10 else f"{x:.2f}x"
+
+
+def write_outputs(res, results):
+    base = os.path.join(results, f"compression-{res['workload']}")
+    h.write_json(base + ".json", res)
+    kinds = ["checkpoint", "weights", "optimizer", "weights+optimizer", "safetensors"]
+    have = [k for k in kinds if any(k in b.get("summary", {}) for b in res["backends"].values())]
+    headers = ["backend"] + [f"{k} (cumulative)" for k in have] + ["last ckpt (per file)", "≥40x (w+opt)"]
+    rows = []
+    for name, b in res["backends"].items():
+        if b["status"] != "ok":
+            rows.append([name] + ["not run"] * (len(headers) - 1))
+            continue
+        s = b["summary"]
+        last = b["per_checkpoint"][-1]["checkpoint"]
+        wo = s.get("weights+optimizer", {}).get("ratio", 0)
+        rows.append([name] + [fmt_ratio(s[k]["ratio"]) if k in s else "-" for k in have]
+                    + [fmt_ratio(last["logical_bytes"] / last["stored_bytes"]),
+                       "yes" if wo >= TARGET_RATIO else f"no ({fmt_ratio(wo)})"])
+    md = [f"### Compression: {res['workload']} ({res['size']}, {res['checkpoints']} checkpoints, "
+          f"{res['logical_bytes_per_checkpoint'] / 1e6:.2f} MB each)\n", h.markdown_table(headers, rows)]
+    for name, b in res["backends"].items():
+        if b["status"] != "ok":
+            md.append(f"- `{name}`: not run — {b['reason']}\n")
+        elif b.get("note"):
+            md.append(f"- `{name}`: {b['note']}\n")
+    with open(base + ".md", "w") as f:
+        f.write("\n".join(md))
+
+    plt = h.pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, b in res["backends"].items():
+        if b["status"] != "ok":
+            continue
+        steps = [r["step"] for r in b["per_checkpoint"]]
+        per = [r["checkpoint"]["logical_bytes"] / r["checkpoint"]["stored_bytes"] for r in b["per_checkpoint"]]
+        axes[0].plot(steps, per, marker=".", label=name)
+        axes[1].plot(steps, b["summary"]["checkpoint"]["cumulative"], marker=".", label=name)
+    for ax, title in zip(axes, ("per checkpoint", "cumulative")):
+        ax.set_yscale("log")
+        ax.set_xlabel("training step")
+        ax.set_ylabel("compression ratio (logical / stored)")
+        ax.set_title(f"{res['workload']}: {title}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(base + ".png", dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", required=True, choices=["digits", "charlm", "transfer"])
+    ap.add_argument("--size", default="full", choices=["full", "smoke"])
+    ap.add_argument("--backends", default="ckptfs-lossless,ckptfs-lossy:1e-3,ckptfs-lossy:1e-2,ckptfs-lossy:1e-1")
+    ap.add_argument("--workdir", default="/tmp/ckptfs-eval")
+    ap.add_argument("--results", default="results")
+    args = ap.parse_args()
+
+    base = h.baseline_run(args.workdir, args.workload, args.size, 0)
+    seq = sequence(base["ckpts"])
+    expdir = os.path.join(args.workdir, f"{args.workload}-{args.size}", "compression")
+    shutil.rmtree(expdir, ignore_errors=True)
+    splitdir = os.path.join(expdir, "split")
+    h.log(f"[compression {args.workload}] zstd -3 over {len(seq)} checkpoints")
+    res = {"experiment": "compression", "workload": args.workload, "size": args.size,
+           "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "cpus": os.cpu_count(),
+           "schedule": h.schedule(args.workload, args.size), "checkpoints": len(seq),
+           "logical_bytes_per_checkpoint": os.path.getsize(os.path.join(base["ckpts"], seq[-1][1]["checkpoint"])),
+           "backends": {}}
+    zrows = split_and_zstd(base["ckpts"], seq, splitdir)
+    res["backends"]["zstd -3 (per file; per tensor for the split)"] = {
+        "status": "ok", "per_checkpoint": zrows, "summary": summarize(zrows)}
+    for spec in [s for s in args.backends.split(",") if s]:
+        b = bk.make(spec)
+        work = os.path.join(expdir, spec.replace(":", "_"))
+        why = bk.probe_lossless_options(b, work) if spec == "ckptfs-lossless" else b.probe(work)
+        if why:
+            h.log(f"[compression {args.workload}] {spec}: not run: {why}")
+            res["backends"][spec] = {"status": "not run", "reason": why}
+            continue
+        h.log(f"[compression {args.workload}] replaying into {spec}")
+        rows = replay(b, work, base["ckpts"], splitdir, seq)
+        res["backends"][spec] = {"status": "ok", "per_checkpoint": rows, "summary": summarize(rows),
+                                 "mount_options": b.options, "note": getattr(b, "note", None)}
+        shutil.rmtree(work, ignore_errors=True)
+    write_outputs(res, args.results)
+    h.log(f"[compression {args.workload}] wrote {args.results}/compression-{args.workload}.{{json,md,png}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
