@@ -168,26 +168,36 @@ def write_outputs(res, results):
         elif b.get("note"):
             md.append(f"- `{name}`: {b['note']}\n")
     with open(base + ".md", "w") as f:
-        f.write("\n".join(md))
+        f.write("\n".join(md[:2]) + "\n" + "".join(md[2:]))
 
     plt = h.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name, b in res["backends"].items():
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.3))
+    for i, (name, b) in enumerate(res["backends"].items()):
         if b["status"] != "ok":
             continue
+        color = f"C{i}"
         steps = [r["step"] for r in b["per_checkpoint"]]
         per = [r["checkpoint"]["logical_bytes"] / r["checkpoint"]["stored_bytes"] for r in b["per_checkpoint"]]
-        axes[0].plot(steps, per, marker=".", label=name)
-        axes[1].plot(steps, b["summary"]["checkpoint"]["cumulative"], marker=".", label=name)
-    for ax, title in zip(axes, ("per checkpoint", "cumulative")):
-        ax.set_yscale("log")
+        axes[0].plot(steps, per, marker=".", color=color, label=name)
+        axes[1].plot(steps, b["summary"]["checkpoint"]["cumulative"], marker=".", color=color, label=name)
+        axes[2].plot(steps, b["summary"]["weights"]["cumulative"], "-", color=color, label=f"{name}: weights")
+        axes[2].plot(steps, b["summary"]["optimizer"]["cumulative"], "--", color=color,
+                     label=f"{name}: optimizer")
+    titles = ("whole checkpoint, per file", "whole checkpoint, cumulative", "weights / optimizer, cumulative")
+    for ax, title in zip(axes, titles):
+        low, high = ax.get_ylim()
+        if high > 20 * max(low, 0.5):  # log scale only when the ratios span decades
+            ax.set_yscale("log")
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
         ax.set_xlabel("training step")
-        ax.set_ylabel("compression ratio (logical / stored)")
-        ax.set_title(f"{res['workload']}: {title}")
+        ax.set_ylabel("logical / stored bytes")
+        ax.set_title(f"{res['workload']}: {title}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(base + ".png", dpi=110)
+    fig.savefig(base + ".png", dpi=100)
     plt.close(fig)
 
 

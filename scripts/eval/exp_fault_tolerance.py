@@ -151,11 +151,11 @@ def write_outputs(res, results):
             p = b["pretrained"]
             md.append(f"- `{spec}`: pretrained checkpoint read back from the mount: bit-identical "
                       f"{'yes' if p['bit_identical'] else 'no'}, max |Δ| {p['max_abs_diff']:.3g}, "
-                      f"stored {p['ratio']:.2f}x smaller\n")
+                      f"store ratio {p['ratio']:.2f}x\n")
     for f in res.get("failures", []):
         md.append(f"- **FAILED**: {f}\n")
     with open(base + ".md", "w") as f:
-        f.write("\n".join(md))
+        f.write("\n".join(md[:3]) + "\n" + "".join(md[3:]))
 
     plt = h.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
