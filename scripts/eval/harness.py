@@ -106,7 +106,6 @@ def resumed_run(backend, rundir, workload, size, seed, init_source=None):
     the page cache). `init_source` (transfer): the pretrained checkpoint,
     copied into the backend first and read back from it (after a remount)
     by every segment. Returns {final, log, restores, stats}."""
-    import torch  # noqa: F401  (only to fail early when missing)
     sched = schedule(workload, size)
     os.makedirs(rundir, exist_ok=True)
     log, final = os.path.join(rundir, "train.log"), os.path.join(rundir, "final.pt")
