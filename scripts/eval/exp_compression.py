@@ -117,7 +117,11 @@ def replay(backend, workdir, ckdir, splitdir, seq):
 
 
 def _pick(s):
-    return {"logical_bytes": s["logical_bytes"], "stored_bytes": s["stored_bytes"]}
+    out = {"logical_bytes": s["logical_bytes"], "stored_bytes": s["stored_bytes"]}
+    for key in ("codec", "chain_depth"):  # how the store encoded it (blob:opaque = not parsed)
+        if key in s:
+            out[key] = s[key]
+    return out
 
 
 def summarize(rows):
@@ -165,8 +169,12 @@ def write_outputs(res, results):
     for name, b in res["backends"].items():
         if b["status"] != "ok":
             md.append(f"- `{name}`: not run — {b['reason']}\n")
-        elif b.get("note"):
+            continue
+        if b.get("note"):
             md.append(f"- `{name}`: {b['note']}\n")
+        codecs = sorted({r[k]["codec"] for r in b["per_checkpoint"] for k in KINDS if k in r and "codec" in r[k]})
+        if codecs:
+            md.append(f"- `{name}`: stored as {', '.join(codecs)}\n")
     with open(base + ".md", "w") as f:
         f.write("\n".join(md[:2]) + "\n" + "".join(md[2:]))
 
