@@ -7,6 +7,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 #include "codec/common/status.h"
 
@@ -32,4 +34,10 @@ void RegisterMountCommands(CLI::App& app, int* exit_code);
 // stats / inspect / restore / fsck / gc on a store (mounted or not).
 void RegisterStoreCommands(CLI::App& app, int* exit_code);
 
+}  // namespace ckptfs::tools
+
+namespace ckptfs::tools {
+// The argument vector of "ckptfs mount ..." for an invocation as the mount
+// helper "mount.ckptfs BACKING MOUNTPOINT [-o OPTIONS]" (argv[0] basename).
+std::vector<std::string> MountHelperArgs(int argc, char** argv);
 }  // namespace ckptfs::tools

@@ -1,6 +1,8 @@
 // ckptfs: the command-line tool. Subcommand groups live in cmd_*.cc.
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "mount-tools/commands.h"
 
@@ -34,6 +36,17 @@ int main(int argc, char** argv) {
   RegisterBlobCommands(app, &exit_code);
   RegisterMountCommands(app, &exit_code);
   RegisterStoreCommands(app, &exit_code);
+  // Invoked as the mount helper (mount -t fuse.ckptfs / mount.ckptfs)?
+  std::string self = argv[0];
+  std::vector<std::string> helper;
+  std::string base = self.substr(self.rfind('/') + 1);
+  if (base == "mount.ckptfs" || base == "mount.fuse.ckptfs") helper = MountHelperArgs(argc, argv);
+  std::vector<char*> helper_argv;
+  for (std::string& a : helper) helper_argv.push_back(a.data());
+  if (!helper.empty()) {
+    argc = static_cast<int>(helper_argv.size());
+    argv = helper_argv.data();
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

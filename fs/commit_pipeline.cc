@@ -1,0 +1,259 @@
+#include "fs/commit_pipeline.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace ckptfs::fs {
+
+bool IsCommitStep(std::string_view name) {
+  return std::find(std::begin(kCommitSteps), std::end(kCommitSteps), name) != std::end(kCommitSteps);
+}
+
+namespace {
+
+Status Fault(const CommitOptions& options, std::string_view step) {
+  return options.fault ? options.fault(step) : Status::Ok();
+}
+
+// Streams the encoder's output into a temp object file.
+class FdSink final : public ByteSink {
+ public:
+  FdSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  Status Append(ByteSpan data) override {
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Status::Io(errno, "write " + path_);
+      }
+      done += static_cast<size_t>(n);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+std::vector<std::string> TensorKeys(const Layout& layout) {
+  std::vector<std::string> keys;
+  keys.reserve(layout.tensors.size());
+  for (const TensorInfo& t : layout.tensors) keys.push_back(fmt::format("{}|{}|{}", t.name, DTypeName(t.dtype),
+                                                                        fmt::join(t.shape, "x")));
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+size_t SharedCount(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  size_t i = 0, j = 0, n = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] == b[j]) ++n, ++i, ++j;
+    else if (a[i] < b[j]) ++i;
+    else ++j;
+  }
+  return n;
+}
+
+// The best delta base: most shared tensors (by name, dtype, shape); for
+// files without tensors the newest one of the same format and a similar
+// size (the codec then decides chunk by chunk whether the delta pays).
+const BaseCandidate* ChooseBase(const std::vector<BaseCandidate>& candidates, const Layout& layout,
+                                const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe) {
+  const BaseCandidate* best = nullptr;
+  size_t best_score = 0;
+  for (const BaseCandidate& c : candidates) {  // oldest first: ties go to the newest
+    if (c.chain_depth + 1 >= keyframe) continue;  // the next version is a key frame
+    if (c.format != layout.format) continue;
+    size_t score = 0;
+    if (!keys.empty()) {
+      score = SharedCount(keys, c.tensor_keys);
+      if (score == 0) continue;
+    } else {
+      if (c.logical_size == 0 || size == 0 || c.logical_size > 2 * size || size > 2 * c.logical_size) continue;
+      score = 1;
+    }
+    if (score >= best_score) best = &c, best_score = score;
+  }
+  return best;
+}
+
+Result<ObjectId> PublishRawCopy(Store& store, int staging_fd, uint64_t size) {
+  ASSIGN_OR_RETURN(TempFile tmp, store.CreateTemp());
+  loff_t in_off = 0;
+  while (static_cast<uint64_t>(in_off) < size) {
+    ssize_t n = ::copy_file_range(staging_fd, &in_off, tmp.fd(), nullptr, size - static_cast<uint64_t>(in_off), 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Io(errno, "copy staging to " + tmp.path());
+    }
+    if (n == 0) return Status::Corruption("staging file shrank while copying");
+  }
+  return store.PublishObject(std::move(tmp));
+}
+
+}  // namespace
+
+Status SyncStaging(const StagingFile& staging, const CommitOptions& options) {
+  if (::fsync(staging.fd()) != 0) return Status::Io(errno, "fsync " + staging.path());
+  return Fault(options, "after_staging_sync");
+}
+
+Status MarkStaging(int manifest_fd, Manifest* m, const StagingId& staging, uint64_t logical_size,
+                   const CommitOptions& options) {
+  Manifest next = *m;
+  next.kind = ManifestKind::kStaging;
+  next.staging = staging;
+  next.logical_size = logical_size;
+  next.stored_bytes = 0;
+  next.object = ObjectId{};
+  next.base.reset();
+  next.chain_depth = 0;
+  next.inline_data.clear();
+  RETURN_IF_ERROR(WriteManifest(manifest_fd, &next, /*durable=*/true));
+  *m = std::move(next);
+  return Fault(options, "after_staging_manifest");
+}
+
+Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::string& staging_path,
+                                    const std::vector<BaseCandidate>& candidates, const CommitOptions& options,
+                                    Logger* log) {
+  ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::FromFd(staging_fd, staging_path));
+  ByteSpan bytes = mapped.bytes();
+  EncodedVersion v;
+  v.fields.logical_size = bytes.size();
+  if (bytes.size() <= options.inline_max && bytes.size() <= Manifest::kMaxInline) {
+    v.fields.kind = ManifestKind::kInline;
+    v.fields.inline_data.assign(bytes.begin(), bytes.end());
+    v.stats.logical_bytes = v.stats.stored_bytes = bytes.size();
+    return v;
+  }
+  if (!options.compress) {
+    ASSIGN_OR_RETURN(v.fields.object, PublishRawCopy(store, staging_fd, bytes.size()));
+    v.fields.kind = ManifestKind::kRaw;
+    v.fields.stored_bytes = bytes.size();
+    v.stats.logical_bytes = v.stats.stored_bytes = bytes.size();
+    RETURN_IF_ERROR(Fault(options, "after_objects"));
+    return v;
+  }
+  Layout layout = DetectLayout(bytes, options.parse);
+  if (Status valid = ValidateLayout(layout, bytes.size()); !valid.ok()) {
+    if (log) log->Warn("{}: parser gave an invalid layout ({}); storing it opaque", staging_path, valid.ToString());
+    layout = OpaqueLayout(bytes.size(), "invalid layout");
+  }
+  if (!layout.fallback_reason.empty() && log)
+    log->Info("{}: stored losslessly as opaque: {}", staging_path, layout.fallback_reason);
+  std::vector<std::string> keys = TensorKeys(layout);
+  const BaseCandidate* candidate = ChooseBase(candidates, layout, keys, bytes.size(), options.keyframe);
+  BaseRef base_ref;
+  bool have_base = false;
+  if (candidate != nullptr) {
+    auto reader = store.OpenBlob(candidate->id);
+    if (reader.ok()) {
+      base_ref.id = candidate->id;
+      base_ref.reader = *reader;
+      have_base = true;
+    } else if (log) {
+      log->Warn("{}: base {} unusable, writing a key frame: {}", staging_path, candidate->id.Hex(),
+                reader.status().ToString());
+    }
+  }
+  ASSIGN_OR_RETURN(TempFile tmp, store.CreateTemp());
+  FdSink sink(tmp.fd(), tmp.path());
+  auto stats = EncodeBlob(bytes, layout, have_base ? &base_ref : nullptr, options.encode, &sink);
+  if (!stats.ok()) return stats.status().WithContext("encode " + staging_path);
+  v.stats = *stats;
+  ASSIGN_OR_RETURN(v.fields.object, store.PublishObject(std::move(tmp)));
+  v.fields.kind = ManifestKind::kBlob;
+  v.fields.format = layout.format;
+  v.fields.stored_bytes = stats->stored_bytes;
+  if (have_base && stats->uses_base) {
+    v.fields.base = candidate->id;
+    v.fields.chain_depth = candidate->chain_depth + 1;
+  }
+  v.as_base = BaseCandidate{v.fields.object, v.fields.chain_depth, layout.format, bytes.size(), std::move(keys)};
+  RETURN_IF_ERROR(Fault(options, "after_objects"));
+  return v;
+}
+
+Status CommitManifest(int manifest_fd, Manifest* m, const EncodedVersion& version, const CommitOptions& options) {
+  Manifest next = version.fields;
+  next.sequence = m->sequence;
+  RETURN_IF_ERROR(WriteManifest(manifest_fd, &next, /*durable=*/true));
+  *m = std::move(next);
+  return Fault(options, "after_manifest");
+}
+
+Status RemoveStagingFile(StagingFile& staging, const CommitOptions& options) {
+  RETURN_IF_ERROR(Fault(options, "before_staging_removal"));
+  return staging.Remove();
+}
+
+Result<EncodedVersion> CommitStagedFile(Store& store, int manifest_fd, Manifest* m, StagingFile& staging,
+                                        const std::vector<BaseCandidate>& candidates,
+                                        const CommitOptions& options, Logger* log) {
+  struct stat st;
+  if (::fstat(staging.fd(), &st) != 0) return Status::Io(errno, "fstat " + staging.path());
+  RETURN_IF_ERROR(SyncStaging(staging, options));
+  RETURN_IF_ERROR(MarkStaging(manifest_fd, m, staging.id(), static_cast<uint64_t>(st.st_size), options));
+  staging.set_keep(true);
+  ASSIGN_OR_RETURN(EncodedVersion v, EncodeStaged(store, staging.fd(), staging.path(), candidates, options, log));
+  RETURN_IF_ERROR(CommitManifest(manifest_fd, m, v, options));
+  RETURN_IF_ERROR(RemoveStagingFile(staging, options));
+  return v;
+}
+
+Result<FileContent> FileContent::Open(Store& store, const Manifest& m) {
+  FileContent c;
+  c.size_ = m.logical_size;
+  switch (m.kind) {
+    case ManifestKind::kInline:
+      c.inline_ = std::make_shared<const std::vector<std::byte>>(m.inline_data);
+      return c;
+    case ManifestKind::kBlob: {
+      ASSIGN_OR_RETURN(c.blob_, store.OpenBlob(m.object));
+      if (c.blob_->logical_size() != m.logical_size)
+        return Status::Corruption(fmt::format("object {}: logical size want={} have={}", m.object.Hex(),
+                                              m.logical_size, c.blob_->logical_size()));
+      return c;
+    }
+    case ManifestKind::kRaw: {
+      ASSIGN_OR_RETURN(c.raw_, store.OpenRaw(m.object));
+      break;
+    }
+    case ManifestKind::kStaging: {
+      ASSIGN_OR_RETURN(auto f, PosixFile::Open(store.StagingPath(m.staging)));
+      c.raw_ = std::move(f);
+      break;
+    }
+  }
+  if (c.raw_->Size() < m.logical_size)
+    return Status::Corruption(fmt::format("{} object: size want={} have={}", ManifestKindName(m.kind),
+                                          m.logical_size, c.raw_->Size()));
+  return c;
+}
+
+FileContent FileContent::Verbatim(std::shared_ptr<const RandomAccessFile> file) {
+  FileContent c;
+  c.size_ = file->Size();
+  c.raw_ = std::move(file);
+  return c;
+}
+
+Status FileContent::ReadAt(uint64_t offset, MutableByteSpan out) const {
+  if (offset > size_ || out.size() > size_ - offset) return Status::InvalidArgument("read past the end");
+  if (inline_) {
+    std::copy_n(inline_->data() + offset, out.size(), out.data());
+    return Status::Ok();
+  }
+  if (blob_) return blob_->ReadAt(offset, out);
+  return raw_->ReadAt(offset, out);
+}
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,109 @@
+// The commit of one file version: staging file -> object -> manifest, in the
+// order that keeps DESIGN §3 invariant 1 (nothing acknowledged is lost):
+//   1. SyncStagingAndMark: fsync the staging file, then make the manifest
+//      point at it (kind staging) durably. From here a crash re-encodes it.
+//   2. EncodeStaged: detect the layout, choose a base, encode into a temp
+//      object, fsync, rename to objects/, fsync the directory.
+//   3. CommitManifest: the manifest names the object, durably.
+//   4. RemoveStagingFile: the staging file goes.
+// A crash between any two steps leaves a manifest that names either the old
+// version, the staging file (complete: it was fsynced in step 1) or the
+// new object; recovery (recovery.h) finishes the staging case.
+// Each step is a free function so the daemon can take its per-inode lock
+// around the manifest writes; CommitStagedFile runs them all (recovery and
+// tests).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codec/container/blob.h"
+#include "codec/format/layout.h"
+#include "fs/log.h"
+#include "fs/manifest.h"
+#include "fs/store.h"
+
+namespace ckptfs::fs {
+
+// Names of the fault-injection points, in commit order (option crash_at).
+inline constexpr std::string_view kCommitSteps[] = {
+    "after_staging_sync", "after_staging_manifest", "after_objects", "after_manifest",
+    "before_staging_removal"};
+bool IsCommitStep(std::string_view name);
+
+struct CommitOptions {
+  bool compress = true;      // false: store raw objects (no parsing, no encoding)
+  uint32_t keyframe = 10;    // a key frame at least every `keyframe` versions
+  uint64_t inline_max = 3072;  // files up to this size live in the manifest
+  EncodeOptions encode;
+  ParseLimits parse;
+  // Called at each step of kCommitSteps; a non-OK status stops the commit
+  // right there, leaving everything as a crash would (the daemon's hook
+  // calls abort(); tests return an error). May be empty.
+  std::function<Status(std::string_view step)> fault;
+};
+
+// A committed version that later versions in the same directory may delta
+// against.
+struct BaseCandidate {
+  ObjectId id;
+  uint32_t chain_depth = 0;
+  FileFormat format = FileFormat::kOpaque;
+  uint64_t logical_size = 0;
+  std::vector<std::string> tensor_keys;  // "name|dtype|shape", sorted
+};
+
+struct EncodedVersion {
+  Manifest fields;         // kind, format, sizes, object, base, depth, inline data
+  EncodeStats stats;
+  std::optional<BaseCandidate> as_base;  // set for blob objects
+};
+
+// Step 1a: fsync the staging file. Step 1b: `*m` becomes kind staging,
+// naming `staging` with `logical_size`, written durably to `manifest_fd`.
+Status SyncStaging(const StagingFile& staging, const CommitOptions& options);
+Status MarkStaging(int manifest_fd, Manifest* m, const StagingId& staging, uint64_t logical_size,
+                   const CommitOptions& options);
+
+// Step 2. `candidates` are ordered oldest first; the best match that keeps
+// the chain shorter than options.keyframe is used as the delta base.
+// Thread safety: reentrant (Store is thread-safe).
+Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::string& staging_path,
+                                    const std::vector<BaseCandidate>& candidates, const CommitOptions& options,
+                                    Logger* log);
+
+// Step 3: `*m` takes the fields of `version` and is written durably.
+Status CommitManifest(int manifest_fd, Manifest* m, const EncodedVersion& version, const CommitOptions& options);
+
+// Step 4.
+Status RemoveStagingFile(StagingFile& staging, const CommitOptions& options);
+
+// All four steps, for a manifest file at `manifest_fd` whose current record
+// is `*m`. Used by recovery and tests.
+Result<EncodedVersion> CommitStagedFile(Store& store, int manifest_fd, Manifest* m, StagingFile& staging,
+                                        const std::vector<BaseCandidate>& candidates,
+                                        const CommitOptions& options, Logger* log);
+
+// Opens the content of a committed manifest for reading: inline bytes, a
+// blob reader, or a raw object. The one decode path of the daemon and the
+// CLI tools.
+class FileContent {
+ public:
+  static Result<FileContent> Open(Store& store, const Manifest& m);
+  // Serves `file` verbatim (a plain file of the backing tree).
+  static FileContent Verbatim(std::shared_ptr<const RandomAccessFile> file);
+  uint64_t size() const { return size_; }
+  // Reads [offset, offset + out.size()); REQUIRES: within size().
+  Status ReadAt(uint64_t offset, MutableByteSpan out) const;
+  const std::shared_ptr<const BlobReader>& blob() const { return blob_; }
+
+ private:
+  uint64_t size_ = 0;
+  std::shared_ptr<const std::vector<std::byte>> inline_;
+  std::shared_ptr<const BlobReader> blob_;
+  std::shared_ptr<const RandomAccessFile> raw_;
+};
+
+}  // namespace ckptfs::fs

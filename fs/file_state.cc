@@ -1,0 +1,280 @@
+// The per-file state machine (inode.h) and the commit job of the encode
+// workers.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "fs/filesystem.h"
+
+namespace ckptfs::fs {
+
+Status Filesystem::LoadLocked(Inode& inode) {
+  FileState& f = inode.file;
+  if (f.phase != FilePhase::kUnloaded) return Status::Ok();
+  int fd = ::open(inode.ProcPath().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Io(errno, "open manifest");
+  auto m = ReadManifest(fd);
+  ::close(fd);
+  if (!m.ok()) return m.status();
+  if (m->has_value()) {
+    f.manifest = **m;
+    f.has_manifest = true;
+    f.phase = FilePhase::kCommitted;
+  } else {
+    f.has_manifest = false;
+    f.manifest = Manifest{};
+    f.phase = FilePhase::kPlain;
+  }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const FileContent>> Filesystem::ContentLocked(Inode& inode) {
+  FileState& f = inode.file;
+  if (f.content) return f.content;
+  if (f.phase == FilePhase::kPlain) {
+    ASSIGN_OR_RETURN(auto file, PosixFile::Open(inode.ProcPath()));
+    f.content = std::make_shared<const FileContent>(FileContent::Verbatim(std::move(file)));
+  } else {
+    auto c = FileContent::Open(*store_, f.manifest);
+    if (!c.ok()) {
+      // A manifest whose object is missing or unreadable is a damaged
+      // store: EIO, not the ENOENT of the object file.
+      char where[PATH_MAX] = "?";
+      ssize_t len = ::readlink(inode.ProcPath().c_str(), where, sizeof where - 1);
+      where[len > 0 ? len : 1] = '\0';
+      return Status::Corruption(std::string(where) + ": " + c.status().ToString());
+    }
+    f.content = std::make_shared<const FileContent>(std::move(*c));
+  }
+  return f.content;
+}
+
+Result<int> Filesystem::ManifestFdLocked(Inode& inode) {
+  FileState& f = inode.file;
+  if (f.manifest_fd < 0) {
+    f.manifest_fd = ::open(inode.ProcPath().c_str(), O_RDWR | O_CLOEXEC);
+    if (f.manifest_fd < 0) return Status::Io(errno, "open manifest for writing");
+  }
+  return f.manifest_fd;
+}
+
+Result<uint64_t> Filesystem::SizeLocked(Inode& inode) {
+  FileState& f = inode.file;
+  struct stat st;
+  switch (f.phase) {
+    case FilePhase::kStaging:
+    case FilePhase::kEncoding:
+      if (::fstat(f.staging->fd(), &st) != 0) return Status::Io(errno, "fstat staging");
+      return static_cast<uint64_t>(st.st_size);
+    case FilePhase::kPlain:
+      if (::fstatat(inode.fd, "", &st, AT_EMPTY_PATH) != 0) return Status::Io(errno, "fstat");
+      return static_cast<uint64_t>(st.st_size);
+    case FilePhase::kCommitted: return f.manifest.logical_size;
+    case FilePhase::kUnloaded: break;
+  }
+  return Status::Internal("size of an unloaded file");
+}
+
+Status Filesystem::EnsureStagingLocked(Inode& inode, bool truncate) {
+  FileState& f = inode.file;
+  if (f.phase == FilePhase::kEncoding) {
+    // Supersede the queued/running commit. Its encoder may have the staging
+    // file mapped: truncating it would SIGBUS the encoder, so the writer
+    // gets a new staging file (a copy unless truncating).
+    ++f.encode_ticket;
+    ASSIGN_OR_RETURN(std::unique_ptr<StagingFile> fresh, store_->CreateStaging());
+    struct stat st;
+    if (::fstat(f.staging->fd(), &st) != 0) return Status::Io(errno, "fstat staging");
+    loff_t in_off = 0;
+    while (!truncate && in_off < st.st_size) {
+      ssize_t n = ::copy_file_range(f.staging->fd(), &in_off, fresh->fd(), nullptr,
+                                    static_cast<size_t>(st.st_size - in_off), 0);
+      if (n <= 0) return Status::Io(n < 0 ? errno : EIO, "copy staging to " + fresh->path());
+    }
+    f.superseded.push_back(std::move(f.staging));
+    f.staging = std::move(fresh);
+    f.phase = FilePhase::kStaging;
+    f.dirty = true;
+    return Status::Ok();
+  }
+  if (f.phase == FilePhase::kStaging) {
+    if (truncate && ::ftruncate(f.staging->fd(), 0) != 0) return Status::Io(errno, "truncate staging");
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<StagingFile> staging, store_->CreateStaging());
+  if (!truncate) {
+    // Materialize: decode the committed bytes so that appends and in-place
+    // updates work on a plain file.
+    ASSIGN_OR_RETURN(auto content, ContentLocked(inode));
+    std::vector<std::byte> buf(std::min<uint64_t>(content->size(), 4u << 20));
+    for (uint64_t off = 0; off < content->size();) {
+      uint64_t n = std::min<uint64_t>(buf.size(), content->size() - off);
+      Status read = content->ReadAt(off, MutableByteSpan(buf.data(), n));
+      if (!read.ok()) {
+        log_->Error("materialize {}: {}", inode.ino, read.ToString());
+        return read;
+      }
+      if (::pwrite(staging->fd(), buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n))
+        return Status::Io(errno ? errno : ENOSPC, "write staging " + staging->path());
+      off += n;
+    }
+  }
+  f.staging = std::move(staging);
+  f.phase = FilePhase::kStaging;
+  f.dirty = truncate;
+  return Status::Ok();
+}
+
+void Filesystem::MaybeQueueCommitLocked(const std::shared_ptr<Inode>& inode) {
+  FileState& f = inode->file;
+  if (f.writers > 0 || f.phase != FilePhase::kStaging) return;
+  struct stat st;
+  bool unlinked = ::fstatat(inode->fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink == 0;
+  if (unlinked) {
+    // Nothing names these any more; they go with the inode.
+    f.staging->set_keep(false);
+    for (auto& old : f.superseded) old->set_keep(false);
+    return;
+  }
+  if (!f.dirty && !(f.has_manifest && f.manifest.kind == ManifestKind::kStaging)) {
+    f.staging.reset();  // opened for writing but unchanged
+    f.phase = f.has_manifest ? FilePhase::kCommitted : FilePhase::kPlain;
+    return;
+  }
+  f.phase = FilePhase::kEncoding;
+  uint64_t ticket = ++f.encode_ticket;
+  queue_->Push([this, inode, ticket] { CommitJob(inode, ticket); });
+}
+
+void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket) {
+  std::shared_ptr<StagingFile> staging;
+  ino_t dir;
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (inode->file.encode_ticket != ticket || inode->file.phase != FilePhase::kEncoding) return;
+    staging = inode->file.staging;
+    dir = inode->file.parent_dir;
+  }
+  Status s = SyncStaging(*staging, commit_options_);
+  if (s.ok()) {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    FileState& f = inode->file;
+    if (f.encode_ticket != ticket) return;
+    struct stat st;
+    auto mfd = ManifestFdLocked(*inode);
+    if (!mfd.ok()) s = mfd.status();
+    else if (::fstat(staging->fd(), &st) != 0) s = Status::Io(errno, "fstat staging");
+    else s = MarkStaging(*mfd, &f.manifest, staging->id(), static_cast<uint64_t>(st.st_size), commit_options_);
+    if (s.ok()) {
+      f.has_manifest = true;
+      staging->set_keep(true);
+      if (f.pending_mtime) {
+        struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
+        ::futimens(*mfd, times);
+      }
+    }
+  }
+  Result<EncodedVersion> version =
+      s.ok() ? EncodeStaged(*store_, staging->fd(), staging->path(), BaseCandidatesFor(dir), commit_options_, log_)
+             : Result<EncodedVersion>(s);
+  std::shared_ptr<StagingFile> done;
+  std::vector<std::shared_ptr<StagingFile>> superseded;  // no manifest names them now
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    FileState& f = inode->file;
+    if (f.encode_ticket != ticket) return;  // superseded: the object is garbage for GC
+    if (version.ok()) {
+      auto mfd = ManifestFdLocked(*inode);
+      s = mfd.ok() ? CommitManifest(*mfd, &f.manifest, *version, commit_options_) : mfd.status();
+      if (s.ok() && f.pending_mtime) {
+        struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
+        ::futimens(*mfd, times);
+      }
+    } else {
+      s = version.status();
+    }
+    if (!s.ok()) {
+      // The staging file stays the content (durable if MarkStaging
+      // succeeded); the next release or a remount retries.
+      log_->Error("commit of inode {} failed, keeping its staging file: {}", inode->ino, s.ToString());
+      f.phase = FilePhase::kStaging;
+      return;
+    }
+    f.pending_mtime.reset();
+    f.content.reset();
+    f.dirty = false;
+    f.phase = FilePhase::kCommitted;
+    done = std::move(f.staging);
+    superseded.swap(f.superseded);
+  }
+  log_->Debug("committed inode {}: {} bytes -> {} ({} bytes, depth {})", inode->ino, version->fields.logical_size,
+              ManifestKindName(version->fields.kind), version->fields.stored_bytes, version->fields.chain_depth);
+  if (Status r = RemoveStagingFile(*done, commit_options_); !r.ok())
+    log_->Warn("removing staging file {}: {}", done->path(), r.ToString());
+  for (auto& old : superseded) (void)old->Remove();
+  if (version->as_base) AddBaseCandidate(dir, *version->as_base);
+  if (version->fields.kind == ManifestKind::kBlob && session_ != nullptr) {
+    // The reconstruction of a lossy codec differs from the staged bytes the
+    // kernel may have cached: drop them. Called with no lock held, since
+    // the kernel may wait on a READ of this inode.
+    int rc = fuse_lowlevel_notify_inval_inode(session_, inode->ino, 0, 0);
+    if (rc != 0 && rc != -ENOENT) log_->Debug("notify_inval_inode({}): {}", inode->ino, rc);
+  }
+  inodes_.EraseIfUnused(inode->ino);
+}
+
+Result<struct stat> Filesystem::StatInode(Inode& inode) {
+  struct stat st;
+  if (::fstatat(inode.fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Status::Io(errno, "stat");
+  st.st_ino = inode.ino;
+  if (!inode.is_reg()) return st;
+  std::lock_guard<std::mutex> lock(inode.mu);
+  RETURN_IF_ERROR(LoadLocked(inode));
+  ASSIGN_OR_RETURN(uint64_t size, SizeLocked(inode));
+  st.st_size = static_cast<off_t>(size);
+  FileState& f = inode.file;
+  if (f.phase == FilePhase::kStaging || f.phase == FilePhase::kEncoding) {
+    struct stat sst;
+    if (::fstat(f.staging->fd(), &sst) == 0) st.st_blocks = sst.st_blocks;
+  } else if (f.phase == FilePhase::kCommitted) {
+    uint64_t stored = f.manifest.kind == ManifestKind::kInline ? f.manifest.logical_size : f.manifest.stored_bytes;
+    st.st_blocks = static_cast<blkcnt_t>((stored + 511) / 512);
+  }
+  if (f.pending_mtime) st.st_mtim = *f.pending_mtime;
+  return st;
+}
+
+Status Filesystem::DoLookup(Inode& parent, const char* name, fuse_entry_param* e) {
+  int fd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Status::Io(errno, std::string("lookup ") + name);
+  struct stat st;
+  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Status::Io(err, std::string("stat ") + name);
+  }
+  std::shared_ptr<Inode> inode = inodes_.FindOrInsert(fd, st);
+  if (!inode) return Status::Io(EXDEV, std::string("inode number clash for ") + name);
+  if (inode->is_reg()) {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    inode->file.parent_dir = parent.backing_ino;
+  }
+  auto attr = StatInode(*inode);
+  if (!attr.ok()) {
+    inodes_.Forget(inode->ino, 1);
+    return attr.status();
+  }
+  std::memset(e, 0, sizeof *e);
+  e->ino = inode->ino;
+  e->generation = inode->generation;
+  e->attr = *attr;
+  e->attr_timeout = 1.0;
+  e->entry_timeout = 1.0;
+  return Status::Ok();
+}
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,344 @@
+#include "fs/filesystem.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+
+#include "fs/gc.h"
+#include "fs/recovery.h"
+
+namespace ckptfs::fs {
+
+int ToErrno(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return 0;
+    case StatusCode::kIo:
+    case StatusCode::kNoSpace: return status.sys_errno() != 0 ? status.sys_errno() : EIO;
+    case StatusCode::kNotFound: return ENOENT;
+    case StatusCode::kInvalidArgument: return EINVAL;
+    case StatusCode::kUnsupported: return EOPNOTSUPP;
+    case StatusCode::kNoMemory: return ENOMEM;
+    case StatusCode::kCorruption:
+    case StatusCode::kChecksumMismatch:
+    case StatusCode::kInternal: return EIO;
+  }
+  return EIO;
+}
+
+DirHandle::~DirHandle() {
+  if (dir != nullptr) ::closedir(dir);
+}
+
+Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store, Logger* log)
+    : options_(options),
+      store_(std::move(store)),
+      log_(log),
+      inodes_(::open(store_->backing().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)) {
+  commit_options_.compress = options.compress;
+  commit_options_.keyframe = options.keyframe;
+  commit_options_.encode.zstd_level = options.zstd_level;
+  commit_options_.encode.threads = 1;  // parallelism comes from several workers
+  if (!options.crash_at.empty()) {
+    std::string step = options.crash_at;
+    Logger* l = log_;
+    commit_options_.fault = [step, l](std::string_view at) {
+      if (at == step) {
+        l->Error("crash_at={}: aborting as requested (fault injection)", step);
+        struct rlimit no_core = {0, 0};  // an injected crash needs no core file
+        ::setrlimit(RLIMIT_CORE, &no_core);
+        std::abort();
+      }
+      return Status::Ok();
+    };
+  }
+}
+
+Filesystem::~Filesystem() {
+  StopWorkers();
+  for (FileHandle* h : handles_) delete h;
+}
+
+FileHandle* Filesystem::NewHandle(std::shared_ptr<Inode> inode, bool writable) {
+  auto* h = new FileHandle{std::move(inode), writable};
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  handles_.insert(h);
+  return h;
+}
+
+void Filesystem::DeleteHandle(FileHandle* handle) {
+  {
+    std::lock_guard<std::mutex> lock(handles_mu_);
+    handles_.erase(handle);
+  }
+  delete handle;
+}
+
+void Filesystem::StartWorkers() {
+  queue_ = std::make_unique<EncodeQueue>(options_.threads);
+  if (options_.gc_interval_seconds > 0) gc_thread_ = std::thread([this] { GcLoop(); });
+}
+
+void Filesystem::StopWorkers() {
+  if (queue_) {
+    queue_->Drain();
+    queue_.reset();
+  }
+  {
+    std::lock_guard<std::mutex> lock(gc_mu_);
+    gc_stop_ = true;
+  }
+  gc_cv_.notify_all();
+  if (gc_thread_.joinable()) gc_thread_.join();
+}
+
+std::vector<ObjectId> Filesystem::LiveObjectsInMemory() {
+  std::vector<ObjectId> live;
+  for (auto& inode : inodes_.Snapshot()) {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    const Manifest& m = inode->file.manifest;
+    if (inode->file.has_manifest && (m.kind == ManifestKind::kBlob || m.kind == ManifestKind::kRaw))
+      live.push_back(m.object);
+  }
+  std::lock_guard<std::mutex> lock(bases_mu_);
+  for (auto& [dir, list] : bases_)
+    for (auto& c : list) live.push_back(c.id);
+  return live;
+}
+
+void Filesystem::GcLoop() {
+  std::unique_lock<std::mutex> lock(gc_mu_);
+  for (;;) {
+    if (gc_cv_.wait_for(lock, std::chrono::seconds(options_.gc_interval_seconds), [this] { return gc_stop_; }))
+      return;
+    lock.unlock();
+    GcOptions gc;
+    gc.grace_seconds = options_.gc_grace_seconds;
+    gc.extra_live = LiveObjectsInMemory();
+    auto report = CollectGarbage(*store_, gc, log_);
+    if (!report.ok()) log_->Warn("background gc failed: {}", report.status().ToString());
+    lock.lock();
+  }
+}
+
+std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir) {
+  std::lock_guard<std::mutex> lock(bases_mu_);
+  auto it = bases_.find(dir);
+  if (it == bases_.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
+void Filesystem::AddBaseCandidate(ino_t dir, BaseCandidate candidate) {
+  std::lock_guard<std::mutex> lock(bases_mu_);
+  auto& list = bases_[dir];
+  list.push_back(std::move(candidate));
+  while (list.size() > 4) list.pop_front();
+}
+
+bool Filesystem::IsHidden(fuse_ino_t parent, const char* name) const {
+  return parent == FUSE_ROOT_ID && std::strcmp(name, kMetaDirName) == 0;
+}
+
+void Filesystem::ChownToCaller(fuse_req_t req, int dirfd, const char* name) {
+  if (::geteuid() != 0) return;
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  if (::fchownat(dirfd, name, ctx->uid, ctx->gid, AT_SYMLINK_NOFOLLOW) != 0)
+    log_->Warn("chown {} to {}:{} failed: {}", name, ctx->uid, ctx->gid, std::strerror(errno));
+}
+
+void Filesystem::Init(fuse_conn_info* conn) {
+  conn->max_write = 1u << 20;
+  if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
+  conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  log_->Info("ckptfs mounted {} on {} (compress={}, threads={}, keyframe={})", options_.backing,
+             options_.mountpoint, options_.compress ? "on" : "off", options_.threads, options_.keyframe);
+}
+
+namespace {
+Filesystem* Self(fuse_req_t req) { return static_cast<Filesystem*>(fuse_req_userdata(req)); }
+
+// No exception crosses into libfuse: a handler that throws (an allocation
+// failure) has not replied yet, so the request gets ENOMEM/EIO.
+template <typename F>
+void Guard(fuse_req_t req, F&& handler) {
+  try {
+    handler();
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
+  } catch (...) {
+    fuse_reply_err(req, EIO);
+  }
+}
+
+fuse_lowlevel_ops MakeOperations() {
+  fuse_lowlevel_ops ops{};
+  ops.init = [](void* userdata, fuse_conn_info* conn) { static_cast<Filesystem*>(userdata)->Init(conn); };
+  ops.lookup = [](fuse_req_t r, fuse_ino_t p, const char* n) { Guard(r, [&] { Self(r)->Lookup(r, p, n); }); };
+  ops.forget = [](fuse_req_t r, fuse_ino_t i, uint64_t n) { Self(r)->Forget(r, i, n); };
+  ops.forget_multi = [](fuse_req_t r, size_t c, fuse_forget_data* f) { Self(r)->ForgetMulti(r, c, f); };
+  ops.getattr = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->GetAttr(r, i, fi); }); };
+  ops.setattr = [](fuse_req_t r, fuse_ino_t i, struct stat* a, int s, fuse_file_info* fi) {
+    Guard(r, [&] { Self(r)->SetAttr(r, i, a, s, fi); });
+  };
+  ops.readlink = [](fuse_req_t r, fuse_ino_t i) { Guard(r, [&] { Self(r)->ReadLink(r, i); }); };
+  ops.mknod = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, dev_t d) { Guard(r, [&] { Self(r)->MkNod(r, p, n, m, d); }); };
+  ops.mkdir = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m) { Guard(r, [&] { Self(r)->MkDir(r, p, n, m); }); };
+  ops.unlink = [](fuse_req_t r, fuse_ino_t p, const char* n) { Guard(r, [&] { Self(r)->Unlink(r, p, n); }); };
+  ops.rmdir = [](fuse_req_t r, fuse_ino_t p, const char* n) { Guard(r, [&] { Self(r)->RmDir(r, p, n); }); };
+  ops.symlink = [](fuse_req_t r, const char* l, fuse_ino_t p, const char* n) { Guard(r, [&] { Self(r)->Symlink(r, l, p, n); }); };
+  ops.rename = [](fuse_req_t r, fuse_ino_t p, const char* n, fuse_ino_t np, const char* nn, unsigned int f) {
+    Guard(r, [&] { Self(r)->Rename(r, p, n, np, nn, f); });
+  };
+  ops.link = [](fuse_req_t r, fuse_ino_t i, fuse_ino_t np, const char* nn) { Guard(r, [&] { Self(r)->Link(r, i, np, nn); }); };
+  ops.open = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Open(r, i, fi); }); };
+  ops.read = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Read(r, i, s, o, fi); }); };
+  ops.write = [](fuse_req_t r, fuse_ino_t i, const char* b, size_t s, off_t o, fuse_file_info* fi) {
+    Guard(r, [&] { Self(r)->Write(r, i, b, s, o, fi); });
+  };
+  ops.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Flush(r, i, fi); }); };
+  ops.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Release(r, i, fi); }); };
+  ops.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) { Guard(r, [&] { Self(r)->Fsync(r, i, d, fi); }); };
+  ops.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->OpenDir(r, i, fi); }); };
+  ops.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* fi) {
+    Guard(r, [&] { Self(r)->ReadDir(r, i, s, o, fi); });
+  };
+  ops.readdirplus = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* fi) {
+    Guard(r, [&] { Self(r)->ReadDirPlus(r, i, s, o, fi); });
+  };
+  ops.releasedir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Guard(r, [&] { Self(r)->ReleaseDir(r, i, fi); }); };
+  ops.fsyncdir = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) { Guard(r, [&] { Self(r)->FsyncDir(r, i, d, fi); }); };
+  ops.statfs = [](fuse_req_t r, fuse_ino_t i) { Guard(r, [&] { Self(r)->StatFs(r, i); }); };
+  ops.setxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, const char* v, size_t s, int f) {
+    Guard(r, [&] { Self(r)->SetXattr(r, i, n, v, s, f); });
+  };
+  ops.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { Guard(r, [&] { Self(r)->GetXattr(r, i, n, s); }); };
+  ops.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { Guard(r, [&] { Self(r)->ListXattr(r, i, s); }); };
+  ops.removexattr = [](fuse_req_t r, fuse_ino_t i, const char* n) { Guard(r, [&] { Self(r)->RemoveXattr(r, i, n); }); };
+  ops.create = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) {
+    Guard(r, [&] { Self(r)->Create(r, p, n, m, fi); });
+  };
+  ops.fallocate = [](fuse_req_t r, fuse_ino_t i, int m, off_t o, off_t l, fuse_file_info* fi) {
+    Guard(r, [&] { Self(r)->Fallocate(r, i, m, o, l, fi); });
+  };
+  return ops;
+}
+
+// Canonical absolute path, or the error.
+Result<std::string> RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) return Status::Io(errno, "resolve " + path);
+  return std::string(buf);
+}
+
+bool IsInside(const std::string& inner, const std::string& outer) {
+  return inner == outer || (inner.size() > outer.size() && inner.compare(0, outer.size(), outer) == 0 &&
+                            (outer == "/" || inner[outer.size()] == '/'));
+}
+
+// Raises the readahead of the new mount's bdi (best effort): stat() of the
+// mountpoint needs the session loop, so this runs on its own thread.
+void RaiseReadAhead(const std::string& mountpoint, uint32_t kb, Logger* log) {
+  struct stat st;
+  if (kb == 0 || ::stat(mountpoint.c_str(), &st) != 0) return;
+  std::string path = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) +
+                     "/read_ahead_kb";
+  std::ofstream f(path);
+  if (f) f << kb << "\n";
+  if (!f) log->Debug("could not set {} to {}", path, kb);
+  else log->Debug("set {} to {}", path, kb);
+}
+}  // namespace
+
+const fuse_lowlevel_ops& Filesystem::Operations() {
+  static const fuse_lowlevel_ops ops = MakeOperations();
+  return ops;
+}
+
+Status RunDaemon(const MountOptions& options) {
+  ASSIGN_OR_RETURN(std::string backing, RealPath(options.backing));
+  ASSIGN_OR_RETURN(std::string mountpoint, RealPath(options.mountpoint));
+  if (IsInside(backing, mountpoint))
+    return Status::InvalidArgument("backing directory " + backing + " is inside (or equal to) the mountpoint " +
+                                   mountpoint + ": the daemon would deadlock on its own mount");
+  if (IsInside(mountpoint, backing))
+    return Status::InvalidArgument("mountpoint " + mountpoint + " is inside the backing directory " + backing);
+  Logger log(options.log_level);
+  if (!options.log_file.empty() && !log.OpenFile(options.log_file))
+    return Status::Io(errno, "open log file " + options.log_file);
+  StoreOptions store_options;
+  store_options.chunk_cache_bytes = options.cache_mib << 20;
+  ASSIGN_OR_RETURN(auto store, Store::Open(backing, store_options));
+  RETURN_IF_ERROR(store->ClaimStagingArea());
+
+  MountOptions resolved = options;
+  resolved.backing = backing;
+  resolved.mountpoint = mountpoint;
+  auto fs = std::make_unique<Filesystem>(resolved, std::move(store), &log);
+  {
+    // Recovery before mounting: the mount command returns a recovered store.
+    CommitOptions recovery_options;
+    recovery_options.compress = options.compress;
+    recovery_options.encode.zstd_level = options.zstd_level;
+    auto report = RecoverStore(fs->store(), recovery_options, &log);
+    if (!report.ok()) return report.status().WithContext("recovery");
+    if (report->dead_areas > 0)
+      log.Info("recovery: {} dead staging areas, {} commits finished, {} lost, {} orphans removed",
+               report->dead_areas, report->finished, report->lost, report->orphans_removed);
+  }
+
+  std::string fuse_opts = "fsname=" + backing + ",subtype=ckptfs";
+  for (const std::string& o : options.fuse_options) fuse_opts += "," + o;
+  std::vector<std::string> argv_s = {"ckptfs", "-o", fuse_opts};
+  if (options.debug_fuse) argv_s.push_back("-d");
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  fuse_session* se = fuse_session_new(&args, &Filesystem::Operations(), sizeof(fuse_lowlevel_ops), fs.get());
+  fuse_opt_free_args(&args);
+  if (se == nullptr) return Status::InvalidArgument("libfuse rejected the options: " + fuse_opts);
+  fs->set_session(se);
+  if (fuse_set_signal_handlers(se) != 0) {
+    fuse_session_destroy(se);
+    return Status::Internal("fuse_set_signal_handlers failed");
+  }
+  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return Status::Io(EIO, "mount " + mountpoint + " failed (see the message above)");
+  }
+  // The parent returns once the mount exists (requests wait for the loop).
+  if (fuse_daemonize(options.foreground ? 1 : 0) != 0) {
+    fuse_session_unmount(se);
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return Status::Internal("fuse_daemonize failed");
+  }
+  fs->StartWorkers();
+  std::thread readahead([&] { RaiseReadAhead(mountpoint, options.read_ahead_kb, &log); });
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(cfg, options.fuse_threads);
+  fuse_loop_cfg_set_clone_fd(cfg, 0);
+  int rc = fuse_session_loop_mt(se, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  readahead.join();
+  log.Info("session loop ended (rc={}); finishing pending commits", rc);
+  fs->StopWorkers();
+  fs.reset();  // closes every inode (and its staging files) first
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  log.Info("ckptfs exited cleanly");
+  return Status::Ok();
+}
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,165 @@
+// The ckptfs FUSE daemon (libfuse3 low-level API). One Filesystem object,
+// reached from every handler through fuse_req_userdata. Handlers are split
+// by operation group: ops_dir.cc, ops_open_create.cc, ops_read_write.cc,
+// ops_attr_xattr.cc; the per-file state machine and the commit job are in
+// file_state.cc.
+// Every handler replies exactly once, after releasing its locks, and maps
+// errors through ToErrno; no exception crosses into libfuse.
+#pragma once
+
+#include "fs/inode.h"  // defines FUSE_USE_VERSION before fuse_lowlevel.h
+
+#include <dirent.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "fs/commit_pipeline.h"
+#include "fs/encode_queue.h"
+#include "fs/log.h"
+#include "fs/options.h"
+#include "fs/store.h"
+
+namespace ckptfs::fs {
+
+// The errno for a Status at the FUSE boundary (EIO for corruption and
+// checksum mismatches, the OS errno for I/O errors).
+int ToErrno(const Status& status);
+
+// Validates, mounts, (daemonizes,) serves until unmounted, drains pending
+// commits and returns. InvalidArgument when BACKING and MOUNTPOINT overlap,
+// Unsupported when the store has an unknown format version.
+Status RunDaemon(const MountOptions& options);
+
+// An open file (fuse_file_info::fh).
+struct FileHandle {
+  std::shared_ptr<Inode> inode;
+  bool writable = false;
+};
+
+// An open directory (fuse_file_info::fh).
+struct DirHandle {
+  DIR* dir = nullptr;
+  ~DirHandle();
+};
+
+class Filesystem {
+ public:
+  Filesystem(const MountOptions& options, std::unique_ptr<Store> store, Logger* log);
+  ~Filesystem();
+  Filesystem(const Filesystem&) = delete;
+  Filesystem& operator=(const Filesystem&) = delete;
+
+  // The operation table pointing at the handlers below.
+  static const fuse_lowlevel_ops& Operations();
+
+  // Starts the encode workers and the background GC (after daemonizing:
+  // threads do not survive fork).
+  void StartWorkers();
+  // Waits for every queued commit, then stops the workers and GC.
+  void StopWorkers();
+  Store& store() { return *store_; }
+  Logger& log() { return *log_; }
+  void set_session(fuse_session* se) { session_ = se; }
+
+  // Handlers (one per FUSE operation).
+  void Init(fuse_conn_info* conn);
+  void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+  void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+  void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets);
+  void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
+  void ReadLink(fuse_req_t req, fuse_ino_t ino);
+  void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev);
+  void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode);
+  void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name);
+  void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name);
+  void Symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name);
+  void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+              unsigned int flags);
+  void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
+  void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
+  void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi);
+  void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
+  void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void FsyncDir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
+  void StatFs(fuse_req_t req, fuse_ino_t ino);
+  void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags);
+  void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);
+  void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+  void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name);
+  void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, fuse_file_info* fi);
+
+ private:
+  // --- helpers (file_state.cc) ---
+  // The attributes the mount shows for `inode` (logical size for files).
+  Result<struct stat> StatInode(Inode& inode);
+  // Looks up `name` in `parent` and fills `e`, counting a lookup.
+  Status DoLookup(Inode& parent, const char* name, fuse_entry_param* e);
+  // REQUIRES: inode.mu held. Reads the manifest when not loaded yet.
+  Status LoadLocked(Inode& inode);
+  // REQUIRES: inode.mu held; loaded. The committed (or plain) content.
+  Result<std::shared_ptr<const FileContent>> ContentLocked(Inode& inode);
+  // REQUIRES: inode.mu held. The manifest file open for writing.
+  Result<int> ManifestFdLocked(Inode& inode);
+  // REQUIRES: inode.mu held; loaded. Puts the file in STAGING (cancelling
+  // an encode, or copying the committed bytes into a new staging file
+  // unless `truncate`).
+  Status EnsureStagingLocked(Inode& inode, bool truncate);
+  // REQUIRES: inode.mu held; loaded. Logical size of the file now.
+  Result<uint64_t> SizeLocked(Inode& inode);
+  // REQUIRES: inode.mu held. Called when no writer is left: queues the
+  // commit, or drops an unchanged staging file.
+  void MaybeQueueCommitLocked(const std::shared_ptr<Inode>& inode);
+  // Runs on an encode worker: commits the staging file of `inode` unless
+  // `ticket` was superseded.
+  void CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket);
+  std::vector<BaseCandidate> BaseCandidatesFor(ino_t dir);
+  void AddBaseCandidate(ino_t dir, BaseCandidate candidate);
+  void GcLoop();
+  std::vector<ObjectId> LiveObjectsInMemory();
+  // REQUIRES: inode.mu held. The virtual user.ckptfs.* attribute `name`.
+  Result<std::string> VirtualXattrLocked(Inode& inode, std::string_view name);
+  // True for the entry ".ckptfs" in the root directory (hidden).
+  bool IsHidden(fuse_ino_t parent, const char* name) const;
+  void ChownToCaller(fuse_req_t req, int dirfd, const char* name);
+  void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus);
+
+  const MountOptions options_;
+  std::unique_ptr<Store> store_;
+  Logger* log_;
+  CommitOptions commit_options_;
+  InodeTable inodes_;
+  fuse_session* session_ = nullptr;
+  std::unique_ptr<EncodeQueue> queue_;
+
+  // Open file handles, so that handles the kernel never released (a lazy
+  // or aborted unmount) are freed at exit. Leaf lock.
+  std::mutex handles_mu_;
+  std::unordered_set<FileHandle*> handles_;
+  FileHandle* NewHandle(std::shared_ptr<Inode> inode, bool writable);
+  void DeleteHandle(FileHandle* handle);
+
+  std::mutex bases_mu_;  // leaf lock
+  std::unordered_map<ino_t, std::deque<BaseCandidate>> bases_;
+
+  std::mutex gc_mu_;  // leaf lock; guards gc_stop_
+  std::condition_variable gc_cv_;
+  bool gc_stop_ = false;
+  std::thread gc_thread_;
+};
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,172 @@
+#include "fs/manifest.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ckptfs::fs {
+
+std::string_view ManifestKindName(ManifestKind kind) {
+  switch (kind) {
+    case ManifestKind::kInline: return "inline";
+    case ManifestKind::kBlob: return "blob";
+    case ManifestKind::kRaw: return "raw";
+    case ManifestKind::kStaging: return "staging";
+  }
+  return "unknown";
+}
+
+std::string StagingId::RelPath() const { return "staging/" + DirHex() + "/" + FileHex(); }
+
+namespace {
+constexpr uint8_t kFlagHasBase = 1;
+
+ByteSpan IdBytes(const ObjectId& id) { return {reinterpret_cast<const std::byte*>(id.bytes.data()), 16}; }
+// Zero when `b` is short (a ByteReader past its end returns an empty span;
+// the caller then fails on the reader's status).
+ObjectId IdFrom(ByteSpan b) {
+  ObjectId id;
+  if (b.size() == 16) std::memcpy(id.bytes.data(), b.data(), 16);
+  return id;
+}
+}  // namespace
+
+// Slot layout (little-endian), see fs/STORE.md:
+//   0 magic[8] | 8 version u16 | 10 kind u8 | 11 format u8 | 12 flags u8 |
+//   13 reserved[3]=0 | 16 sequence u64 | 24 logical_size u64 |
+//   32 stored_bytes u64 | 40 object[16] | 56 base[16] | 72 staging[16] |
+//   88 chain_depth u32 | 92 inline_len u32 | 96 inline[inline_len] |
+//   checksum u64 = XXH3-64 of every preceding byte of the slot.
+void Manifest::EncodeTo(std::vector<std::byte>* out) const {
+  out->clear();
+  ByteWriter w(out);
+  w.Bytes(AsBytes(std::string_view(kMagic, 8)));
+  w.U16(kVersion);
+  w.U8(static_cast<uint8_t>(kind));
+  w.U8(static_cast<uint8_t>(format));
+  w.U8(base ? kFlagHasBase : 0);
+  w.Zeros(3);
+  w.U64(sequence);
+  w.U64(logical_size);
+  w.U64(stored_bytes);
+  w.Bytes(IdBytes(object));
+  w.Bytes(IdBytes(base ? *base : ObjectId{}));
+  w.Bytes(IdBytes(staging.raw));
+  w.U32(chain_depth);
+  w.U32(static_cast<uint32_t>(inline_data.size()));
+  w.Bytes(inline_data);
+  w.U64(Checksum64(*out));
+}
+
+Result<Manifest> Manifest::DecodeFrom(ByteSpan slot) {
+  ByteReader r(slot, "manifest slot");
+  ByteSpan magic = r.Bytes(8);
+  if (!r.ok() || std::memcmp(magic.data(), kMagic, 8) != 0) return Status::Corruption("manifest: bad magic");
+  uint16_t version = r.U16();
+  Manifest m;
+  uint8_t kind = r.U8();
+  uint8_t format = r.U8();
+  uint8_t flags = r.U8();
+  ByteSpan reserved = r.Bytes(3);
+  m.sequence = r.U64();
+  m.logical_size = r.U64();
+  m.stored_bytes = r.U64();
+  m.object = IdFrom(r.Bytes(16));
+  ObjectId base = IdFrom(r.Bytes(16));
+  m.staging.raw = IdFrom(r.Bytes(16));
+  m.chain_depth = r.U32();
+  uint32_t inline_len = r.U32();
+  RETURN_IF_ERROR(r.status());
+  if (inline_len > kMaxInline)
+    return Status::Corruption(fmt::format("manifest: inline size want<={} have={}", kMaxInline, inline_len));
+  ByteSpan data = r.Bytes(inline_len);
+  size_t checked = r.position();
+  uint64_t checksum = r.U64();
+  RETURN_IF_ERROR(r.status());
+  if (Checksum64(slot.first(checked)) != checksum) return Status::ChecksumMismatch("manifest: slot checksum");
+  if (version != kVersion)
+    return Status::Unsupported(fmt::format("manifest: version want={} have={}", kVersion, version));
+  if (kind > static_cast<uint8_t>(ManifestKind::kStaging))
+    return Status::Corruption(fmt::format("manifest: unknown kind {}", kind));
+  if ((flags & ~kFlagHasBase) != 0 || reserved[0] != std::byte{0} || reserved[1] != std::byte{0} ||
+      reserved[2] != std::byte{0})
+    return Status::Corruption("manifest: reserved bits set");
+  m.kind = static_cast<ManifestKind>(kind);
+  m.format = static_cast<FileFormat>(format);
+  if (flags & kFlagHasBase) m.base = base;
+  if (m.kind == ManifestKind::kInline && inline_len != m.logical_size)
+    return Status::Corruption(
+        fmt::format("manifest: inline data want={} bytes have={}", m.logical_size, inline_len));
+  if (m.kind != ManifestKind::kInline && inline_len != 0) return Status::Corruption("manifest: stray inline data");
+  m.inline_data.assign(data.begin(), data.end());
+  return m;
+}
+
+Result<std::optional<Manifest>> ReadManifest(int fd) {
+  std::vector<std::byte> buf(2 * Manifest::kSlotSize);
+  size_t have = 0;
+  while (have < buf.size()) {
+    ssize_t n = ::pread(fd, buf.data() + have, buf.size() - have, static_cast<off_t>(have));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Io(errno, "read manifest");
+    }
+    if (n == 0) break;
+    have += static_cast<size_t>(n);
+  }
+  std::optional<Manifest> best;
+  Status unsupported;
+  for (size_t slot = 0; slot < 2; ++slot) {
+    size_t at = slot * Manifest::kSlotSize;
+    if (have <= at) break;
+    auto m = Manifest::DecodeFrom(ByteSpan(buf).subspan(at, std::min(have - at, Manifest::kSlotSize)));
+    if (!m.ok()) {
+      if (m.status().code() == StatusCode::kUnsupported) unsupported = m.status();
+      continue;
+    }
+    if (!best || m->sequence > best->sequence) best = std::move(*m);
+  }
+  // A valid slot from a newer version must not be mistaken for a plain file.
+  if (!best && !unsupported.ok()) return unsupported;
+  return best;
+}
+
+Status WriteManifest(int fd, Manifest* m, bool durable) {
+  if (m->inline_data.size() > Manifest::kMaxInline) return Status::Internal("manifest: inline data too large");
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Status::Io(errno, "fstat manifest");
+  m->sequence += 1;
+  std::vector<std::byte> slot;
+  m->EncodeTo(&slot);
+  off_t at = static_cast<off_t>((m->sequence % 2) * Manifest::kSlotSize);
+  ssize_t n = ::pwrite(fd, slot.data(), slot.size(), at);
+  if (n < 0) return Status::Io(errno, "write manifest");
+  if (static_cast<size_t>(n) != slot.size()) return Status::NoSpace("write manifest: short write");
+  // A converted plain file may be longer than two slots: drop its old bytes.
+  if (st.st_size > static_cast<off_t>(2 * Manifest::kSlotSize) &&
+      ::ftruncate(fd, static_cast<off_t>(2 * Manifest::kSlotSize)) != 0)
+    return Status::Io(errno, "truncate manifest");
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  if (::futimens(fd, times) != 0) return Status::Io(errno, "keep manifest times");
+  if (durable && ::fdatasync(fd) != 0) return Status::Io(errno, "fdatasync manifest");
+  return Status::Ok();
+}
+
+Status InitEmptyManifest(int fd, bool durable) {
+  Manifest m;
+  m.sequence = 2;  // a record lives in slot (sequence % 2): slot 0 here
+  std::vector<std::byte> slot;
+  m.EncodeTo(&slot);
+  if (::ftruncate(fd, 0) != 0) return Status::Io(errno, "truncate new manifest");
+  ssize_t n = ::pwrite(fd, slot.data(), slot.size(), 0);
+  if (n < 0) return Status::Io(errno, "write manifest");
+  if (static_cast<size_t>(n) != slot.size()) return Status::NoSpace("write manifest: short write");
+  if (durable && ::fdatasync(fd) != 0) return Status::Io(errno, "fdatasync manifest");
+  return Status::Ok();
+}
+
+}  // namespace ckptfs::fs

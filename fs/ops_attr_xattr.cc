@@ -1,0 +1,185 @@
+// getattr/setattr and extended attributes. user.* attributes live on the
+// manifest file itself; user.ckptfs.* are read-only virtual attributes.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "fs/filesystem.h"
+
+namespace ckptfs::fs {
+namespace {
+constexpr std::string_view kVirtualPrefix = "user.ckptfs.";
+bool IsVirtual(std::string_view name) { return name.starts_with(kVirtualPrefix); }
+bool IsUser(std::string_view name) { return name.starts_with("user."); }
+
+void ReplyXattrValue(fuse_req_t req, const std::string& value, size_t size) {
+  if (size == 0) return (void)fuse_reply_xattr(req, value.size());
+  if (value.size() > size) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, value.data(), value.size());
+}
+}  // namespace
+
+void Filesystem::GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+  auto inode = inodes_.Get(ino);
+  if (!inode) return (void)fuse_reply_err(req, ESTALE);
+  auto st = StatInode(*inode);
+  if (!st.ok()) return (void)fuse_reply_err(req, ToErrno(st.status()));
+  fuse_reply_attr(req, &*st, 1.0);
+}
+
+void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* /*fi*/) {
+  auto inode = inodes_.Get(ino);
+  if (!inode) return (void)fuse_reply_err(req, ESTALE);
+  bool symlink = S_ISLNK(inode->type);
+  std::string proc = inode->ProcPath();
+  if ((to_set & FUSE_SET_ATTR_MODE) && !symlink && ::chmod(proc.c_str(), attr->st_mode & 07777) != 0)
+    return (void)fuse_reply_err(req, errno);
+  if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+    uid_t uid = (to_set & FUSE_SET_ATTR_UID) ? attr->st_uid : static_cast<uid_t>(-1);
+    gid_t gid = (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : static_cast<gid_t>(-1);
+    if (::fchownat(inode->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+      return (void)fuse_reply_err(req, errno);
+  }
+  if (to_set & FUSE_SET_ATTR_SIZE) {
+    if (!inode->is_reg()) return (void)fuse_reply_err(req, inode->is_dir() ? EISDIR : EINVAL);
+    Status s;
+    {
+      std::lock_guard<std::mutex> lock(inode->mu);
+      FileState& f = inode->file;
+      s = LoadLocked(*inode);
+      uint64_t size = 0;
+      if (s.ok()) {
+        auto current = SizeLocked(*inode);
+        if (!current.ok()) s = current.status();
+        else size = *current;
+      }
+      bool in_staging = f.phase == FilePhase::kStaging || f.phase == FilePhase::kEncoding;
+      if (s.ok() && (in_staging || size != static_cast<uint64_t>(attr->st_size))) {
+        s = EnsureStagingLocked(*inode, attr->st_size == 0);
+        if (s.ok() && ::ftruncate(f.staging->fd(), attr->st_size) != 0) s = Status::Io(errno, "truncate staging");
+        if (s.ok()) {
+          f.dirty = true;
+          ++f.content_gen;
+          f.cached_gen = f.content_gen;
+          ::clock_gettime(CLOCK_REALTIME, &f.pending_mtime.emplace());
+          MaybeQueueCommitLocked(inode);  // truncate(2) without an open writer commits now
+        }
+      }
+    }
+    if (!s.ok()) return (void)fuse_reply_err(req, ToErrno(s));
+  }
+  if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
+    struct timespec tv[2];
+    tv[0].tv_nsec = tv[1].tv_nsec = UTIME_OMIT;
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) tv[0].tv_nsec = UTIME_NOW;
+    else if (to_set & FUSE_SET_ATTR_ATIME) tv[0] = attr->st_atim;
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) tv[1].tv_nsec = UTIME_NOW;
+    else if (to_set & FUSE_SET_ATTR_MTIME) tv[1] = attr->st_mtim;
+    if (!symlink) {
+      std::lock_guard<std::mutex> lock(inode->mu);
+      if (::utimensat(AT_FDCWD, proc.c_str(), tv, 0) != 0) return (void)fuse_reply_err(req, errno);
+      if (to_set & FUSE_SET_ATTR_MTIME) inode->file.pending_mtime.reset();  // the user's mtime wins
+    }
+  }
+  GetAttr(req, ino, nullptr);
+}
+
+Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_view name) {
+  std::string_view key = name.substr(kVirtualPrefix.size());
+  if (inode.ino == FUSE_ROOT_ID) {
+    if (key == "pending") return std::to_string(queue_ ? queue_->pending() : 0);
+    if (key == "pid") return std::to_string(::getpid());
+  }
+  if (!inode.is_reg()) return Status::Io(ENODATA, "no such attribute");
+  RETURN_IF_ERROR(LoadLocked(inode));
+  FileState& f = inode.file;
+  const Manifest& m = f.manifest;
+  bool committed = f.phase == FilePhase::kCommitted;
+  ASSIGN_OR_RETURN(uint64_t size, SizeLocked(inode));
+  uint64_t stored = size;
+  if (committed && m.kind != ManifestKind::kInline) stored = m.stored_bytes;
+  if (key == "state") return std::string(FilePhaseName(f.phase));
+  if (key == "stored_bytes") return std::to_string(stored);
+  if (key == "logical_bytes") return std::to_string(size);
+  if (key == "ratio") return fmt::format("{:.3f}", stored == 0 ? 1.0 : static_cast<double>(size) / stored);
+  if (key == "codec") {
+    if (!committed) return std::string(FilePhaseName(f.phase));
+    if (m.kind == ManifestKind::kBlob) return fmt::format("blob:{}", FileFormatName(m.format));
+    return std::string(ManifestKindName(m.kind));
+  }
+  if (key == "base") return committed && m.base ? m.base->Hex() : std::string();
+  if (key == "object") {
+    bool has = committed && (m.kind == ManifestKind::kBlob || m.kind == ManifestKind::kRaw);
+    return has ? m.object.Hex() : std::string();
+  }
+  if (key == "chain_depth") return std::to_string(committed ? m.chain_depth : 0);
+  return Status::Io(ENODATA, "no such attribute");
+}
+
+void Filesystem::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  auto inode = inodes_.Get(ino);
+  if (!inode) return (void)fuse_reply_err(req, ESTALE);
+  if (IsVirtual(name)) {
+    Result<std::string> value = Status::Internal("unset");
+    {
+      std::lock_guard<std::mutex> lock(inode->mu);
+      value = VirtualXattrLocked(*inode, name);
+    }
+    if (!value.ok()) return (void)fuse_reply_err(req, ToErrno(value.status()));
+    return ReplyXattrValue(req, *value, size);
+  }
+  if (!IsUser(name) || S_ISLNK(inode->type)) return (void)fuse_reply_err(req, ENODATA);
+  std::string value(size, '\0');
+  ssize_t n = ::getxattr(inode->ProcPath().c_str(), name, size ? value.data() : nullptr, size);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
+  fuse_reply_buf(req, value.data(), static_cast<size_t>(n));
+}
+
+void Filesystem::SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                          int flags) {
+  auto inode = inodes_.Get(ino);
+  if (!inode) return (void)fuse_reply_err(req, ESTALE);
+  if (IsVirtual(name)) return (void)fuse_reply_err(req, EPERM);
+  if (!IsUser(name)) return (void)fuse_reply_err(req, EOPNOTSUPP);
+  if (S_ISLNK(inode->type)) return (void)fuse_reply_err(req, EPERM);
+  int rc = ::setxattr(inode->ProcPath().c_str(), name, value, size, flags);
+  fuse_reply_err(req, rc != 0 ? errno : 0);
+}
+
+void Filesystem::ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  auto inode = inodes_.Get(ino);
+  if (!inode) return (void)fuse_reply_err(req, ESTALE);
+  std::string names;
+  if (!S_ISLNK(inode->type)) {
+    std::string raw(64 * 1024, '\0');
+    ssize_t n = ::listxattr(inode->ProcPath().c_str(), raw.data(), raw.size());
+    if (n < 0) return (void)fuse_reply_err(req, errno);
+    // Only user.* is the user's; the virtual user.ckptfs.* names are not
+    // listed, so copy tools do not try to set them on another file.
+    for (size_t at = 0; at < static_cast<size_t>(n);) {
+      std::string_view one(raw.data() + at);
+      if (IsUser(one) && !IsVirtual(one)) names.append(one).push_back('\0');
+      at += one.size() + 1;
+    }
+  }
+  if (size == 0) return (void)fuse_reply_xattr(req, names.size());
+  if (names.size() > size) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, names.data(), names.size());
+}
+
+void Filesystem::RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  auto inode = inodes_.Get(ino);
+  if (!inode) return (void)fuse_reply_err(req, ESTALE);
+  if (IsVirtual(name)) return (void)fuse_reply_err(req, EPERM);
+  if (!IsUser(name) || S_ISLNK(inode->type)) return (void)fuse_reply_err(req, ENODATA);
+  int rc = ::removexattr(inode->ProcPath().c_str(), name);
+  fuse_reply_err(req, rc != 0 ? errno : 0);
+}
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,176 @@
+// open, create, flush, release, fsync: where files enter and leave the
+// STAGING state.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "fs/filesystem.h"
+
+namespace ckptfs::fs {
+namespace {
+bool WantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
+}  // namespace
+
+void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto inode = inodes_.Get(ino);
+  if (!inode) return (void)fuse_reply_err(req, ESTALE);
+  if (inode->is_dir()) return (void)fuse_reply_err(req, EISDIR);
+  if (!inode->is_reg()) return (void)fuse_reply_err(req, EACCES);
+  bool write = WantsWrite(fi->flags);
+  bool truncate = write && (fi->flags & O_TRUNC);
+  Status s;
+  bool keep_cache = false;
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    FileState& f = inode->file;
+    s = LoadLocked(*inode);
+    if (s.ok() && write) s = EnsureStagingLocked(*inode, truncate);
+    if (s.ok()) {
+      if (write) ++f.writers;
+      if (truncate) {
+        f.dirty = true;
+        ++f.content_gen;
+        ::clock_gettime(CLOCK_REALTIME, &f.pending_mtime.emplace());
+      }
+      // The kernel may keep its cached pages only if the bytes did not
+      // change since the last open.
+      keep_cache = !truncate && f.cached_gen == f.content_gen;
+      f.cached_gen = f.content_gen;
+    }
+  }
+  if (!s.ok()) {
+    log_->Warn("open of inode {} failed: {}", ino, s.ToString());
+    return (void)fuse_reply_err(req, ToErrno(s));
+  }
+  FileHandle* handle = NewHandle(inode, write);
+  fi->fh = reinterpret_cast<uint64_t>(handle);
+  fi->keep_cache = keep_cache;
+  fi->direct_io = 0;  // cached mode: mmap works
+  if (fuse_reply_open(req, fi) != 0) {
+    // The kernel will not send RELEASE for a handle it never saw.
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (write && --inode->file.writers == 0) MaybeQueueCommitLocked(inode);
+    DeleteHandle(handle);
+  }
+}
+
+void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  auto dir = inodes_.Get(parent);
+  if (!dir) return (void)fuse_reply_err(req, ESTALE);
+  if (IsHidden(parent, name)) return (void)fuse_reply_err(req, EPERM);
+  int fd = ::openat(dir->fd, name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, mode & 07777);
+  bool created = fd >= 0;
+  if (!created && !(errno == EEXIST && !(fi->flags & O_EXCL))) return (void)fuse_reply_err(req, errno);
+  if (created) {
+    ChownToCaller(req, dir->fd, name);
+    Status init = InitEmptyManifest(fd, false);
+    ::close(fd);
+    if (!init.ok()) {
+      ::unlinkat(dir->fd, name, 0);
+      return (void)fuse_reply_err(req, ToErrno(init));
+    }
+  }
+  fuse_entry_param e;
+  Status s = DoLookup(*dir, name, &e);
+  if (!s.ok()) return (void)fuse_reply_err(req, ToErrno(s));
+  auto inode = inodes_.Get(e.ino);
+  if (!inode || !inode->is_reg()) {
+    if (inode) inodes_.Forget(e.ino, 1);
+    return (void)fuse_reply_err(req, inode && inode->is_dir() ? EISDIR : EEXIST);
+  }
+  bool write = WantsWrite(fi->flags);
+  bool truncate = write && (created || (fi->flags & O_TRUNC));
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    FileState& f = inode->file;
+    s = LoadLocked(*inode);
+    if (s.ok() && write) s = EnsureStagingLocked(*inode, truncate);
+    if (s.ok()) {
+      if (write) ++f.writers;
+      if (truncate) ++f.content_gen;
+      f.dirty = f.dirty || truncate;
+      f.cached_gen = f.content_gen;
+    }
+  }
+  if (!s.ok()) {
+    inodes_.Forget(e.ino, 1);
+    return (void)fuse_reply_err(req, ToErrno(s));
+  }
+  FileHandle* handle = NewHandle(inode, write);
+  fi->fh = reinterpret_cast<uint64_t>(handle);
+  fi->direct_io = 0;
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (write && --inode->file.writers == 0) MaybeQueueCommitLocked(inode);
+    DeleteHandle(handle);
+  }
+}
+
+void Filesystem::Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
+  // FLUSH comes on every close() (and may not come at all): nothing to do.
+  // Commits start at the last RELEASE; durability is fsync's job.
+  fuse_reply_err(req, 0);
+}
+
+void Filesystem::Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
+  if (handle->writable) {
+    std::lock_guard<std::mutex> lock(handle->inode->mu);
+    if (--handle->inode->file.writers == 0) MaybeQueueCommitLocked(handle->inode);
+  }
+  DeleteHandle(handle);
+  fuse_reply_err(req, 0);
+}
+
+// The fsync promise: when fsync returns 0 on a file, its bytes as of that
+// moment survive a crash or kill -9 of the daemon (and a power loss, as far
+// as the backing filesystem honours fsync): the staging file is fsynced
+// and the manifest, fsynced too, names it; a remount commits it.
+void Filesystem::Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi) {
+  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
+  Inode& inode = *handle->inode;
+  std::shared_ptr<StagingFile> staging;
+  int manifest_fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(inode.mu);
+    if (inode.file.phase == FilePhase::kStaging || inode.file.phase == FilePhase::kEncoding)
+      staging = inode.file.staging;
+    auto mfd = ManifestFdLocked(inode);
+    if (mfd.ok()) manifest_fd = *mfd;
+  }
+  if (!staging) {  // committed content is durable already; sync the metadata
+    int rc = manifest_fd < 0 ? 0 : (datasync ? ::fdatasync(manifest_fd) : ::fsync(manifest_fd));
+    return (void)fuse_reply_err(req, rc != 0 ? errno : 0);
+  }
+  if (::fsync(staging->fd()) != 0) return (void)fuse_reply_err(req, errno);
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(inode.mu);
+    FileState& f = inode.file;
+    if (f.staging == staging) {
+      struct stat st;
+      auto mfd = ManifestFdLocked(inode);
+      CommitOptions no_fault = commit_options_;
+      no_fault.fault = nullptr;
+      if (!mfd.ok()) s = mfd.status();
+      else if (::fstat(staging->fd(), &st) != 0) s = Status::Io(errno, "fstat staging");
+      else s = MarkStaging(*mfd, &f.manifest, staging->id(), static_cast<uint64_t>(st.st_size), no_fault);
+      if (s.ok()) {
+        f.has_manifest = true;
+        staging->set_keep(true);
+        if (f.pending_mtime) {
+          struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
+          ::futimens(*mfd, times);
+        }
+        if (::fsync(*mfd) != 0) s = Status::Io(errno, "fsync manifest");
+      }
+    }
+  }
+  if (!s.ok()) log_->Error("fsync of inode {} failed: {}", inode.ino, s.ToString());
+  fuse_reply_err(req, ToErrno(s));
+}
+
+}  // namespace ckptfs::fs

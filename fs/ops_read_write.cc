@@ -1,0 +1,112 @@
+// read, write, fallocate. Reads of files in STAGING/ENCODING come from the
+// staging file; committed files are decoded chunk by chunk.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <ctime>
+
+#include "fs/filesystem.h"
+
+namespace ckptfs::fs {
+
+void Filesystem::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
+  Inode& inode = *handle->inode;
+  std::shared_ptr<StagingFile> staging;
+  std::shared_ptr<const FileContent> content;
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(inode.mu);
+    s = LoadLocked(inode);
+    if (s.ok()) {
+      if (inode.file.phase == FilePhase::kStaging || inode.file.phase == FilePhase::kEncoding) {
+        staging = inode.file.staging;
+      } else {
+        auto c = ContentLocked(inode);
+        if (c.ok()) content = *c;
+        else s = c.status();
+      }
+    }
+  }
+  if (!s.ok()) {
+    log_->Error("read of inode {}: {}", ino, s.ToString());
+    return (void)fuse_reply_err(req, ToErrno(s));
+  }
+  std::vector<char> buf(size);
+  if (staging) {
+    size_t done = 0;
+    while (done < size) {
+      ssize_t n = ::pread(staging->fd(), buf.data() + done, size - done, off + static_cast<off_t>(done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return (void)fuse_reply_err(req, errno);
+      }
+      if (n == 0) break;
+      done += static_cast<size_t>(n);
+    }
+    return (void)fuse_reply_buf(req, buf.data(), done);
+  }
+  uint64_t start = static_cast<uint64_t>(off);
+  if (start >= content->size()) return (void)fuse_reply_buf(req, nullptr, 0);
+  size_t n = static_cast<size_t>(std::min<uint64_t>(size, content->size() - start));
+  s = content->ReadAt(start, MutableByteSpan(reinterpret_cast<std::byte*>(buf.data()), n));
+  if (!s.ok()) {
+    char where[PATH_MAX] = "?";
+    ssize_t len = ::readlink(inode.ProcPath().c_str(), where, sizeof where - 1);
+    where[len > 0 ? len : 1] = '\0';
+    log_->Error("read of {} (inode {}) at offset {} ({} bytes) failed: {}", where, ino, start, n, s.ToString());
+    return (void)fuse_reply_err(req, EIO);
+  }
+  fuse_reply_buf(req, buf.data(), n);
+}
+
+void Filesystem::Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size, off_t off,
+                       fuse_file_info* fi) {
+  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
+  Inode& inode = *handle->inode;
+  std::shared_ptr<StagingFile> staging;
+  {
+    std::lock_guard<std::mutex> lock(inode.mu);
+    FileState& f = inode.file;
+    if (!handle->writable || f.phase != FilePhase::kStaging) return (void)fuse_reply_err(req, EBADF);
+    staging = f.staging;
+    f.dirty = true;
+    ++f.content_gen;
+    f.cached_gen = f.content_gen;  // the kernel saw these bytes itself
+    ::clock_gettime(CLOCK_REALTIME, &f.pending_mtime.emplace());
+  }
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pwrite(staging->fd(), data + done, size - done, off + static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return (void)fuse_reply_err(req, errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  fuse_reply_write(req, done);
+}
+
+void Filesystem::Fallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
+                           fuse_file_info* fi) {
+  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
+  Inode& inode = *handle->inode;
+  std::shared_ptr<StagingFile> staging;
+  {
+    std::lock_guard<std::mutex> lock(inode.mu);
+    FileState& f = inode.file;
+    if (!handle->writable || f.phase != FilePhase::kStaging) return (void)fuse_reply_err(req, EBADF);
+    staging = f.staging;
+    f.dirty = true;
+    ++f.content_gen;
+  }
+  // The staging file has the real layout; the committed object will not
+  // keep preallocated space, which only matters while staging.
+  int rc = ::fallocate(staging->fd(), mode, offset, length);
+  fuse_reply_err(req, rc != 0 ? errno : 0);
+}
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,77 @@
+#include "fs/options.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <set>
+
+#include "fs/commit_pipeline.h"
+
+namespace ckptfs::fs {
+namespace {
+
+template <typename T>
+Status ParseNumber(std::string_view key, std::string_view value, T min, T max, T* out) {
+  T v{};
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || p != value.data() + value.size() || v < min || v > max)
+    return Status::InvalidArgument(fmt::format("-o {}: want a number in [{}, {}] have '{}'", key, min, max, value));
+  *out = v;
+  return Status::Ok();
+}
+
+Status ParseOnOff(std::string_view key, std::string_view value, bool* out) {
+  if (value == "on" || value == "1" || value == "true") *out = true;
+  else if (value == "off" || value == "0" || value == "false") *out = false;
+  else return Status::InvalidArgument(fmt::format("-o {}: want on|off have '{}'", key, value));
+  return Status::Ok();
+}
+
+// Options libfuse 3.14 accepts (fuse_session_new and the mount code).
+const std::set<std::string_view> kFuseFlags = {"allow_other", "allow_root", "default_permissions", "auto_unmount",
+                                               "ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec",
+                                               "noatime", "atime", "nodiratime", "relatime", "sync", "async",
+                                               "dirsync"};
+const std::set<std::string_view> kIgnored = {"defaults", "noauto", "auto", "user", "nouser", "users", "nofail",
+                                             "_netdev", "x-systemd.automount"};
+
+}  // namespace
+
+Status ParseMountOptionList(const std::string& list, MountOptions* o) {
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    std::string_view item(list.data() + pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    std::string_view key = item.substr(0, eq);
+    std::string_view value = eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1);
+    if (key == "compress") RETURN_IF_ERROR(ParseOnOff(key, value, &o->compress));
+    else if (key == "threads") RETURN_IF_ERROR(ParseNumber<unsigned>(key, value, 1, 256, &o->threads));
+    else if (key == "fuse_threads") RETURN_IF_ERROR(ParseNumber<unsigned>(key, value, 2, 256, &o->fuse_threads));
+    else if (key == "keyframe") RETURN_IF_ERROR(ParseNumber<uint32_t>(key, value, 1, 1000000, &o->keyframe));
+    else if (key == "cache") RETURN_IF_ERROR(ParseNumber<uint64_t>(key, value, 0, 1u << 20, &o->cache_mib));
+    else if (key == "zstd") RETURN_IF_ERROR(ParseNumber<int>(key, value, -7, 22, &o->zstd_level));
+    else if (key == "gc_grace") RETURN_IF_ERROR(ParseNumber<int64_t>(key, value, 0, INT64_MAX, &o->gc_grace_seconds));
+    else if (key == "gc_interval")
+      RETURN_IF_ERROR(ParseNumber<int64_t>(key, value, 0, INT64_MAX, &o->gc_interval_seconds));
+    else if (key == "readahead") RETURN_IF_ERROR(ParseNumber<uint32_t>(key, value, 0, 1u << 20, &o->read_ahead_kb));
+    else if (key == "log") o->log_file = std::string(value);
+    else if (key == "loglevel") {
+      if (!ParseLogLevel(value, &o->log_level))
+        return Status::InvalidArgument(fmt::format("-o loglevel: want debug|info|warn|error have '{}'", value));
+    } else if (key == "crash_at") {
+      if (!IsCommitStep(value))
+        return Status::InvalidArgument(fmt::format("-o crash_at: unknown commit step '{}'", value));
+      o->crash_at = std::string(value);
+    } else if (key == "debug") o->debug_fuse = true;
+    else if (kFuseFlags.count(key) && eq == std::string_view::npos) o->fuse_options.emplace_back(key);
+    else if (kIgnored.count(key) || key.starts_with("x-")) continue;
+    else return Status::InvalidArgument(fmt::format("-o: unknown option '{}'", item));
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckptfs::fs

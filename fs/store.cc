@@ -1,0 +1,237 @@
+#include "fs/store.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace ckptfs::fs {
+
+TempFile::~TempFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!path_.empty()) ::unlink(path_.c_str());
+}
+
+void TempFile::Release() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  path_.clear();
+}
+
+StagingFile::~StagingFile() {
+  ::close(fd_);
+  if (!keep_ && !removed_) ::unlink(path_.c_str());
+}
+
+Status StagingFile::Remove() {
+  if (removed_.exchange(true)) return Status::Ok();
+  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) return Status::Io(errno, "unlink staging " + path_);
+  return Status::Ok();
+}
+
+Status SyncDir(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Io(errno, "open dir " + path);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::Io(err, "fsync dir " + path);
+  return Status::Ok();
+}
+
+namespace {
+Status MakeDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Status::Io(errno, "mkdir " + path);
+  return Status::Ok();
+}
+
+constexpr std::string_view kFormatPrefix = "ckptfs-store ";
+}  // namespace
+
+Store::Store(std::string backing, int backing_fd, const StoreOptions& options)
+    : backing_(std::move(backing)), backing_fd_(backing_fd), options_(options), cache_(options.chunk_cache_bytes) {}
+
+Store::~Store() {
+  ReleaseStagingArea();
+  if (area_lock_fd_ >= 0) ::close(area_lock_fd_);
+  ::close(backing_fd_);
+}
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& backing, const StoreOptions& options) {
+  int fd = ::open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Io(errno, "open backing directory " + backing);
+  std::unique_ptr<Store> store(new Store(backing, fd, options));
+  std::string meta = store->MetaPath("");
+  std::string format_path = store->MetaPath("format");
+  struct stat st;
+  if (::stat(format_path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return Status::Io(errno, "stat " + format_path);
+    if (!options.create) return Status::NotFound(backing + " is not a ckptfs store (no .ckptfs/format)");
+    RETURN_IF_ERROR(MakeDir(meta));
+    for (const char* sub : {"objects", "staging", "tmp"}) RETURN_IF_ERROR(MakeDir(store->MetaPath(sub)));
+    std::string text = fmt::format("{}{}\n", kFormatPrefix, kStoreFormatVersion);
+    std::string tmp = store->MetaPath("tmp/format.new");
+    RETURN_IF_ERROR(WriteWholeFile(tmp, AsBytes(text)));
+    if (::rename(tmp.c_str(), format_path.c_str()) != 0) return Status::Io(errno, "rename " + tmp);
+    RETURN_IF_ERROR(SyncDir(meta));
+    RETURN_IF_ERROR(SyncDir(backing));
+  }
+  ASSIGN_OR_RETURN(auto bytes, ReadWholeFile(format_path));
+  std::string_view text = AsChars(bytes);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  std::string want = fmt::format("{}{}", kFormatPrefix, kStoreFormatVersion);
+  if (text != want)
+    return Status::Unsupported(fmt::format("{}: unknown store format, want='{}' have='{}'", format_path, want, text));
+  for (const char* sub : {"objects", "staging", "tmp"})
+    if (options.create) RETURN_IF_ERROR(MakeDir(store->MetaPath(sub)));
+  return store;
+}
+
+std::string Store::MetaPath(std::string_view rel) const {
+  return fmt::format("{}/{}/{}", backing_, kMetaDirName, rel);
+}
+
+std::string Store::ObjectPath(const ObjectId& id) const {
+  std::string hex = id.Hex();
+  return MetaPath(fmt::format("objects/{}/{}", hex.substr(0, 2), hex));
+}
+
+std::string Store::NewRandomHex16() {
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) != sizeof v) v = static_cast<uint64_t>(::getpid()) << 32 ^ counter_.fetch_add(1);
+  return fmt::format("{:016x}", v);
+}
+
+Status Store::ClaimStagingArea() {
+  if (!area_.empty()) return Status::Internal("staging area claimed twice");
+  std::string hex = NewRandomHex16();
+  RETURN_IF_ERROR(MakeDir(MetaPath("staging/" + hex)));
+  RETURN_IF_ERROR(MakeDir(MetaPath("tmp/" + hex)));
+  std::string lock_path = MetaPath("staging/" + hex + "/.lock");
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Io(errno, "create " + lock_path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Status::Io(err, "lock " + lock_path);
+  }
+  area_lock_fd_ = fd;
+  area_ = hex;
+  return Status::Ok();
+}
+
+void Store::ReleaseStagingArea() {
+  if (area_.empty()) return;
+  std::string sdir = MetaPath("staging/" + area_);
+  std::string tdir = MetaPath("tmp/" + area_);
+  std::error_code ec;
+  size_t left = 0;
+  for (auto& e : std::filesystem::directory_iterator(sdir, ec))
+    if (e.path().filename() != ".lock") ++left;
+  if (ec || left > 0) return;
+  // Still holding the lock: a recovering daemon sees a live area until the
+  // directory is gone.
+  ::unlink((sdir + "/.lock").c_str());
+  ::rmdir(sdir.c_str());
+  ::rmdir(tdir.c_str());
+  ::close(area_lock_fd_);
+  area_lock_fd_ = -1;
+  area_.clear();
+}
+
+Result<std::unique_ptr<StagingFile>> Store::CreateStaging() {
+  if (area_.empty()) return Status::Internal("CreateStaging before ClaimStagingArea");
+  std::string file_hex = fmt::format("{:08x}{}", counter_.fetch_add(1) & 0xffffffffu, NewRandomHex16().substr(8));
+  ASSIGN_OR_RETURN(ObjectId raw, ObjectId::FromHex(area_ + file_hex));
+  StagingId id{raw};
+  std::string path = StagingPath(id);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Io(errno, "create staging " + path);
+  return std::make_unique<StagingFile>(id, fd, path);
+}
+
+Result<TempFile> Store::CreateTemp() {
+  std::string dir = area_.empty() ? MetaPath("tmp") : MetaPath("tmp/" + area_);
+  std::string path = fmt::format("{}/{}.{}", dir, NewRandomHex16(), counter_.fetch_add(1));
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Io(errno, "create temp " + path);
+  return TempFile(fd, path);
+}
+
+Result<ObjectId> Store::PublishObject(TempFile tmp) {
+  if (::fsync(tmp.fd()) != 0) return Status::Io(errno, "fsync " + tmp.path());
+  ObjectId id;
+  {
+    ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::FromFd(tmp.fd(), tmp.path()));
+    id = ObjectId::Of(mapped.bytes());
+  }
+  if (::fchmod(tmp.fd(), 0444) != 0) return Status::Io(errno, "chmod " + tmp.path());
+  std::string hex = id.Hex();
+  std::string dir = MetaPath("objects/" + hex.substr(0, 2));
+  RETURN_IF_ERROR(MakeDir(dir));
+  std::string final_path = dir + "/" + hex;
+  struct stat st;
+  if (::stat(final_path.c_str(), &st) == 0) {
+    // Same content already stored: refresh its age for GC's grace period.
+    if (::utimensat(AT_FDCWD, final_path.c_str(), nullptr, 0) != 0 && errno != EROFS)
+      return Status::Io(errno, "touch " + final_path);
+    return id;  // tmp is unlinked by its destructor
+  }
+  if (::rename(tmp.path().c_str(), final_path.c_str()) != 0) return Status::Io(errno, "rename to " + final_path);
+  tmp.Release();
+  RETURN_IF_ERROR(SyncDir(dir));
+  return id;
+}
+
+Result<std::shared_ptr<const BlobReader>> Store::OpenBlob(const ObjectId& id) {
+  {
+    std::lock_guard<std::mutex> lock(readers_mu_);
+    auto it = readers_.find(id);
+    if (it != readers_.end()) return it->second;
+  }
+  ASSIGN_OR_RETURN(auto file, PosixFile::Open(ObjectPath(id)));
+  std::shared_ptr<const RandomAccessFile> shared(std::move(file));
+  auto reader = BlobReader::Open(shared, id, this, &cache_);
+  if (!reader.ok()) return reader.status().WithContext("object " + id.Hex());
+  std::lock_guard<std::mutex> lock(readers_mu_);
+  auto [it, inserted] = readers_.emplace(id, *reader);
+  if (inserted) {
+    reader_order_.push_front(id);
+    while (readers_.size() > options_.max_open_readers) {
+      readers_.erase(reader_order_.back());
+      reader_order_.pop_back();
+    }
+  }
+  return it->second;
+}
+
+Result<std::shared_ptr<const RandomAccessFile>> Store::OpenRaw(const ObjectId& id) {
+  ASSIGN_OR_RETURN(auto file, PosixFile::Open(ObjectPath(id)));
+  return std::shared_ptr<const RandomAccessFile>(std::move(file));
+}
+
+Status ForEachUserFile(const std::string& backing, const std::function<void(const std::string&)>& fn) {
+  namespace sfs = std::filesystem;
+  std::error_code ec;
+  sfs::recursive_directory_iterator it(backing, sfs::directory_options::none, ec), end;
+  if (ec) return Status::Io(ec.value(), "walk " + backing);
+  for (; it != end; it.increment(ec)) {
+    if (ec) return Status::Io(ec.value(), "walk " + backing);
+    if (it.depth() == 0 && it->path().filename() == kMetaDirName) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    std::error_code sec;
+    if (it->is_symlink(sec)) continue;
+    if (it->is_regular_file(sec)) fn(it->path().lexically_relative(backing).string());
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckptfs::fs

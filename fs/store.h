@@ -1,0 +1,144 @@
+// The store on the backing directory (fs/STORE.md documents the layout):
+//   BACKING/.ckptfs/format            store format version ("ckptfs-store 1")
+//   BACKING/.ckptfs/objects/ab/<hex>  immutable content-addressed objects
+//   BACKING/.ckptfs/staging/<area>/   one staging area per live daemon
+//   BACKING/.ckptfs/tmp/<area>/       temp files of that daemon
+//   BACKING/<user tree>               directories, manifests, symlinks
+// A Store also resolves blob ids to open BlobReaders (a small cache), so it
+// is the BlobResolver of every reader it opens.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "codec/common/hash.h"
+#include "codec/common/io.h"
+#include "codec/container/blob.h"
+#include "fs/manifest.h"
+
+namespace ckptfs::fs {
+
+inline constexpr char kMetaDirName[] = ".ckptfs";
+inline constexpr uint32_t kStoreFormatVersion = 1;
+
+// A file under .ckptfs/tmp that is unlinked on destruction unless
+// published. Moves only.
+class TempFile {
+ public:
+  TempFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  TempFile(TempFile&& o) noexcept : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
+  TempFile& operator=(TempFile&&) = delete;
+  ~TempFile();
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  // Closes the fd and forgets the path (after a rename moved it away).
+  void Release();
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+// A staging file (the write-ahead copy of a file being written), open
+// O_RDWR. On destruction the fd is closed and the file unlinked unless a
+// durable manifest references it (keep) or it was removed already.
+// Thread safety: fd() may be used concurrently (pread/pwrite); the flags
+// are atomic.
+class StagingFile {
+ public:
+  StagingFile(StagingId id, int fd, std::string path) : id_(id), fd_(fd), path_(std::move(path)) {}
+  ~StagingFile();
+  StagingFile(const StagingFile&) = delete;
+  StagingFile& operator=(const StagingFile&) = delete;
+  const StagingId& id() const { return id_; }
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  // Marks the file as referenced by a durable manifest: never unlinked by
+  // the destructor (recovery owns it after a crash or exit).
+  void set_keep(bool keep) { keep_ = keep; }
+  // Unlinks the file now (after the manifest replacing it is durable).
+  Status Remove();
+
+ private:
+  StagingId id_;
+  int fd_;
+  std::string path_;
+  std::atomic<bool> keep_{false};
+  std::atomic<bool> removed_{false};
+};
+
+struct StoreOptions {
+  bool create = true;              // create .ckptfs/ when absent
+  uint64_t chunk_cache_bytes = 256ull << 20;
+  size_t max_open_readers = 256;   // BlobReaders kept open by id
+};
+
+class Store final : public BlobResolver {
+ public:
+  // Opens (and when allowed creates) the store of `backing`. Unsupported if
+  // .ckptfs/format names another version; NotFound if absent and !create.
+  static Result<std::unique_ptr<Store>> Open(const std::string& backing, const StoreOptions& options);
+  ~Store() override;
+
+  const std::string& backing() const { return backing_; }
+  int backing_fd() const { return backing_fd_; }
+  // BACKING/.ckptfs/<rel>.
+  std::string MetaPath(std::string_view rel) const;
+  std::string ObjectPath(const ObjectId& id) const;
+  std::string StagingPath(const StagingId& id) const { return MetaPath(id.RelPath()); }
+
+  // Claims a staging area for this process (staging/<area>/ holding an
+  // exclusive flock on its .lock for the process lifetime). REQUIRES: once.
+  Status ClaimStagingArea();
+  // At a clean exit (also run by the destructor): removes the claimed area
+  // when nothing is left in it (staging files named by durable manifests
+  // stay for recovery).
+  void ReleaseStagingArea();
+  // The claimed area's 16 hex digits ("" before ClaimStagingArea).
+  const std::string& area() const { return area_; }
+  // A new empty staging file in the claimed area. Thread-safe.
+  Result<std::unique_ptr<StagingFile>> CreateStaging();
+  // A new temp file in tmp/<area>/ (or tmp/ for tools). Thread-safe.
+  Result<TempFile> CreateTemp();
+  // Makes `tmp` the object named by the XXH3-128 of its bytes: fsync, mode
+  // 0444, rename to objects/ab/<hex>, fsync the directory. When the object
+  // exists already its mtime is refreshed instead (so that GC's grace
+  // period protects it until the caller's manifest references it).
+  Result<ObjectId> PublishObject(TempFile tmp);
+
+  // BlobResolver: opens objects/<id> as a blob (cached by id). Thread-safe.
+  Result<std::shared_ptr<const BlobReader>> OpenBlob(const ObjectId& id) override;
+  // Opens a raw object (compress=off). Thread-safe.
+  Result<std::shared_ptr<const RandomAccessFile>> OpenRaw(const ObjectId& id);
+  ChunkCache* chunk_cache() { return &cache_; }
+
+ private:
+  Store(std::string backing, int backing_fd, const StoreOptions& options);
+  std::string NewRandomHex16();
+
+  const std::string backing_;
+  const int backing_fd_;
+  const StoreOptions options_;
+  ChunkCache cache_;
+  std::string area_;
+  int area_lock_fd_ = -1;
+  std::atomic<uint64_t> counter_{0};
+
+  std::mutex readers_mu_;  // leaf lock; never held while opening a blob
+  std::list<ObjectId> reader_order_;  // most recent first
+  std::unordered_map<ObjectId, std::shared_ptr<const BlobReader>, ObjectIdHash> readers_;
+};
+
+// Runs `fn(relative_path)` for every regular file of the user tree of
+// `backing` (skipping .ckptfs), depth first. Thread safety: reentrant.
+Status ForEachUserFile(const std::string& backing, const std::function<void(const std::string&)>& fn);
+
+// fsyncs the directory at `path`.
+Status SyncDir(const std::string& path);
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,203 @@
+"""Crash safety: kill -9 of the daemon and abort() at each commit step,
+then a remount must show every acknowledged file exactly, and no
+half-written file as committed (DESIGN §3 invariant 1)."""
+import glob
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import force_unmount, state
+
+STEPS = ["after_staging_sync", "after_staging_manifest", "after_objects", "after_manifest",
+         "before_staging_removal"]
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write(path, data, fsync=False):
+    with open(path, "wb") as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def staging_files(backing):
+    return [p for p in glob.glob(os.path.join(backing, ".ckptfs", "staging", "*", "*"))]
+
+
+def fsck_clean(m):
+    r = m.cli("fsck", m.backing, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_crash_at_each_commit_step(store, step):
+    old = os.urandom(1 << 20)
+    new = os.urandom((1 << 20) + 12345)
+    small_old, small_new = b"small old", b"small new!"
+    store.mount()
+    write(store.path("f"), old)
+    write(store.path("s"), small_old)
+    store.umount()
+    store.mount(f"crash_at={step}")
+    pid = store.pid
+    write(store.path("f"), new)  # close queues the commit, which aborts at `step`
+    store.pid = pid
+    store.wait_dead()
+    force_unmount(store.mnt)
+    store.mount()  # recovery runs before the mount returns
+    got = read(store.path("f"))
+    assert got in (old, new), "a half-written file appeared"
+    if step != "after_staging_sync":
+        # From the staging manifest on, the new version is durable.
+        assert got == new
+    assert read(store.path("s")) == small_old
+    assert state(store.path("f")) == "committed"
+    store.umount()
+    assert staging_files(store.backing) == []
+    fsck_clean(store)
+
+
+def test_kill9_during_write_and_encode(store):
+    store.mount()
+    committed = {f"c{i}": os.urandom(300_000 + i) for i in range(3)}
+    for n, d in committed.items():
+        write(store.path(n), d)
+    store.wait_idle()
+    synced = {f"s{i}": os.urandom(2_000_000 + i) for i in range(3)}
+    for n, d in synced.items():
+        write(store.path(n), d, fsync=True)  # kill comes while these encode
+    write(store.path("c0"), b"replacement being written", fsync=False)
+    # A writer in the middle of a large file when the daemon dies.
+    proc = subprocess.Popen(["/usr/bin/python3", "-c", f"""
+import os, time
+f = open({store.path('partial')!r}, 'wb')
+for i in range(1000):
+    f.write(os.urandom(65536)); f.flush(); time.sleep(0.002)
+"""])
+    deadline = time.time() + 20
+    while not (os.path.exists(store.path("partial")) and os.path.getsize(store.path("partial")) > 0):
+        assert time.time() < deadline, "the writer never started"
+        time.sleep(0.01)
+    store.kill9()
+    proc.kill()
+    proc.wait()
+    store.mount()
+    for n, d in synced.items():
+        assert read(store.path(n)) == d, n
+    for n in ("c1", "c2"):
+        assert read(store.path(n)) == committed[n]
+    assert read(store.path("c0")) in (committed["c0"], b"replacement being written")
+    assert read(store.path("partial")) == b""  # never closed nor fsynced: the empty file it was created as
+    store.umount()
+    fsck_clean(store)
+
+
+def test_fsync_promise_survives_kill9(store):
+    store.mount("threads=1")
+    data = os.urandom(3 << 20)
+    f = open(store.path("journal"), "wb")
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+    assert state(store.path("journal")) == "staging"
+    store.kill9()  # the writer is still open
+    try:
+        f.close()
+    except OSError:
+        pass
+    store.mount()
+    assert read(store.path("journal")) == data
+    assert state(store.path("journal")) == "committed"
+
+
+def test_fsck_finds_flipped_byte_and_read_gives_eio(store, tmp_path):
+    store.mount()
+    data = os.urandom(3 << 20)
+    write(store.path("victim"), data)
+    write(store.path("bystander"), os.urandom(100_000))
+    store.wait_idle()
+    obj = os.getxattr(store.path("victim"), "user.ckptfs.object").decode()
+    store.umount()
+    fsck_clean(store)
+    r = store.cli("restore", os.path.join(store.backing, "victim"), str(tmp_path / "out"))
+    assert read(tmp_path / "out") == data
+    path = os.path.join(store.backing, ".ckptfs", "objects", obj[:2], obj)
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) - 1000)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    r = store.cli("fsck", store.backing, "--json", check=False)
+    assert r.returncode == 4, r.stdout
+    assert obj in r.stdout
+    r = store.cli("restore", os.path.join(store.backing, "victim"), str(tmp_path / "out2"), check=False)
+    assert r.returncode == 2
+    store.mount()
+    with open(store.path("victim"), "rb") as f:
+        assert f.read(4096) == data[:4096]  # chunks before the damage still read
+        f.seek(len(data) - 2000)
+        with pytest.raises(OSError) as e:
+            f.read(2000)
+        assert e.value.errno == 5  # EIO
+    assert read(store.path("bystander"))  # other files are unaffected
+
+
+def test_gc_keeps_bases_and_drops_garbage(store):
+    store.mount("keyframe=100")
+    os.makedirs(store.path("d"))
+    base = os.urandom(1 << 20)
+    write(store.path("d", "v1"), base)
+    store.wait_idle()
+    v2 = bytearray(base)
+    v2[100:200] = os.urandom(100)
+    write(store.path("d", "v2"), bytes(v2))
+    store.wait_idle()
+    base_id = os.getxattr(store.path("d", "v2"), "user.ckptfs.base").decode()
+    v1_obj = os.getxattr(store.path("d", "v1"), "user.ckptfs.object").decode()
+    write(store.path("junk"), os.urandom(200_000))
+    store.wait_idle()
+    junk_obj = os.getxattr(store.path("junk"), "user.ckptfs.object").decode()
+    os.unlink(store.path("junk"))
+    os.unlink(store.path("d", "v1"))
+    store.umount()
+    if base_id:  # the codec deltas v2 against v1
+        assert base_id == v1_obj
+    r = store.cli("gc", store.backing, "--grace", "0", "--json")
+    objects = os.path.join(store.backing, ".ckptfs", "objects")
+    assert not os.path.exists(os.path.join(objects, junk_obj[:2], junk_obj))
+    assert os.path.exists(os.path.join(objects, v1_obj[:2], v1_obj)) == bool(base_id)
+    store.mount()
+    assert read(store.path("d", "v2")) == bytes(v2)
+    store.umount()
+    fsck_clean(store)
+    # Within the grace period nothing is removed.
+    store.mount()
+    write(store.path("junk2"), os.urandom(200_000))
+    store.wait_idle()
+    os.unlink(store.path("junk2"))
+    store.umount()
+    r = store.cli("gc", store.backing, "--json")
+    assert '"removed": 0' in r.stdout
+
+
+def test_missing_object_is_eio_and_fsck_problem(store):
+    store.mount()
+    write(store.path("lost"), os.urandom(500_000))
+    store.wait_idle()
+    obj = os.getxattr(store.path("lost"), "user.ckptfs.object").decode()
+    store.umount()
+    os.unlink(os.path.join(store.backing, ".ckptfs", "objects", obj[:2], obj))
+    r = store.cli("fsck", store.backing, check=False)
+    assert r.returncode == 4 and "missing" in r.stdout
+    store.mount()
+    with pytest.raises(OSError) as e:
+        read(store.path("lost"))
+    assert e.value.errno == 5  # EIO

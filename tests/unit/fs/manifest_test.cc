@@ -1,0 +1,172 @@
+#include "fs/manifest.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "tests/unit/fs/test_util.h"
+
+namespace ckptfs::fs {
+namespace {
+using testing::RandomBytes;
+using testing::TempDir;
+
+Manifest SampleBlobManifest() {
+  Manifest m;
+  m.kind = ManifestKind::kBlob;
+  m.format = FileFormat::kTorchZip;
+  m.sequence = 7;
+  m.logical_size = 123456789;
+  m.stored_bytes = 4567;
+  m.object = ObjectId::Of(AsBytes("object"));
+  m.base = ObjectId::Of(AsBytes("base"));
+  m.chain_depth = 3;
+  return m;
+}
+
+TEST(ManifestTest, EncodeDecodeRoundTrip) {
+  Manifest m = SampleBlobManifest();
+  std::vector<std::byte> slot;
+  m.EncodeTo(&slot);
+  EXPECT_EQ(slot.size(), Manifest::kHeaderSize + Manifest::kTrailerSize);
+  auto back = Manifest::DecodeFrom(slot);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->kind, m.kind);
+  EXPECT_EQ(back->format, m.format);
+  EXPECT_EQ(back->sequence, 7u);
+  EXPECT_EQ(back->logical_size, m.logical_size);
+  EXPECT_EQ(back->stored_bytes, m.stored_bytes);
+  EXPECT_EQ(back->object, m.object);
+  ASSERT_TRUE(back->base.has_value());
+  EXPECT_EQ(*back->base, *m.base);
+  EXPECT_EQ(back->chain_depth, 3u);
+}
+
+TEST(ManifestTest, InlineDataRoundTrip) {
+  Manifest m;
+  m.kind = ManifestKind::kInline;
+  m.inline_data = RandomBytes(Manifest::kMaxInline, 1);
+  m.logical_size = m.inline_data.size();
+  std::vector<std::byte> slot;
+  m.EncodeTo(&slot);
+  EXPECT_EQ(slot.size(), Manifest::kSlotSize);
+  auto back = Manifest::DecodeFrom(slot);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->inline_data, m.inline_data);
+  EXPECT_FALSE(back->base.has_value());
+}
+
+TEST(ManifestTest, EveryFlippedByteIsRejected) {
+  Manifest m = SampleBlobManifest();
+  std::vector<std::byte> slot;
+  m.EncodeTo(&slot);
+  for (size_t i = 0; i < slot.size(); ++i) {
+    for (uint8_t bit : {uint8_t{1}, uint8_t{0x80}}) {
+      std::vector<std::byte> bad = slot;
+      bad[i] ^= std::byte(bit);
+      EXPECT_FALSE(Manifest::DecodeFrom(bad).ok()) << "byte " << i;
+    }
+  }
+  for (size_t n = 0; n < slot.size(); ++n) EXPECT_FALSE(Manifest::DecodeFrom(ByteSpan(slot).first(n)).ok());
+}
+
+TEST(ManifestTest, InlineSizeMustMatchLogicalSize) {
+  Manifest m;
+  m.kind = ManifestKind::kInline;
+  m.inline_data = RandomBytes(10, 2);
+  m.logical_size = 11;
+  std::vector<std::byte> slot;
+  m.EncodeTo(&slot);
+  EXPECT_EQ(Manifest::DecodeFrom(slot).status().code(), StatusCode::kCorruption);
+}
+
+class ManifestFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.path() + "/m";
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT, 0644);
+    ASSERT_GE(fd_, 0);
+  }
+  void TearDown() override { ::close(fd_); }
+  TempDir dir_;
+  std::string path_;
+  int fd_ = -1;
+};
+
+TEST_F(ManifestFileTest, PlainFileIsNotAManifest) {
+  auto data = RandomBytes(10000, 3);
+  ASSERT_EQ(::pwrite(fd_, data.data(), data.size(), 0), static_cast<ssize_t>(data.size()));
+  auto m = ReadManifest(fd_);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->has_value());
+}
+
+TEST_F(ManifestFileTest, UpdatesAlternateSlotsAndNewestWins) {
+  ASSERT_TRUE(InitEmptyManifest(fd_, false).ok());
+  auto m = ReadManifest(fd_);
+  ASSERT_TRUE(m.ok() && m->has_value());
+  Manifest cur = **m;
+  EXPECT_EQ(cur.logical_size, 0u);
+  for (int i = 1; i <= 5; ++i) {
+    Manifest next = SampleBlobManifest();
+    next.sequence = cur.sequence;
+    next.logical_size = static_cast<uint64_t>(i);
+    ASSERT_TRUE(WriteManifest(fd_, &next, false).ok());
+    auto read = ReadManifest(fd_);
+    ASSERT_TRUE(read.ok() && read->has_value());
+    EXPECT_EQ((*read)->logical_size, static_cast<uint64_t>(i));
+    EXPECT_EQ((*read)->sequence, next.sequence);
+    cur = next;
+  }
+}
+
+TEST_F(ManifestFileTest, TornWriteOfNewestSlotFallsBackToTheOther) {
+  ASSERT_TRUE(InitEmptyManifest(fd_, false).ok());
+  Manifest a = SampleBlobManifest();
+  a.sequence = 2;
+  a.logical_size = 111;
+  ASSERT_TRUE(WriteManifest(fd_, &a, false).ok());  // sequence 3, slot 1
+  Manifest b = a;
+  b.logical_size = 222;
+  ASSERT_TRUE(WriteManifest(fd_, &b, false).ok());  // sequence 4, slot 0
+  // Tear slot 0 (the newest): the reader must return slot 1's record.
+  std::byte garbage[40] = {};
+  ASSERT_EQ(::pwrite(fd_, garbage, sizeof garbage, 30), 40);
+  auto m = ReadManifest(fd_);
+  ASSERT_TRUE(m.ok() && m->has_value());
+  EXPECT_EQ((*m)->logical_size, 111u);
+}
+
+TEST_F(ManifestFileTest, ConvertingALongPlainFileDropsItsBytes) {
+  auto data = RandomBytes(100000, 4);
+  ASSERT_EQ(::pwrite(fd_, data.data(), data.size(), 0), static_cast<ssize_t>(data.size()));
+  Manifest m = SampleBlobManifest();
+  m.sequence = 0;
+  ASSERT_TRUE(WriteManifest(fd_, &m, true).ok());
+  struct stat st;
+  ASSERT_EQ(::fstat(fd_, &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(2 * Manifest::kSlotSize));
+  auto back = ReadManifest(fd_);
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_EQ((*back)->object, m.object);
+}
+
+TEST_F(ManifestFileTest, NewerVersionIsUnsupportedNotPlain) {
+  Manifest m = SampleBlobManifest();
+  std::vector<std::byte> slot;
+  m.EncodeTo(&slot);
+  StoreLE16(slot.data() + 8, 9);  // version 9, then fix the checksum
+  StoreLE64(slot.data() + slot.size() - 8, Checksum64(ByteSpan(slot).first(slot.size() - 8)));
+  ASSERT_EQ(::pwrite(fd_, slot.data(), slot.size(), 0), static_cast<ssize_t>(slot.size()));
+  EXPECT_EQ(ReadManifest(fd_).status().code(), StatusCode::kUnsupported);
+}
+
+TEST(StagingIdTest, RelPathSplitsAreaAndFile) {
+  auto raw = ObjectId::FromHex("0123456789abcdeffedcba9876543210");
+  ASSERT_TRUE(raw.ok());
+  StagingId id{*raw};
+  EXPECT_EQ(id.RelPath(), "staging/0123456789abcdef/fedcba9876543210");
+}
+
+}  // namespace
+}  // namespace ckptfs::fs
