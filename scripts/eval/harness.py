@@ -17,7 +17,7 @@ PYTHON = os.environ.get("CKPTFS_EVAL_PYTHON", "/usr/bin/python3")
 SCHEDULES = {
     ("digits", "full"): dict(trainer="digits", steps=440, save_every=20, restore_every=40, metric="accuracy"),
     ("digits", "smoke"): dict(trainer="digits", steps=30, save_every=5, restore_every=10, metric="accuracy"),
-    ("charlm", "full"): dict(trainer="charlm", steps=220, save_every=10, restore_every=20, metric="loss"),
+    ("charlm", "full"): dict(trainer="charlm", steps=110, save_every=5, restore_every=10, metric="loss"),
     ("charlm", "smoke"): dict(trainer="charlm", steps=15, save_every=5, restore_every=5, metric="loss"),
     ("transfer", "full"): dict(trainer="digits-finetune", steps=220, save_every=10, restore_every=20,
                                metric="accuracy", pretrain_steps=300),
