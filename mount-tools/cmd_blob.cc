@@ -1,7 +1,8 @@
 // encode / decode / inspect: the codec on single files, without a store.
 //   ckptfs encode IN BLOB [--base BASE_BLOB] [--zstd-level N] [--threads N]
 //   ckptfs decode BLOB OUT [--base BASE_BLOB ...]
-//   ckptfs inspect BLOB [--json] [--chunks] [--base BASE_BLOB ...]
+//   ckptfs inspect-blob BLOB [--json] [--chunks] [--base BASE_BLOB ...]
+// (`ckptfs inspect` also accepts a bare blob and forwards it here.)
 // A delta blob names its base by content address; --base supplies the base
 // blob files (their ids are computed from their bytes), so a chain can be
 // decoded offline.
@@ -14,6 +15,7 @@
 
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
+#include "mount-tools/blob_report.h"
 #include "mount-tools/commands.h"
 
 namespace ckptfs::tools {
@@ -101,102 +103,28 @@ int RunDecode(const BlobArgs& a) {
   return ReportStatus(WriteWholeFile(a.out, *bytes), "decode");
 }
 
-std::string ShapeString(const std::vector<uint64_t>& shape) {
-  return "[" + fmt::format("{}", fmt::join(shape, ", ")) + "]";
-}
-
 int RunInspect(const BlobArgs& a) {
   FileListResolver resolver;
   for (const auto& b : a.bases)
     if (Status s = resolver.AddFile(b); !s.ok()) return ReportStatus(s, "inspect: --base");
   auto opened = OpenBlobFile(a.in, &resolver);
   if (!opened.ok()) return ReportStatus(opened.status(), "inspect " + a.in);
-  const BlobReader& r = **opened;
-
-  // Per-segment stored bytes and codecs, from the chunk table.
-  struct SegmentSummary {
-    uint64_t stored = 0;
-    std::map<std::string, uint32_t> codecs;
-  };
-  std::vector<SegmentSummary> seg(r.segments().size());
-  for (const ChunkInfo& c : r.chunks()) {
-    if (c.segment < 0 || static_cast<size_t>(c.segment) >= seg.size()) continue;
-    seg[c.segment].stored += c.stored_length;
-    seg[c.segment].codecs[std::string(ChunkCodecName(c.codec))]++;
-  }
-  auto codec_list = [](const SegmentSummary& s) {
-    std::vector<std::string> names;
-    for (const auto& [name, n] : s.codecs) names.push_back(fmt::format("{}x{}", name, n));
-    return fmt::format("{}", fmt::join(names, ","));
-  };
-  auto ratio = [](uint64_t logical, uint64_t stored) {
-    return stored ? double(logical) / double(stored) : 0.0;
-  };
-
-  nlohmann::json j;
+  nlohmann::json j = DescribeBlob(**opened, a.chunks || a.json);
   j["blob"] = a.in;
-  j["format"] = std::string(FileFormatName(r.format()));
-  j["logical_bytes"] = r.logical_size();
-  j["stored_bytes"] = r.stored_size();
-  j["ratio"] = ratio(r.logical_size(), r.stored_size());
-  j["file_checksum"] = fmt::format("{:016x}", r.file_checksum());
-  j["base"] = r.base() ? nlohmann::json(r.base()->Hex()) : nlohmann::json(nullptr);
-  uint64_t verbatim_logical = 0, verbatim_stored = 0;
-  j["tensors"] = nlohmann::json::array();
-  for (size_t i = 0; i < r.segments().size(); ++i) {
-    const SegmentInfo& s = r.segments()[i];
-    if (s.tensor < 0) {
-      verbatim_logical += s.length;
-      verbatim_stored += seg[i].stored;
-      continue;
-    }
-    const TensorInfo& t = r.tensors()[s.tensor];
-    j["tensors"].push_back({{"name", t.name},
-                            {"dtype", std::string(DTypeName(t.dtype))},
-                            {"shape", t.shape},
-                            {"offset", s.offset},
-                            {"logical_bytes", s.length},
-                            {"stored_bytes", seg[i].stored},
-                            {"ratio", ratio(s.length, seg[i].stored)},
-                            {"codecs", codec_list(seg[i])}});
-  }
-  j["verbatim"] = {{"logical_bytes", verbatim_logical}, {"stored_bytes", verbatim_stored}};
-  if (a.chunks || a.json) {
-    j["chunks"] = nlohmann::json::array();
-    for (const ChunkInfo& c : r.chunks())
-      j["chunks"].push_back({{"offset", c.logical_offset},
-                             {"length", c.logical_length},
-                             {"codec", std::string(ChunkCodecName(c.codec))},
-                             {"stored_bytes", c.stored_length},
-                             {"checksum", fmt::format("{:016x}", c.checksum)}});
-  }
-  if (a.json) {
-    std::cout << j.dump(2) << "\n";
-    return kExitOk;
-  }
-  std::cout << fmt::format("{}: format {}, {} -> {} bytes ({:.3f}x), base {}\n", a.in,
-                           FileFormatName(r.format()), r.logical_size(), r.stored_size(),
-                           ratio(r.logical_size(), r.stored_size()),
-                           r.base() ? r.base()->Hex() : std::string("none"));
-  std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8}  {}\n", "tensor", "dtype", "shape",
-                           "bytes", "stored", "ratio", "codecs");
-  for (const auto& t : j["tensors"])
-    std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}  {}\n", t["name"].get<std::string>(),
-                             t["dtype"].get<std::string>(), ShapeString(t["shape"].get<std::vector<uint64_t>>()),
-                             t["logical_bytes"].get<uint64_t>(), t["stored_bytes"].get<uint64_t>(),
-                             t["ratio"].get<double>(), t["codecs"].get<std::string>());
-  std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}\n", "(verbatim bytes)", "", "",
-                           verbatim_logical, verbatim_stored, ratio(verbatim_logical, verbatim_stored));
-  if (a.chunks)
-    for (const auto& c : j["chunks"])
-      std::cout << fmt::format("  chunk @{:<12} len {:<10} {:<14} stored {:<10} xxh3 {}\n",
-                               c["offset"].get<uint64_t>(), c["length"].get<uint64_t>(),
-                               c["codec"].get<std::string>(), c["stored_bytes"].get<uint64_t>(),
-                               c["checksum"].get<std::string>());
+  if (a.json) std::cout << j.dump(2) << "\n";
+  else PrintBlobReport(a.in, j);
   return kExitOk;
 }
 
 }  // namespace
+
+int InspectBlobFile(const std::string& path, bool json, bool chunks) {
+  BlobArgs a;
+  a.in = path;
+  a.json = json;
+  a.chunks = chunks;
+  return RunInspect(a);
+}
 
 void RegisterBlobCommands(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<BlobArgs>();

@@ -18,6 +18,7 @@
 #include "fs/gc.h"
 #include "fs/manifest.h"
 #include "fs/store.h"
+#include "mount-tools/blob_report.h"
 #include "mount-tools/commands.h"
 
 namespace ckptfs::tools {
@@ -167,7 +168,8 @@ Result<OpenedManifest> OpenManifestFile(const std::string& file) {
   return o;
 }
 
-int RunInspect(const std::string& file, bool as_json) {
+int RunInspect(const std::string& file, bool as_json, bool chunks) {
+  if (LooksLikeBlob(file)) return InspectBlobFile(file, as_json, chunks);  // a bare blob, not a store file
   auto opened = OpenManifestFile(file);
   if (!opened.ok()) return ReportStatus(opened.status(), "inspect");
   json j;
@@ -187,27 +189,15 @@ int RunInspect(const std::string& file, bool as_json) {
     if (m.kind == fs::ManifestKind::kBlob) {
       auto reader = opened->store->OpenBlob(m.object);
       if (!reader.ok()) return ReportStatus(reader.status(), "inspect");
-      const BlobReader& r = **reader;
-      j["format"] = FileFormatName(r.format());
-      j["file_checksum"] = fmt::format("{:016x}", r.file_checksum());
-      std::map<std::string, uint64_t> codecs;
-      for (const ChunkInfo& c : r.chunks()) codecs[std::string(ChunkCodecName(c.codec))] += 1;
-      j["chunks"] = r.chunks().size();
-      j["chunk_codecs"] = codecs;
-      j["segments"] = r.segments().size();
-      json tensors = json::array();
-      for (const TensorInfo& t : r.tensors())
-        tensors.push_back({{"name", t.name}, {"dtype", DTypeName(t.dtype)}, {"shape", t.shape}});
-      j["tensors"] = tensors;
+      j["blob"] = DescribeBlob(**reader, chunks);
     }
   }
   if (as_json) {
     std::cout << j.dump(2) << "\n";
   } else {
     for (auto& [k, v] : j.items())
-      if (k != "tensors") std::cout << fmt::format("{:<14} {}\n", k, v.dump());
-    if (j.contains("tensors"))
-      for (auto& t : j["tensors"]) std::cout << "  tensor " << t.dump() << "\n";
+      if (k != "blob") std::cout << fmt::format("{:<14} {}\n", k, v.dump());
+    if (j.contains("blob")) PrintBlobReport(file, j["blob"]);
   }
   return kExitOk;
 }
@@ -348,7 +338,7 @@ int RunGc(const std::string& backing, int64_t grace, bool dry_run, bool as_json)
 void RegisterStoreCommands(CLI::App& app, int* exit_code) {
   struct Args {
     std::string path, out;
-    bool json = false, dry_run = false;
+    bool json = false, dry_run = false, chunks = false;
     int64_t grace = 3600;
   };
   auto a = std::make_shared<Args>();
@@ -358,10 +348,11 @@ void RegisterStoreCommands(CLI::App& app, int* exit_code) {
   stats->add_flag("--json", a->json, "Machine-readable output");
   stats->callback([a, exit_code] { *exit_code = RunStats(a->path, a->json); });
 
-  CLI::App* inspect = app.add_subcommand("inspect", "Show the manifest and blob of FILE (unmounted store)");
+  CLI::App* inspect = app.add_subcommand("inspect", "Describe FILE of an unmounted store (manifest, tensors, codecs, sizes) or a bare blob");
   inspect->add_option("file", a->path, "Path of the manifest under BACKING")->required();
   inspect->add_flag("--json", a->json, "Machine-readable output");
-  inspect->callback([a, exit_code] { *exit_code = RunInspect(a->path, a->json); });
+  inspect->add_flag("--chunks", a->chunks, "List every chunk with its checksum");
+  inspect->callback([a, exit_code] { *exit_code = RunInspect(a->path, a->json, a->chunks); });
 
   CLI::App* restore = app.add_subcommand("restore", "Decode FILE of an unmounted store into OUT");
   restore->add_option("file", a->path, "Path of the manifest under BACKING")->required();

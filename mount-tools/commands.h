@@ -27,6 +27,9 @@ enum ExitCode : int {
 // stderr when it is an error.
 int ReportStatus(const Status& status, std::string_view context);
 
+// `ckptfs inspect-blob PATH`: describes a bare blob file; returns the exit code.
+int InspectBlobFile(const std::string& path, bool json, bool chunks);
+
 // encode / decode / inspect a single blob (codec only, no store).
 void RegisterBlobCommands(CLI::App& app, int* exit_code);
 // mount / umount (the FUSE daemon).

@@ -2,6 +2,7 @@
 then a remount must show every acknowledged file exactly, and no
 half-written file as committed (DESIGN §3 invariant 1)."""
 import glob
+import json
 import os
 import subprocess
 import time
@@ -119,7 +120,7 @@ def test_fsync_promise_survives_kill9(store):
 
 def test_fsck_finds_flipped_byte_and_read_gives_eio(store, tmp_path):
     store.mount()
-    data = os.urandom(3 << 20)
+    data = os.urandom(12 << 20)  # three 4 MiB chunks
     write(store.path("victim"), data)
     write(store.path("bystander"), os.urandom(100_000))
     store.wait_idle()
@@ -130,8 +131,12 @@ def test_fsck_finds_flipped_byte_and_read_gives_eio(store, tmp_path):
     assert read(tmp_path / "out") == data
     path = os.path.join(store.backing, ".ckptfs", "objects", obj[:2], obj)
     os.chmod(path, 0o644)
+    # Damage the payload of the last chunk only (the blob's chunk table says where).
+    desc = json.loads(store.cli("inspect-blob", path, "--json").stdout)
+    last = desc["chunks"][-1]
+    assert last["offset"] > 4096
     with open(path, "r+b") as f:
-        f.seek(os.path.getsize(path) - 1000)
+        f.seek(last["stored_offset"] + last["stored_bytes"] // 2)
         b = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0x40]))
