@@ -11,10 +11,12 @@ The seed-0 run trains once into a plain directory; its checkpoint sequence
 backend, waiting for the encodes after each checkpoint as a trainer whose
 save interval exceeds the encode time would. In an uninterrupted run the
 bytes a trainer writes do not depend on where they go, so this is the same
-as training into each mount, at a fraction of the cost. For the
-weights/optimizer split each checkpoint is also re-saved as two files,
-{"model": ...} into weights/ and {"optimizer": ...} into optim/ (separate
-directories, so each delta chain is its own). zstd -3 compresses each whole
+as training into each mount, at a fraction of the cost. The weights /
+optimizer split of ckptfs comes from the per-tensor stored bytes of
+`ckptfs inspect --json` on the unmounted store (names model.* and
+optimizer.*); with a build whose inspect lacks them, each checkpoint is
+re-saved as {"model": ...} into weights/ and {"optimizer": ...} into optim/
+and those files are stored and measured whole. zstd -3 compresses each whole
 file, and for the split each tensor's raw bytes separately.
 
 Writes RESULTS/compression-<workload>.json, .md and .png.
@@ -65,11 +67,22 @@ def zstd_size(data):
     return len(subprocess.run(["zstd", "-3", "-q", "-c"], input=data, capture_output=True, check=True).stdout)
 
 
-def split_and_zstd(ckdir, seq, splitdir):
-    """Writes the weights/optim split files; returns the zstd -3 rows."""
+def write_split_files(ckdir, seq, splitdir):
+    """{"model": ...} into splitdir/weights, {"optimizer": ...} into splitdir/optim."""
     import torch
-    os.makedirs(os.path.join(splitdir, "weights"), exist_ok=True)
-    os.makedirs(os.path.join(splitdir, "optim"), exist_ok=True)
+    if os.path.isdir(splitdir):
+        return
+    for sub in ("weights", "optim"):
+        os.makedirs(os.path.join(splitdir, sub))
+    for _, files in seq:
+        ck = torch.load(os.path.join(ckdir, files["checkpoint"]))
+        torch.save({"model": ck["model"]}, os.path.join(splitdir, "weights", files["checkpoint"]))
+        torch.save({"optimizer": ck["optimizer"]}, os.path.join(splitdir, "optim", files["checkpoint"]))
+
+
+def zstd_rows(ckdir, seq):
+    """zstd -3 per whole file, and per tensor (raw bytes) for the split."""
+    import torch
     rows = []
     for step, files in seq:
         row = {"step": step}
@@ -78,8 +91,7 @@ def split_and_zstd(ckdir, seq, splitdir):
                 data = f.read()
             row[kind] = {"logical_bytes": len(data), "stored_bytes": zstd_size(data)}
         ck = torch.load(os.path.join(ckdir, files["checkpoint"]))
-        for kind, key, sub in (("weights", "model", "weights"), ("optimizer", "optimizer", "optim")):
-            torch.save({key: ck[key]}, os.path.join(splitdir, sub, files["checkpoint"]))
+        for kind, key in (("weights", "model"), ("optimizer", "optimizer")):
             blobs = tensor_bytes(ck[key])
             row[kind] = {"logical_bytes": sum(len(b) for b in blobs),
                          "stored_bytes": sum(zstd_size(b) for b in blobs)}
@@ -87,19 +99,45 @@ def split_and_zstd(ckdir, seq, splitdir):
     return rows
 
 
+def _copy_in_order(backend, root, pairs):
+    """Copies (source, destination) groups in order, waiting for the encodes
+    after each group."""
+    for group in pairs:
+        for src, dst in group:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copyfile(src, dst)
+        backend.wait_idle()
+
+
+def per_tensor_split(backend, relpath):
+    """{weights, optimizer, other} logical/stored bytes of one stored
+    checkpoint from the per-tensor numbers of `ckptfs inspect --json`, or
+    None when this build's inspect does not give them."""
+    try:
+        info = backend.inspect(relpath)
+    except (subprocess.CalledProcessError, ValueError):
+        return None
+    tensors = info.get("blob", {}).get("tensors")
+    if not tensors or "stored_bytes" not in tensors[0]:
+        return None
+    out = {k: {"logical_bytes": 0, "stored_bytes": 0} for k in ("weights", "optimizer", "other")}
+    for t in tensors:
+        kind = ("weights" if t["name"].startswith("model.") else
+                "optimizer" if t["name"].startswith("optimizer.") else "other")
+        out[kind]["logical_bytes"] += t["logical_bytes"]
+        out[kind]["stored_bytes"] += t["stored_bytes"]
+    v = info["blob"].get("verbatim", {})
+    out["other"]["logical_bytes"] += v.get("logical_bytes", 0)
+    out["other"]["stored_bytes"] += v.get("stored_bytes", 0)
+    return out
+
+
 def replay(backend, workdir, ckdir, splitdir, seq):
+    """Replays the run into `backend`; returns (rows, how the split was measured)."""
     root = backend.start(workdir)
     try:
-        for d in ("run", "weights", "optim"):
-            os.makedirs(os.path.join(root, d), exist_ok=True)
-        for step, files in seq:
-            for name in files.values():
-                shutil.copyfile(os.path.join(ckdir, name), os.path.join(root, "run", name))
-            shutil.copyfile(os.path.join(splitdir, "weights", files["checkpoint"]),
-                            os.path.join(root, "weights", files["checkpoint"]))
-            shutil.copyfile(os.path.join(splitdir, "optim", files["checkpoint"]),
-                            os.path.join(root, "optim", files["checkpoint"]))
-            backend.wait_idle()
+        _copy_in_order(backend, root, [[(os.path.join(ckdir, n), os.path.join(root, "run", n))
+                                        for n in files.values()] for _, files in seq])
         backend.stop()
     except BaseException:
         backend.teardown()
@@ -110,10 +148,28 @@ def replay(backend, workdir, ckdir, splitdir, seq):
         row = {"step": step}
         for kind, name in files.items():
             row[kind] = _pick(stats[os.path.join("run", name)])
+        rows.append(row)
+    splits = [per_tensor_split(backend, os.path.join("run", files["checkpoint"])) for _, files in seq]
+    if all(splits):
+        for row, sp in zip(rows, splits):
+            row.update(sp)
+        return rows, "per-tensor stored bytes of `ckptfs inspect --json` (tensor data only)"
+    # No per-tensor numbers: store {"model"} and {"optimizer"} files apart.
+    write_split_files(ckdir, seq, splitdir)
+    root = backend.start(workdir)
+    try:
+        _copy_in_order(backend, root, [[(os.path.join(splitdir, sub, files["checkpoint"]),
+                                         os.path.join(root, sub, files["checkpoint"])) for sub in ("weights", "optim")]
+                                       for _, files in seq])
+        backend.stop()
+    except BaseException:
+        backend.teardown()
+        raise
+    stats = backend.stats()
+    for row, (step, files) in zip(rows, seq):
         row["weights"] = _pick(stats[os.path.join("weights", files["checkpoint"])])
         row["optimizer"] = _pick(stats[os.path.join("optim", files["checkpoint"])])
-        rows.append(row)
-    return rows
+    return rows, "separate {model} / {optimizer} files in their own directories (whole files)"
 
 
 def _pick(s):
@@ -172,6 +228,8 @@ def write_outputs(res, results):
             continue
         if b.get("note"):
             md.append(f"- `{name}`: {b['note']}\n")
+        if b.get("split_measured_by"):
+            md.append(f"- `{name}`: weights/optimizer split from {b['split_measured_by']}\n")
         codecs = sorted({r[k]["codec"] for r in b["per_checkpoint"] for k in KINDS if k in r and "codec" in r[k]})
         if codecs:
             md.append(f"- `{name}`: stored as {', '.join(codecs)}\n")
@@ -229,7 +287,7 @@ def main():
            "schedule": h.schedule(args.workload, args.size), "checkpoints": len(seq),
            "logical_bytes_per_checkpoint": os.path.getsize(os.path.join(base["ckpts"], seq[-1][1]["checkpoint"])),
            "backends": {}}
-    zrows = split_and_zstd(base["ckpts"], seq, splitdir)
+    zrows = zstd_rows(base["ckpts"], seq)
     res["backends"]["zstd -3 (per file; per tensor for the split)"] = {
         "status": "ok", "per_checkpoint": zrows, "summary": summarize(zrows)}
     for spec in [s for s in args.backends.split(",") if s]:
@@ -241,8 +299,9 @@ def main():
             res["backends"][spec] = {"status": "not run", "reason": why}
             continue
         h.log(f"[compression {args.workload}] replaying into {spec}")
-        rows = replay(b, work, base["ckpts"], splitdir, seq)
+        rows, split_how = replay(b, work, base["ckpts"], splitdir, seq)
         res["backends"][spec] = {"status": "ok", "per_checkpoint": rows, "summary": summarize(rows),
+                                 "split_measured_by": split_how,
                                  "mount_options": b.options, "note": getattr(b, "note", None)}
         shutil.rmtree(work, ignore_errors=True)
     write_outputs(res, args.results)
