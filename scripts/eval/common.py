@@ -15,9 +15,12 @@ import torch
 
 
 def set_threads():
-    # Two cores on the evaluation machine; a fixed thread count also keeps
-    # the CPU kernels' reduction order, hence the results, reproducible.
-    torch.set_num_threads(2)
+    """One intra-op thread unless CKPTFS_EVAL_THREADS says otherwise. On a
+    busy 2-core machine two OpenMP threads spin against other processes (the
+    char LM ran 6x slower with 2 threads than with 1 there). The count must
+    be the same for a run and its resumed segments: it fixes the reduction
+    order of the CPU kernels, hence bit-identical results."""
+    torch.set_num_threads(int(os.environ.get("CKPTFS_EVAL_THREADS", "1")))
 
 
 _ST_DTYPES = {
