@@ -121,7 +121,13 @@ def per_tensor_split(backend, relpath):
     if not tensors or "stored_bytes" not in tensors[0]:
         return None
     out = {k: {"logical_bytes": 0, "stored_bytes": 0} for k in ("weights", "optimizer", "other")}
+    out["modules"] = {}
     for t in tensors:
+        # Weights per module (model.conv1, model.blocks, ...): frozen layers show up here.
+        if t["name"].startswith("model."):
+            m = out["modules"].setdefault(".".join(t["name"].split(".")[:2]), {"logical_bytes": 0, "stored_bytes": 0})
+            m["logical_bytes"] += t["logical_bytes"]
+            m["stored_bytes"] += t["stored_bytes"]
         kind = ("weights" if t["name"].startswith("model.") else
                 "optimizer" if t["name"].startswith("optimizer.") else "other")
         out[kind]["logical_bytes"] += t["logical_bytes"]
@@ -152,7 +158,7 @@ def replay(backend, workdir, ckdir, splitdir, seq):
     splits = [per_tensor_split(backend, os.path.join("run", files["checkpoint"])) for _, files in seq]
     if all(splits):
         for row, sp in zip(rows, splits):
-            row.update(sp)
+            row.update(sp)  # weights, optimizer, other, modules
         return rows, "per-tensor stored bytes of `ckptfs inspect --json` (tensor data only)"
     # No per-tensor numbers: store {"model"} and {"optimizer"} files apart.
     write_split_files(ckdir, seq, splitdir)
@@ -196,7 +202,21 @@ def summarize(rows):
             series.append(logical / stored)
         out[kind] = {"logical_bytes": logical, "stored_bytes": stored, "ratio": logical / stored,
                      "cumulative": series}
+    if "modules" in rows[0]:
+        mods = {}
+        for r in rows:
+            for name, m in r["modules"].items():
+                acc = mods.setdefault(name, {"logical_bytes": 0, "stored_bytes": 0})
+                acc["logical_bytes"] += m["logical_bytes"]
+                acc["stored_bytes"] += m["stored_bytes"]
+        for m in mods.values():
+            m["ratio"] = m["logical_bytes"] / max(1, m["stored_bytes"])
+        out["modules"] = mods
     return out
+
+
+def _size(n):
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
 def fmt_ratio(x):
@@ -230,6 +250,10 @@ def write_outputs(res, results):
             md.append(f"- `{name}`: {b['note']}\n")
         if b.get("split_measured_by"):
             md.append(f"- `{name}`: weights/optimizer split from {b['split_measured_by']}\n")
+        if "modules" in b["summary"]:
+            mods = b["summary"]["modules"]
+            md.append(f"- `{name}`: weights per module, cumulative: " + ", ".join(
+                f"{m} {fmt_ratio(v['ratio'])} (of {_size(v['logical_bytes'])})" for m, v in mods.items()) + "\n")
         codecs = sorted({r[k]["codec"] for r in b["per_checkpoint"] for k in KINDS if k in r and "codec" in r[k]})
         if codecs:
             md.append(f"- `{name}`: stored as {', '.join(codecs)}\n")
