@@ -232,7 +232,7 @@ def write_outputs(res, results):
     rows = []
     for name, b in res["backends"].items():
         if b["status"] != "ok":
-            rows.append([name] + ["not run"] * (len(headers) - 1))
+            rows.append([name] + [b["status"]] * (len(headers) - 1))
             continue
         s = b["summary"]
         last = b["per_checkpoint"][-1]["checkpoint"]
@@ -244,7 +244,7 @@ def write_outputs(res, results):
           f"{res['logical_bytes_per_checkpoint'] / 1e6:.2f} MB each)\n", h.markdown_table(headers, rows)]
     for name, b in res["backends"].items():
         if b["status"] != "ok":
-            md.append(f"- `{name}`: not run — {b['reason']}\n")
+            md.append(f"- `{name}`: {b['status']} — {b['reason'].splitlines()[0]}\n")
             continue
         if b.get("note"):
             md.append(f"- `{name}`: {b['note']}\n")
@@ -314,6 +314,7 @@ def main():
     zrows = zstd_rows(base["ckpts"], seq)
     res["backends"]["zstd -3 (per file; per tensor for the split)"] = {
         "status": "ok", "per_checkpoint": zrows, "summary": summarize(zrows)}
+    failed = False
     for spec in [s for s in args.backends.split(",") if s]:
         b = bk.make(spec)
         work = os.path.join(expdir, spec.replace(":", "_"))
@@ -323,14 +324,20 @@ def main():
             res["backends"][spec] = {"status": "not run", "reason": why}
             continue
         h.log(f"[compression {args.workload}] replaying into {spec}")
-        rows, split_how = replay(b, work, base["ckpts"], splitdir, seq)
+        try:
+            rows, split_how = replay(b, work, base["ckpts"], splitdir, seq)
+        except (RuntimeError, OSError, KeyError, subprocess.SubprocessError) as e:
+            h.log(f"[compression {args.workload}] {spec}: FAILED: {e!r}")
+            res["backends"][spec] = {"status": "failed", "reason": repr(e)[-2000:]}
+            failed = True
+            continue
         res["backends"][spec] = {"status": "ok", "per_checkpoint": rows, "summary": summarize(rows),
                                  "split_measured_by": split_how,
                                  "mount_options": b.options, "note": getattr(b, "note", None)}
         shutil.rmtree(work, ignore_errors=True)
     write_outputs(res, args.results)
     h.log(f"[compression {args.workload}] wrote {args.results}/compression-{args.workload}.{{json,md,png}}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

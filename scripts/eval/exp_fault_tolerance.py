@@ -21,6 +21,7 @@ import argparse
 import datetime
 import os
 import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +89,14 @@ def run(args, extra=None):
             res["backends"][spec] = {"status": "not run", "reason": why}
             continue
         h.log(f"[fault {args.workload}] {spec}: training with restores")
-        r = h.resumed_run(b, work, args.workload, args.size, 0, init_source=init_source)
+        try:
+            r = h.resumed_run(b, work, args.workload, args.size, 0, init_source=init_source)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            # A backend that breaks training is a result, not a reason to lose the others.
+            h.log(f"[fault {args.workload}] {spec}: FAILED: {e}")
+            res["backends"][spec] = {"status": "failed", "reason": str(e)[-2000:]}
+            failures.append(f"{spec}: {str(e).splitlines()[0]}")
+            continue
         got = final_eval(r["final"])
         identical, max_diff = h.compare_states(ref_final, r["final"])
         entry = {"status": "ok", "mount_options": getattr(b, "options", []), "note": getattr(b, "note", None),
@@ -125,7 +133,7 @@ def write_outputs(res, results):
                      "-", "-", "-", "1.00x"])
     for spec, b in res["backends"].items():
         if b["status"] != "ok":
-            rows.append([spec] + ["not run"] * (len(headers) - 1))
+            rows.append([spec] + [b["status"]] * (len(headers) - 1))
             continue
         f, d = b["final"], b["delta"]
         delta = (f"{100 * d['accuracy']:+.2f} pts" if metric == "accuracy"
@@ -144,7 +152,7 @@ def write_outputs(res, results):
           f"\nSeed-to-seed spread of the baseline (seeds 0-2): {spread}.\n"]
     for spec, b in res["backends"].items():
         if b["status"] != "ok":
-            md.append(f"- `{spec}`: not run — {b['reason']}\n")
+            md.append(f"- `{spec}`: {b['status']} — {b['reason'].splitlines()[0]}\n")
         elif b.get("note"):
             md.append(f"- `{spec}`: {b['note']}\n")
         if b.get("pretrained"):

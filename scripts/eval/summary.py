@@ -56,15 +56,15 @@ def main():
                           else f"{100 * sp['range'] / ref['loss']:.2f}% loss")
                 ident = "yes" if f["bit_identical"] else "no"
             else:
-                delta = spread = ident = "not run"
+                delta = spread = ident = f["status"]
             if ratio is None or f["status"] != "ok":
-                met = "not run"
+                met = "failed" if "failed" in (c["status"], f["status"]) else "not run"
             else:
                 ok_r, ok_a = ratio >= TARGET_RATIO, f["within_target"]
                 met = "yes" if ok_r and ok_a else "no (" + ", ".join(
                     x for x, bad in (("ratio", not ok_r), ("accuracy", not ok_a)) if bad) + ")"
-            rows.append([w, spec, f"{ratio:.2f}x" if ratio else "not run", f"{ratio_pt:.2f}x" if ratio_pt else
-                         "not run", delta, spread, ident, met])
+            rows.append([w, spec, f"{ratio:.2f}x" if ratio else c["status"], f"{ratio_pt:.2f}x" if ratio_pt else
+                         c["status"], delta, spread, ident, met])
     print(h.markdown_table(headers, rows))
     return 0
 
