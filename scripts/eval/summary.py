@@ -36,6 +36,11 @@ def main():
         fault = load(os.path.join(args.results, f"fault-{w}.json"))
         if not comp and not fault:
             continue
+        if comp:
+            z = next((v for k, v in comp["backends"].items() if k.startswith("zstd")), None)
+            if z and z["status"] == "ok":
+                rows.append([w, "zstd -3 (reference, no restores)", f"{z['summary']['weights+optimizer']['ratio']:.2f}x",
+                             f"{z['summary']['checkpoint']['ratio']:.2f}x", "-", "-", "-", "-"])
         specs = []
         for src in (comp, fault):
             for s in (src or {}).get("backends", {}):
