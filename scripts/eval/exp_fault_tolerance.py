@@ -53,11 +53,12 @@ def within_target(metric, got, ref):
 def store_ratio(stats):
     out = {}
     for kind, suffix in (("checkpoint", ".pt"), ("safetensors", ".safetensors")):
-        files = [s for p, s in stats.items() if p.startswith("ckpts/") and p.endswith(suffix)]
+        files = [s for p, s in sorted(stats.items()) if p.startswith("ckpts/") and p.endswith(suffix)]
         if files:
             lo = sum(s["logical_bytes"] for s in files)
             st = sum(s["stored_bytes"] for s in files)
-            out[kind] = {"files": len(files), "logical_bytes": lo, "stored_bytes": st, "ratio": lo / st}
+            out[kind] = {"files": len(files), "logical_bytes": lo, "stored_bytes": st, "ratio": lo / st,
+                         "chain_depths": [s.get("chain_depth") for s in files]}
     return out
 
 
