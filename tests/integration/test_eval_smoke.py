@@ -110,3 +110,51 @@ def test_compression_experiment_writes_results(workdir, baseline, tmp_path):
     md = (results / "compression-digits.md").read_text()
     assert "ckptfs-lossless" in md and LOSSY in md
     assert (results / "compression-digits.png").stat().st_size > 1000
+
+
+def test_safetensors_writer_layout(tmp_path):
+    """The hand-written safetensors of the charlm workload: u64 LE header
+    length, a JSON header padded with spaces to a multiple of 8, contiguous
+    data in key order; read back equal, including 0-d and empty tensors."""
+    import struct
+
+    import torch
+    import common
+    tensors = {"b.weight": torch.randn(3, 5), "a.bias": torch.arange(7, dtype=torch.float16),
+               "c.scale": torch.tensor(2.5, dtype=torch.bfloat16), "d.empty": torch.zeros(0, 4),
+               "e.ids": torch.arange(4, dtype=torch.int64)}
+    path = str(tmp_path / "m.safetensors")
+    common.save_safetensors(tensors, path)
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    assert n % 8 == 0 and 8 + n <= len(data)
+    text = data[8:8 + n]
+    assert text.rstrip(b" ").endswith(b"}") and set(text[len(text.rstrip(b" ")):]) <= {ord(" ")}
+    header = json.loads(text)
+    end = 0
+    for name in sorted(tensors):
+        a, b = header[name]["data_offsets"]
+        assert a == end and b - a == tensors[name].numel() * tensors[name].element_size()
+        end = b
+    assert 8 + n + end == len(data)
+    assert header["c.scale"] == {"dtype": "BF16", "shape": [], "data_offsets": header["c.scale"]["data_offsets"]}
+    back = common.load_safetensors(path)
+    for name, t in tensors.items():
+        assert back[name].dtype == t.dtype and back[name].shape == t.shape and torch.equal(back[name], t)
+
+
+def test_safetensors_reader_agrees_with_format_fixture():
+    """Our reader parses the repository's safetensors fixture into the
+    tensors its description lists (names, dtypes, shapes)."""
+    import common
+    fixture = os.path.join(REPO, "tests", "data", "formats", "model.safetensors")
+    if not os.path.exists(fixture):
+        pytest.skip("format fixture missing")
+    with open(fixture + ".json") as f:
+        want = json.load(f)["tensors"]
+    got = common.load_safetensors(fixture)
+    names = {"bf16": "torch.bfloat16", "f32": "torch.float32", "f16": "torch.float16"}
+    assert sorted(got) == sorted(t["name"] for t in want)
+    for t in want:
+        assert str(got[t["name"]].dtype) == names[t["dtype"]]
+        assert list(got[t["name"]].shape) == t["shape"]
