@@ -6,7 +6,8 @@ CNN, 30 steps, 2 restore-and-resume cycles.
 - lossy (only when the mount accepts -o lossy=on,budget=...): ratio > 5 and
   accuracy within a loose bound of the baseline;
 - exp_compression.py end to end: JSON, markdown and plot, with a backend the
-  mount rejects reported as "not run".
+  mount rejects reported as "not run";
+- the hand-written safetensors writer/reader (no mount needed).
 
 The binary comes from $CKPTFS_BIN (default build/mount-tools/ckptfs). Every
 mount is unmounted in teardown (ckptfs umount, then fusermount3 -uz).
