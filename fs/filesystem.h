@@ -41,6 +41,10 @@ Status RunDaemon(const MountOptions& options);
 struct FileHandle {
   std::shared_ptr<Inode> inode;
   bool writable = false;
+  // Set by the first FLUSH of a writable handle: close() has returned to the
+  // writer, and the (asynchronous) RELEASE that queues the commit is on its
+  // way. Counted in Filesystem::closing_handles_ until then.
+  std::atomic<bool> closing{false};
 };
 
 // An open directory (fuse_file_info::fh).
@@ -145,6 +149,10 @@ class Filesystem {
   InodeTable inodes_;
   fuse_session* session_ = nullptr;
   std::unique_ptr<EncodeQueue> queue_;
+  // Writable handles closed by their process (FLUSH seen) whose RELEASE has
+  // not arrived yet. Part of `user.ckptfs.pending`, so that "nothing
+  // pending" right after a close() really means the commit has finished.
+  std::atomic<uint64_t> closing_handles_{0};
 
   // Open file handles, so that handles the kernel never released (a lazy
   // or aborted unmount) are freed at exit. Leaf lock.

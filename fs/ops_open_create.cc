@@ -109,9 +109,12 @@ void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   }
 }
 
-void Filesystem::Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
-  // FLUSH comes on every close() (and may not come at all): nothing to do.
-  // Commits start at the last RELEASE; durability is fsync's job.
+void Filesystem::Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  // FLUSH comes on every close() (and may not come at all). Commits start at
+  // the last RELEASE and durability is fsync's job; a writable handle is only
+  // counted as closing, so `pending` covers the gap until its RELEASE.
+  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
+  if (handle != nullptr && handle->writable && !handle->closing.exchange(true)) ++closing_handles_;
   fuse_reply_err(req, 0);
 }
 
@@ -121,6 +124,8 @@ void Filesystem::Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi)
     std::lock_guard<std::mutex> lock(handle->inode->mu);
     if (--handle->inode->file.writers == 0) MaybeQueueCommitLocked(handle->inode);
   }
+  // After the commit is queued, so `pending` never drops to 0 in between.
+  if (handle->closing) --closing_handles_;
   DeleteHandle(handle);
   fuse_reply_err(req, 0);
 }
