@@ -159,3 +159,24 @@ def test_safetensors_reader_agrees_with_format_fixture():
     for t in want:
         assert str(got[t["name"]].dtype) == names[t["dtype"]]
         assert list(got[t["name"]].shape) == t["shape"]
+
+
+def test_compare_states_sees_one_ulp(tmp_path):
+    """The bit-identity check of the fault-tolerance experiment catches a
+    one-ulp change in one optimizer element, and -0.0 vs 0.0."""
+    import torch
+    state = {"model": {"w": torch.randn(4, 4), "b": torch.zeros(4)},
+             "optimizer": {"state": {0: {"exp_avg": torch.randn(4, 4), "step": torch.tensor(3.0)}},
+                           "param_groups": [{"lr": 1e-3, "params": [0]}]}}
+    a, b, c = (str(tmp_path / n) for n in ("a.pt", "b.pt", "c.pt"))
+    torch.save(state, a)
+    assert h.compare_states(a, a) == (True, 0.0)
+    ea = state["optimizer"]["state"][0]["exp_avg"]
+    ea.view(torch.int32)[1, 2] += 1
+    torch.save(state, b)
+    same, diff = h.compare_states(a, b)
+    assert not same and 0 < diff < 1e-6
+    ea.view(torch.int32)[1, 2] -= 1
+    state["model"]["b"][0] = -0.0
+    torch.save(state, c)
+    assert h.compare_states(a, c)[0] is False
