@@ -123,7 +123,7 @@ Status MarkStaging(int manifest_fd, Manifest* m, const StagingId& staging, uint6
 
 Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::string& staging_path,
                                     const std::vector<BaseCandidate>& candidates, const CommitOptions& options,
-                                    Logger* log) {
+                                    Logger* log, std::string_view logical_path) {
   ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::FromFd(staging_fd, staging_path));
   ByteSpan bytes = mapped.bytes();
   EncodedVersion v;
@@ -166,7 +166,14 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   }
   ASSIGN_OR_RETURN(TempFile tmp, store.CreateTemp());
   FdSink sink(tmp.fd(), tmp.path());
-  auto stats = EncodeBlob(bytes, layout, have_base ? &base_ref : nullptr, options.encode, &sink);
+  EncodeOptions encode = options.encode;
+  if (options.policy && layout.format != FileFormat::kOpaque) {
+    encode.lossy_budget = [policy = options.policy, path = std::string(logical_path)](FileFormat format,
+                                                                                     const TensorInfo& t) {
+      return policy->BudgetFor(path, format, t);
+    };
+  }
+  auto stats = EncodeBlob(bytes, layout, have_base ? &base_ref : nullptr, encode, &sink);
   if (!stats.ok()) return stats.status().WithContext("encode " + staging_path);
   v.stats = *stats;
   ASSIGN_OR_RETURN(v.fields.object, store.PublishObject(std::move(tmp)));

@@ -21,6 +21,7 @@
 
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
+#include "codec/policy/policy.h"
 #include "fs/log.h"
 #include "fs/manifest.h"
 #include "fs/store.h"
@@ -39,6 +40,9 @@ struct CommitOptions {
   uint64_t inline_max = 3072;  // files up to this size live in the manifest
   EncodeOptions encode;
   ParseLimits parse;
+  // Which tensors are stored lossily (null: all lossless). EncodeStaged
+  // applies it with the file's path relative to the mount root.
+  std::shared_ptr<const policy::Policy> policy;
   // Called at each step of kCommitSteps; a non-OK status stops the commit
   // right there, leaving everything as a crash would (the daemon's hook
   // calls abort(); tests return an error). May be empty.
@@ -72,7 +76,7 @@ Status MarkStaging(int manifest_fd, Manifest* m, const StagingId& staging, uint6
 // Thread safety: reentrant (Store is thread-safe).
 Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::string& staging_path,
                                     const std::vector<BaseCandidate>& candidates, const CommitOptions& options,
-                                    Logger* log);
+                                    Logger* log, std::string_view logical_path = {});
 
 // Step 3: `*m` takes the fields of `version` and is written durably.
 Status CommitManifest(int manifest_fd, Manifest* m, const EncodedVersion& version, const CommitOptions& options);

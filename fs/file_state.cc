@@ -178,9 +178,20 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
       }
     }
   }
-  Result<EncodedVersion> version =
-      s.ok() ? EncodeStaged(*store_, staging->fd(), staging->path(), BaseCandidatesFor(dir), commit_options_, log_)
-             : Result<EncodedVersion>(s);
+  Result<EncodedVersion> version = Result<EncodedVersion>(s);
+  if (s.ok()) {
+    std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
+    const CommitOptions* commit_options = &commit_options_;
+    CommitOptions with_gpu;
+    if (gpu_kernels_) {
+      gpu_lock.lock();
+      with_gpu = commit_options_;
+      with_gpu.encode.lossy_kernels = gpu_kernels_.get();
+      commit_options = &with_gpu;
+    }
+    version = EncodeStaged(*store_, staging->fd(), staging->path(), BaseCandidatesFor(dir), *commit_options, log_,
+                           RelativePath(*inode));
+  }
   std::shared_ptr<StagingFile> done;
   std::vector<std::shared_ptr<StagingFile>> superseded;  // no manifest names them now
   {
@@ -275,6 +286,16 @@ Status Filesystem::DoLookup(Inode& parent, const char* name, fuse_entry_param* e
   e->attr_timeout = 1.0;
   e->entry_timeout = 1.0;
   return Status::Ok();
+}
+
+std::string Filesystem::RelativePath(const Inode& inode) const {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink(inode.ProcPath().c_str(), buf, sizeof buf);
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof buf) return {};
+  std::string_view path(buf, static_cast<size_t>(n));
+  const std::string& root = store_->backing();
+  if (!path.starts_with(root) || path.size() <= root.size() || path[root.size()] != '/') return {};
+  return std::string(path.substr(root.size() + 1));
 }
 
 }  // namespace ckptfs::fs

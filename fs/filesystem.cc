@@ -1,5 +1,7 @@
 #include "fs/filesystem.h"
 
+#include "gpu/lossy_backend.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -48,6 +50,17 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
   commit_options_.keyframe = options.keyframe;
   commit_options_.encode.zstd_level = options.zstd_level;
   commit_options_.encode.threads = 1;  // parallelism comes from several workers
+  commit_options_.policy = options.policy;
+  if (options.lossy && options.gpu != lossy::GpuMode::kOff) {
+    Result<std::unique_ptr<lossy::LossyKernels>> kernels = gpu::SelectLossyKernels(options.gpu);
+    if (!kernels.ok()) {
+      log_->Warn("gpu={}: no GPU lossy backend, using the CPU: {}", options.gpu == lossy::GpuMode::kOn ? "on" : "auto",
+                 kernels.status().ToString());
+    } else if (*kernels && !(*kernels)->name().starts_with("cpu")) {
+      log_->Info("lossy codec on the {} backend", (*kernels)->name());
+      gpu_kernels_ = std::move(*kernels);
+    }
+  }
   if (!options.crash_at.empty()) {
     std::string step = options.crash_at;
     Logger* l = log_;
@@ -281,6 +294,11 @@ Status RunDaemon(const MountOptions& options) {
   RETURN_IF_ERROR(store->ClaimStagingArea());
 
   MountOptions resolved = options;
+  ASSIGN_OR_RETURN(resolved.policy, BuildLossyPolicy(options));
+  if (options.gpu == lossy::GpuMode::kOn && options.lossy) {
+    // gpu=on is a promise: refuse to mount without the device.
+    RETURN_IF_ERROR(gpu::SelectLossyKernels(options.gpu).status().WithContext("-o gpu=on"));
+  }
   resolved.backing = backing;
   resolved.mountpoint = mountpoint;
   auto fs = std::make_unique<Filesystem>(resolved, std::move(store), &log);

@@ -146,6 +146,13 @@ class Filesystem {
   std::unique_ptr<Store> store_;
   Logger* log_;
   CommitOptions commit_options_;
+  // The lossy kernel backend when gpu= selected a device (null: the CPU
+  // reference, which needs no lock). One encode at a time uses it.
+  std::unique_ptr<lossy::LossyKernels> gpu_kernels_;
+  std::mutex gpu_mu_;
+  // The path of `inode` relative to the backing root ("" if unknown), for
+  // the lossy policy's file globs.
+  std::string RelativePath(const Inode& inode) const;
   InodeTable inodes_;
   fuse_session* session_ = nullptr;
   std::unique_ptr<EncodeQueue> queue_;

@@ -11,6 +11,8 @@
 
 #include "fs/filesystem.h"
 
+#include "codec/container/lossy_report.h"
+
 namespace ckptfs::fs {
 namespace {
 constexpr std::string_view kVirtualPrefix = "user.ckptfs.";
@@ -107,10 +109,23 @@ Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_vie
   if (key == "stored_bytes") return std::to_string(stored);
   if (key == "logical_bytes") return std::to_string(size);
   if (key == "ratio") return fmt::format("{:.3f}", stored == 0 ? 1.0 : static_cast<double>(size) / stored);
+  // Largest per-tensor rel_l2 of the committed blob (nullopt: lossless).
+  auto max_error = [&]() -> Result<std::optional<double>> {
+    if (!committed || m.kind != ManifestKind::kBlob) return std::optional<double>();
+    ASSIGN_OR_RETURN(auto reader, store_->OpenBlob(m.object));
+    return MaxLossyRelL2(*reader);
+  };
   if (key == "codec") {
     if (!committed) return std::string(FilePhaseName(f.phase));
-    if (m.kind == ManifestKind::kBlob) return fmt::format("blob:{}", FileFormatName(m.format));
+    if (m.kind == ManifestKind::kBlob) {
+      ASSIGN_OR_RETURN(std::optional<double> error, max_error());
+      return fmt::format("blob:{}{}", FileFormatName(m.format), error ? "+lossy" : "");
+    }
     return std::string(ManifestKindName(m.kind));
+  }
+  if (key == "error") {
+    ASSIGN_OR_RETURN(std::optional<double> error, max_error());
+    return error ? fmt::format("{:.6g}", *error) : std::string("lossless");
   }
   if (key == "base") return committed && m.base ? m.base->Hex() : std::string();
   if (key == "object") {

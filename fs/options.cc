@@ -59,6 +59,19 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
       RETURN_IF_ERROR(ParseNumber<int64_t>(key, value, 0, INT64_MAX, &o->gc_interval_seconds));
     else if (key == "readahead") RETURN_IF_ERROR(ParseNumber<uint32_t>(key, value, 0, 1u << 20, &o->read_ahead_kb));
     else if (key == "log") o->log_file = std::string(value);
+    else if (key == "lossy") RETURN_IF_ERROR(ParseOnOff(key, value, &o->lossy));
+    else if (key == "budget") {
+      RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->budget));
+      o->budget_set = true;
+    } else if (key == "opt_budget") RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->opt_budget));
+    else if (key == "policy") {
+      if (value.empty()) return Status::InvalidArgument("-o policy: want a file name");
+      o->policy_file = std::string(value);
+    } else if (key == "gpu") {
+      Result<lossy::GpuMode> mode = lossy::ParseGpuMode(value);
+      if (!mode.ok()) return Status::InvalidArgument(fmt::format("-o gpu: want auto|on|off have '{}'", value));
+      o->gpu = *mode;
+    }
     else if (key == "loglevel") {
       if (!ParseLogLevel(value, &o->log_level))
         return Status::InvalidArgument(fmt::format("-o loglevel: want debug|info|warn|error have '{}'", value));
@@ -72,6 +85,18 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     else return Status::InvalidArgument(fmt::format("-o: unknown option '{}'", item));
   }
   return Status::Ok();
+}
+
+Result<std::shared_ptr<const policy::Policy>> BuildLossyPolicy(const MountOptions& o) {
+  if (!o.lossy) return std::make_shared<const policy::Policy>(policy::Policy::Lossless());
+  policy::Policy p = policy::Policy::Defaults(o.budget, o.opt_budget >= 0 ? o.opt_budget : o.budget);
+  if (!o.policy_file.empty()) {
+    ASSIGN_OR_RETURN(p, policy::Policy::FromTomlFile(o.policy_file));
+    // Explicit mount options win over the file's [defaults].
+    if (o.budget_set) p.SetDefaultBudget(o.budget);
+    if (o.opt_budget >= 0) p.SetOptimizerBudget(o.opt_budget);
+  }
+  return std::make_shared<const policy::Policy>(std::move(p));
 }
 
 }  // namespace ckptfs::fs

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "codec/common/status.h"
+#include "codec/policy/policy.h"
+#include "codec/tensor/lossy/kernels.h"
 #include "fs/log.h"
 
 namespace ckptfs::fs {
@@ -28,8 +31,21 @@ struct MountOptions {
   int64_t gc_grace_seconds = 3600;   // gc_grace=SECONDS
   int64_t gc_interval_seconds = 3600;  // gc_interval=SECONDS (0: no background GC)
   uint32_t read_ahead_kb = 1024; // readahead=KiB for the mount's bdi
+  bool lossy = true;             // lossy=on|off: float tensors of checkpoints within a budget
+  double budget = 1e-2;          // budget=REL_L2 default per-tensor relative L2 error
+  bool budget_set = false;       // budget= was given
+  double opt_budget = -1;        // opt_budget=REL_L2 for optimizer state (< 0: same as budget)
+  std::string policy_file;       // policy=FILE.toml rules (docs/policy.md)
+  lossy::GpuMode gpu = lossy::GpuMode::kAuto;  // gpu=auto|on|off lossy kernel backend
   std::vector<std::string> fuse_options;  // passed to libfuse (-o ...)
+  // Built from lossy/budget/opt_budget/policy by BuildLossyPolicy (RunDaemon).
+  std::shared_ptr<const policy::Policy> policy;
 };
+
+// The lossy policy the options ask for: the policy file's rules (if any),
+// then the defaults with budget= / opt_budget= when given; everything
+// lossless with lossy=off. InvalidArgument/NotFound for a bad policy file.
+Result<std::shared_ptr<const policy::Policy>> BuildLossyPolicy(const MountOptions& options);
 
 // Parses one comma-separated -o list into `opts`. InvalidArgument names the
 // first unknown or malformed option. Mount-helper options that only matter

@@ -5,10 +5,12 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 
 #include "codec/container/blob_format.h"
+#include "codec/container/lossy_report.h"
 
 namespace ckptfs::tools {
 namespace {
@@ -43,6 +45,14 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
   j["base"] = r.base() ? nlohmann::json(r.base()->Hex()) : nlohmann::json(nullptr);
   uint64_t verbatim_logical = 0, verbatim_stored = 0;
   j["tensors"] = nlohmann::json::array();
+  // Achieved error per lossy tensor (from the chunk parameters; a blob with
+  // damaged parameters fails Open, so this cannot fail on an open reader).
+  std::map<int32_t, TensorLossyReport> lossy_by_tensor;
+  if (Result<std::vector<TensorLossyReport>> reports = LossyTensorReports(r); reports.ok())
+    for (const TensorLossyReport& t : *reports) lossy_by_tensor[t.tensor] = t;
+  double max_rel_l2 = 0;
+  for (const auto& [t, rep] : lossy_by_tensor) max_rel_l2 = std::max(max_rel_l2, rep.rel_l2);
+  j["lossy"] = lossy_by_tensor.empty() ? nlohmann::json(nullptr) : nlohmann::json({{"max_rel_l2", max_rel_l2}});
   for (size_t i = 0; i < r.segments().size(); ++i) {
     const SegmentInfo& s = r.segments()[i];
     if (s.tensor < 0) {
@@ -59,6 +69,12 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
                             {"stored_bytes", seg[i].stored},
                             {"ratio", Ratio(s.length, seg[i].stored)},
                             {"codecs", codec_list(seg[i])}});
+    if (auto it = lossy_by_tensor.find(s.tensor); it != lossy_by_tensor.end()) {
+      const TensorLossyReport& l = it->second;
+      j["tensors"].back()["lossy"] = {{"rel_l2", l.rel_l2},       {"max_abs", l.max_abs},
+                                      {"bits", l.max_bits},       {"pruned", l.pruned},
+                                      {"quantized", l.quantized}, {"exact", l.exact}};
+    }
   }
   j["verbatim"] = {{"logical_bytes", verbatim_logical}, {"stored_bytes", verbatim_stored}};
   if (with_chunks) {
@@ -75,18 +91,26 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
 }
 
 void PrintBlobReport(const std::string& title, const nlohmann::json& j) {
-  std::cout << fmt::format("{}: format {}, {} -> {} bytes ({:.3f}x), base {}\n", title,
+  std::cout << fmt::format("{}: format {}, {} -> {} bytes ({:.3f}x), base {}, {}\n", title,
                            j["format"].get<std::string>(), j["logical_bytes"].get<uint64_t>(),
                            j["stored_bytes"].get<uint64_t>(), j["ratio"].get<double>(),
-                           j["base"].is_null() ? std::string("none") : j["base"].get<std::string>());
+                           j["base"].is_null() ? std::string("none") : j["base"].get<std::string>(),
+                           j["lossy"].is_null() ? std::string("lossless")
+                                                : fmt::format("lossy, max rel_l2 {:.3g}",
+                                                              j["lossy"]["max_rel_l2"].get<double>()));
   std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8}  {}\n", "tensor", "dtype", "shape", "bytes",
                            "stored", "ratio", "codecs");
-  for (const auto& t : j["tensors"])
-    std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}  {}\n", t["name"].get<std::string>(),
+  for (const auto& t : j["tensors"]) {
+    std::string lossy;
+    if (t.contains("lossy"))
+      lossy = fmt::format("  rel_l2 {:.3g} max_abs {:.3g} bits {}", t["lossy"]["rel_l2"].get<double>(),
+                          t["lossy"]["max_abs"].get<double>(), t["lossy"]["bits"].get<int>());
+    std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}  {}{}\n", t["name"].get<std::string>(),
                              t["dtype"].get<std::string>(),
                              fmt::format("[{}]", fmt::join(t["shape"].get<std::vector<uint64_t>>(), ", ")),
                              t["logical_bytes"].get<uint64_t>(), t["stored_bytes"].get<uint64_t>(),
-                             t["ratio"].get<double>(), t["codecs"].get<std::string>());
+                             t["ratio"].get<double>(), t["codecs"].get<std::string>(), lossy);
+  }
   const auto& v = j["verbatim"];
   std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}\n", "(verbatim bytes)", "", "",
                            v["logical_bytes"].get<uint64_t>(), v["stored_bytes"].get<uint64_t>(),

@@ -17,6 +17,7 @@
 #include "codec/common/io.h"
 #include "codec/common/status.h"
 #include "codec/format/layout.h"
+#include "codec/tensor/lossy/lossy.h"
 
 namespace ckptfs {
 
@@ -31,6 +32,8 @@ enum class ChunkCodec : uint8_t {
   kBytePlaneXorZstd = 3,   // XOR against the base version's bytes, planes, zstd
   kZeros = 4,              // all-zero bytes, nothing stored
   // 16..63 are reserved for the lossy (quantizing) codecs.
+  kLossy = 16,             // lossy stream (codec/tensor/lossy/LOSSY.md), params: LossyChunkParams
+
 };
 std::string_view ChunkCodecName(ChunkCodec codec);
 
@@ -58,6 +61,14 @@ struct EncodeOptions {
   uint64_t chunk_bytes = 4ull << 20;
   // Worker threads for chunk encoding (1 = the calling thread only).
   unsigned threads = 1;
+  // Error budget per tensor; unset, or a budget with both fields 0, keeps
+  // the tensor lossless. Only f32/f16/bf16 little-endian tensors are ever
+  // encoded lossily; the budget of any other tensor is ignored.
+  std::function<lossy::Budget(FileFormat, const TensorInfo&)> lossy_budget;
+  // Kernel backend of the lossy codec (nullptr = CPU). A non-null backend is
+  // not shared between threads: lossy chunks are then encoded one at a time.
+  lossy::LossyKernels* lossy_kernels = nullptr;
+  int lossy_zstd_level = 1;
 };
 
 // The previous version of the file, for delta frames. Tensors are matched by
@@ -75,6 +86,8 @@ struct EncodeStats {
   uint32_t chunks = 0;
   uint32_t delta_chunks = 0;   // chunks encoded against the base
   bool uses_base = false;      // true if the blob references the base
+  uint32_t lossy_chunks = 0;   // chunks stored with ChunkCodec::kLossy
+  double max_rel_l2 = 0.0;     // largest per-tensor rel_l2 achieved (0 = exact)
 };
 
 // Encodes `file` described by `layout` into `sink`.
@@ -142,6 +155,9 @@ class BlobReader {
   virtual const std::vector<TensorInfo>& tensors() const = 0;
   virtual const std::vector<SegmentInfo>& segments() const = 0;
   virtual const std::vector<ChunkInfo>& chunks() const = 0;
+  // The parameters area of chunk `index` (empty for lossless codecs; see
+  // LossyChunkParams for kLossy). REQUIRES: index < chunks().size().
+  virtual ByteSpan chunk_params(uint32_t index) const = 0;
 
   // Reads [offset, offset + out.size()) of the reconstructed file, decoding
   // only the chunks that cover it (following the delta chain). Reads past

@@ -38,6 +38,7 @@ std::string_view ChunkCodecName(ChunkCodec codec) {
     case ChunkCodec::kBytePlaneZstd: return "byte-plane";
     case ChunkCodec::kBytePlaneXorZstd: return "byte-plane-xor";
     case ChunkCodec::kZeros: return "zeros";
+    case ChunkCodec::kLossy: return "lossy";
   }
   return "unknown";
 }

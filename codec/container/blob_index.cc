@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "codec/container/blob_format.h"
+#include "codec/tensor/lossy_chunk_codec.h"
 
 namespace ckptfs {
 namespace {
@@ -33,7 +34,7 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
   if (chunk.stored_length > chunk.logical_length + kMaxStoredOverhead)
     return fail(fmt::format("stored length {} exceeds logical length {} + {}", chunk.stored_length,
                             chunk.logical_length, kMaxStoredOverhead));
-  const bool delta = chunk.codec == ChunkCodec::kBytePlaneXorZstd;
+  bool delta = chunk.codec == ChunkCodec::kBytePlaneXorZstd;
   switch (chunk.codec) {
     case ChunkCodec::kRaw:
       if (chunk.stored_length != chunk.logical_length)
@@ -47,7 +48,17 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
       if (!IsCodecFloat(dtype)) return fail(fmt::format("byte-plane codec on dtype {}", DTypeName(dtype)));
       break;
     case ChunkCodec::kZstd: break;
+    case ChunkCodec::kLossy: {
+      if (!IsCodecFloat(dtype) || segment.tensor < 0 || index.tensors[segment.tensor].big_endian)
+        return fail(fmt::format("lossy codec on dtype {}", DTypeName(dtype)));
+      Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(index.params[c]);
+      if (!params.ok()) return fail(params.status().message());
+      delta = params->delta();
+      break;
+    }
   }
+  if (chunk.codec != ChunkCodec::kLossy && !index.params[c].empty())
+    return fail(fmt::format("parameters area of {} bytes on a lossless codec, want 0", index.params[c].size()));
   if (delta) {
     if (!index.header.base) return fail("delta chunk in a blob without a base");
     if (index.base_offsets[c] > UINT64_MAX - chunk.logical_length) return fail("base offset overflows");

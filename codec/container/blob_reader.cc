@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "codec/container/blob_format.h"
+#include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/chunk_codec.h"
 
 namespace ckptfs {
@@ -32,6 +33,7 @@ class BlobReaderImpl final : public BlobReader {
   const std::vector<TensorInfo>& tensors() const override { return index_.tensors; }
   const std::vector<SegmentInfo>& segments() const override { return index_.segments; }
   const std::vector<ChunkInfo>& chunks() const override { return index_.chunks; }
+  ByteSpan chunk_params(uint32_t index) const override { return index_.params[index]; }
 
   Status ReadAt(uint64_t offset, MutableByteSpan out) const override { return ReadAtDepth(offset, out, 0); }
 
@@ -122,7 +124,10 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   ChunkContext ctx;
   if (chunk.segment >= 0 && index_.segments[chunk.segment].tensor >= 0)
     ctx.dtype = index_.tensors[index_.segments[chunk.segment].tensor].dtype;
-  if (chunk.codec == ChunkCodec::kBytePlaneXorZstd) {
+  // Open validated the params of every lossy chunk; a delta one reads its base.
+  const bool lossy_delta = chunk.codec == ChunkCodec::kLossy && !index_.params[c].empty() &&
+                           (static_cast<uint8_t>(index_.params[c][1]) & LossyChunkParams::kFlagDelta) != 0;
+  if (chunk.codec == ChunkCodec::kBytePlaneXorZstd || lossy_delta) {
     // The base bytes get their own buffer: the base read below uses the
     // scratch of the next level, never this one.
     std::byte* base = scratch.base.Reserve(out.size());

@@ -4,12 +4,16 @@
 #include <fmt/format.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <thread>
 
 #include "codec/container/blob_format.h"
+#include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/chunk_encoder.h"
+#include "codec/tensor/lossy_chunk_codec.h"
 
 namespace ckptfs {
 namespace {
@@ -19,6 +23,17 @@ struct PlannedChunk {
   uint64_t length = 0;
   DType dtype = DType::kU8;
   std::optional<uint64_t> base_offset;  // set when the base holds this range
+  lossy::Budget budget;                 // both 0: lossless
+  int32_t tensor = -1;
+  bool lossy() const { return budget.rel_l2 > 0 || budget.max_abs > 0; }
+};
+
+// A chunk encoded lossily before the main pass (its reconstruction decides
+// the zip CRCs written into verbatim chunks that may come before it).
+struct LossyResult {
+  bool used = false;  // false: the lossless candidates were smaller
+  std::vector<std::byte> stored;
+  LossyChunkParams params;
 };
 
 struct EncodedChunkSlot {
@@ -62,17 +77,83 @@ std::vector<std::optional<uint64_t>> MatchBaseTensors(const Layout& layout, cons
   return matches;
 }
 
-Status EncodeOne(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, const EncodeOptions& options,
-                 CodecScratch& scratch, EncodedChunkSlot* slot) {
+// Reads the base's reconstructed bytes for `plan` into scratch.base; empty
+// when there is no base range or it cannot be read.
+ByteSpan ReadBaseBytes(const PlannedChunk& plan, const BaseRef* base, CodecScratch& scratch) {
+  if (!plan.base_offset) return {};
+  // A base that cannot be read (damaged, or its own base is gone) must not
+  // stop the new version from being stored: the chunk becomes a key frame.
+  std::byte* buffer = scratch.base.Reserve(plan.length);
+  if (!base->reader->ReadAt(*plan.base_offset, MutableByteSpan(buffer, plan.length)).ok()) return {};
+  return ByteSpan(buffer, plan.length);
+}
+
+// Encodes `plan` lossily against the base's reconstruction (closed loop),
+// writes the reconstruction into `recon` (the same range), and keeps the
+// result only when smaller than the best lossless encoding (which always
+// meets the budget); otherwise `recon` keeps the original bytes.
+Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, const EncodeOptions& options,
+                   lossy::LossyKernels* kernels, CodecScratch& scratch, std::byte* recon, LossyResult* result) {
   ByteSpan data = file.subspan(plan.offset, plan.length);
-  ByteSpan base_bytes;
-  if (plan.base_offset) {
-    // A base that cannot be read (damaged, or its own base is gone) must not
-    // stop the new version from being stored: the chunk becomes a key frame.
-    std::byte* buffer = scratch.base.Reserve(plan.length);
-    if (base->reader->ReadAt(*plan.base_offset, MutableByteSpan(buffer, plan.length)).ok())
-      base_bytes = ByteSpan(buffer, plan.length);
+  ByteSpan base_bytes = ReadBaseBytes(plan, base, scratch);
+  ASSIGN_OR_RETURN(lossy::ElementType type, lossy::ElementTypeOf(plan.dtype));
+  MutableByteSpan out(recon + plan.offset, plan.length);
+  lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, out};
+  ASSIGN_OR_RETURN(lossy::EncodedChunk encoded,
+                   lossy::EncodeChunk(type, data, base_bytes, plan.budget, &scratch.lossy(), lossy_options));
+  // The lossless candidates only for their size (scratch.decoded is unused
+  // while encoding); the main pass encodes the winner again.
+  ASSIGN_OR_RETURN(ChunkEncoding lossless,
+                   EncodeChunkBest(data, plan.dtype, options.zstd_level, base_bytes, scratch, &scratch.decoded));
+  if (lossless.stored_size <= encoded.bytes.size()) {
+    std::copy(data.begin(), data.end(), out.begin());
+    result->used = false;
+    return Status::Ok();
   }
+  ASSIGN_OR_RETURN(lossy::StreamHeader header, lossy::StreamHeader::DecodeFrom(encoded.bytes));
+  const ErrorSums sums = MeasureError(plan.dtype, data, out);
+  LossyChunkParams& p = result->params;
+  p.flags = (header.flags & lossy::kFlagDelta) != 0 ? LossyChunkParams::kFlagDelta : 0;
+  p.bits = encoded.stats.bits;
+  p.err2_sum = sums.err2;
+  p.ref2_sum = sums.ref2;
+  p.max_abs = sums.max_abs;
+  p.pruned = encoded.stats.pruned;
+  p.quantized = encoded.stats.quantized;
+  p.exact = encoded.stats.exact;
+  result->stored = std::move(encoded.bytes);
+  result->used = true;
+  return Status::Ok();
+}
+
+// Rewrites, in the reconstructed file, the CRC-32 of every zip entry whose
+// payload holds a lossy chunk (the central and local headers both carry it).
+void RewriteZipCrcs(const Layout& layout, const std::vector<PlannedChunk>& plan,
+                    const std::vector<LossyResult>& results, std::vector<std::byte>& recon) {
+  for (const ZipCrcField& field : layout.zip_crcs) {
+    bool touched = false;
+    for (size_t i = 0; i < plan.size() && !touched; ++i)
+      touched = results[i].used && plan[i].offset < field.payload_offset + field.payload_length &&
+                plan[i].offset + plan[i].length > field.payload_offset;
+    if (!touched) continue;
+    const uint32_t crc = Crc32(ByteSpan(recon.data() + field.payload_offset, field.payload_length));
+    for (uint64_t at : field.crc_offsets) StoreLE32(recon.data() + at, crc);
+  }
+}
+
+Status EncodeOne(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, const EncodeOptions& options,
+                 const LossyResult* lossy_result, CodecScratch& scratch, EncodedChunkSlot* slot) {
+  ByteSpan data = file.subspan(plan.offset, plan.length);
+  if (lossy_result != nullptr && lossy_result->used) {
+    const std::vector<std::byte>& bytes = lossy_result->stored;
+    std::copy(bytes.begin(), bytes.end(), slot->stored.Reserve(bytes.size()));
+    slot->encoding = ChunkEncoding{ChunkCodec::kLossy, bytes.size()};
+    slot->delta = lossy_result->params.delta();
+    slot->stored_checksum = Checksum64(bytes);
+    slot->decoded_checksum = Checksum64(data);
+    return Status::Ok();
+  }
+  ByteSpan base_bytes = ReadBaseBytes(plan, base, scratch);
   ASSIGN_OR_RETURN(slot->encoding,
                    EncodeChunkBest(data, plan.dtype, options.zstd_level, base_bytes, scratch, &slot->stored));
   slot->delta = slot->encoding.codec == ChunkCodec::kBytePlaneXorZstd;
@@ -151,8 +232,14 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     const uint64_t step = std::max<uint64_t>(1, options.chunk_bytes / elem) * elem;
     std::optional<uint64_t> base_start;
     if (s.is_tensor() && have_base) base_start = base_match[s.tensor];
+    lossy::Budget budget;
+    if (s.is_tensor() && options.lossy_budget && IsCodecFloat(dtype) && !layout.tensors[s.tensor].big_endian)
+      budget = options.lossy_budget(layout.format, layout.tensors[s.tensor]);
+    if (!(budget.rel_l2 >= 0 && budget.max_abs >= 0))
+      return Status::InvalidArgument(fmt::format("encode: lossy budget rel_l2={} max_abs={}, want >= 0",
+                                                 budget.rel_l2, budget.max_abs));
     for (uint64_t at = 0; at < s.length; at += step) {
-      PlannedChunk c{s.offset + at, std::min(step, s.length - at), dtype, std::nullopt};
+      PlannedChunk c{s.offset + at, std::min(step, s.length - at), dtype, std::nullopt, budget, s.tensor};
       if (base_start) c.base_offset = *base_start + at;
       plan.push_back(c);
       ++info.chunk_count;
@@ -161,34 +248,64 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   }
   if (plan.size() > UINT32_MAX) return Status::InvalidArgument("encode: too many chunks");
 
+  const unsigned threads = std::max(1u, options.threads);
+  WorkspaceLease lease;
+  // Helper threads get scratch for this call only; the caller's is kept.
+  std::vector<CodecScratch> helper_scratches(threads - 1);
+  // Runs work(i, scratch) for i in [0, count) on up to max_threads threads.
+  auto parallel = [&](size_t count, unsigned max_threads, const auto& body) {
+    std::atomic<size_t> next{0};
+    auto work = [&](CodecScratch& scratch) {
+      for (size_t i = next++; i < count; i = next++) body(i, scratch);
+    };
+    std::vector<std::jthread> helpers;
+    for (unsigned t = 1; t < std::min<size_t>(max_threads, count); ++t)
+      helpers.emplace_back(work, std::ref(helper_scratches[t - 1]));
+    work((*lease).scratch);
+  };
+
+  // Lossy chunks first: the file that is stored is their reconstruction,
+  // with the zip CRCs recomputed, and every other chunk is taken from it.
+  std::vector<std::byte> recon;
+  std::vector<LossyResult> lossy_results;
+  std::vector<double> tensor_err2(layout.tensors.size()), tensor_ref2(layout.tensors.size());
+  if (std::any_of(plan.begin(), plan.end(), [](const PlannedChunk& c) { return c.lossy(); })) {
+    recon.assign(file.begin(), file.end());
+    lossy_results.resize(plan.size());
+    std::vector<Status> statuses(plan.size());
+    // A caller's kernel backend is one object: never used by two threads.
+    parallel(plan.size(), options.lossy_kernels != nullptr ? 1u : threads, [&](size_t i, CodecScratch& scratch) {
+      if (plan[i].lossy())
+        statuses[i] = EncodeLossy(file, plan[i], base, options, options.lossy_kernels, scratch, recon.data(),
+                                  &lossy_results[i]);
+    });
+    for (size_t i = 0; i < plan.size(); ++i) {
+      RETURN_IF_ERROR(statuses[i].WithContext(fmt::format("encode: lossy chunk {} at offset {}", i, plan[i].offset)));
+      if (!lossy_results[i].used) continue;
+      tensor_err2[plan[i].tensor] += lossy_results[i].params.err2_sum;
+      tensor_ref2[plan[i].tensor] += lossy_results[i].params.ref2_sum;
+    }
+    RewriteZipCrcs(layout, plan, lossy_results, recon);
+    file = ByteSpan(recon);
+  }
+
   std::vector<std::byte> out;
   ByteWriter w(&out);
   BlobHeader{}.EncodeTo(w);
   RETURN_IF_ERROR(sink->Append(out));
   uint64_t stored_at = out.size();
 
-  const unsigned threads = std::max(1u, options.threads);
   const size_t window = size_t{threads} * 2;
-  WorkspaceLease lease;
   std::vector<EncodedChunkSlot>& slots = (*lease).slots;
   slots.resize(std::min(window, std::max<size_t>(plan.size(), 1)));
-  // Helper threads get scratch for this call only; the caller's is kept.
-  std::vector<CodecScratch> helper_scratches(threads - 1);
   Checksum64Stream file_checksum;
   EncodeStats stats;
   for (size_t first = 0; first < plan.size(); first += slots.size()) {
     const size_t count = std::min(slots.size(), plan.size() - first);
-    std::atomic<size_t> next{0};
-    auto work = [&](CodecScratch& scratch) {
-      for (size_t i = next++; i < count; i = next++)
-        slots[i].status = EncodeOne(file, plan[first + i], base, options, scratch, &slots[i]);
-    };
-    {
-      std::vector<std::jthread> helpers;
-      for (unsigned t = 1; t < std::min<size_t>(threads, count); ++t)
-        helpers.emplace_back(work, std::ref(helper_scratches[t - 1]));
-      work((*lease).scratch);
-    }
+    parallel(count, threads, [&](size_t i, CodecScratch& scratch) {
+      const LossyResult* lossy_result = lossy_results.empty() ? nullptr : &lossy_results[first + i];
+      slots[i].status = EncodeOne(file, plan[first + i], base, options, lossy_result, scratch, &slots[i]);
+    });
     for (size_t i = 0; i < count; ++i) {
       const EncodedChunkSlot& slot = slots[i];
       const PlannedChunk& p = plan[first + i];
@@ -201,6 +318,11 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       index.stored_checksums.push_back(slot.stored_checksum);
       index.base_offsets.push_back(slot.delta ? *p.base_offset : 0);
       index.params.emplace_back();
+      if (slot.encoding.codec == ChunkCodec::kLossy) {
+        ByteWriter params(&index.params.back());
+        lossy_results[first + i].params.EncodeTo(params);
+        ++stats.lossy_chunks;
+      }
       stored_at += slot.encoding.stored_size;
       if (slot.delta) ++stats.delta_chunks;
     }
@@ -223,6 +345,9 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   stats.stored_bytes = stored_at + out.size();
   stats.chunks = static_cast<uint32_t>(index.chunks.size());
   stats.uses_base = stats.delta_chunks > 0;
+  for (size_t t = 0; t < tensor_err2.size(); ++t)
+    if (tensor_err2[t] > 0)
+      stats.max_rel_l2 = std::max(stats.max_rel_l2, tensor_ref2[t] > 0 ? std::sqrt(tensor_err2[t] / tensor_ref2[t]) : 1.0);
   return stats;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "codec/tensor/codecs.h"
+#include "codec/tensor/lossy_chunk_codec.h"
 
 namespace ckptfs {
 
@@ -38,12 +39,14 @@ const ChunkCodecImpl* FindChunkCodec(ChunkCodec id) {
   static const BytePlaneCodec byte_plane;
   static const BytePlaneXorCodec byte_plane_xor;
   static const ZerosCodec zeros;
+  static const LossyChunkCodec lossy;
   switch (id) {
     case ChunkCodec::kRaw: return &raw;
     case ChunkCodec::kZstd: return &zstd;
     case ChunkCodec::kBytePlaneZstd: return &byte_plane;
     case ChunkCodec::kBytePlaneXorZstd: return &byte_plane_xor;
     case ChunkCodec::kZeros: return &zeros;
+    case ChunkCodec::kLossy: return &lossy;
   }
   return nullptr;
 }

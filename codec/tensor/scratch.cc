@@ -6,6 +6,8 @@
 #include <new>
 #include <vector>
 
+#include "codec/tensor/lossy/lossy.h"
+
 namespace ckptfs {
 
 CodecScratch::CodecScratch() : cctx_(ZSTD_createCCtx()), dctx_(ZSTD_createDCtx()) {
@@ -14,6 +16,11 @@ CodecScratch::CodecScratch() : cctx_(ZSTD_createCCtx()), dctx_(ZSTD_createDCtx()
     ZSTD_freeDCtx(dctx_);
     throw std::bad_alloc();
   }
+}
+
+lossy::Scratch& CodecScratch::lossy() {
+  if (!lossy_) lossy_ = std::make_unique<lossy::Scratch>();
+  return *lossy_;
 }
 
 CodecScratch::~CodecScratch() {

@@ -10,6 +10,9 @@
 #include "codec/common/bytes.h"
 
 struct ZSTD_CCtx_s;
+namespace ckptfs::lossy {
+class Scratch;
+}
 struct ZSTD_DCtx_s;
 
 namespace ckptfs {
@@ -47,6 +50,8 @@ class CodecScratch {
 
   ZSTD_CCtx_s* cctx() { return cctx_; }
   ZSTD_DCtx_s* dctx() { return dctx_; }
+  // The lossy codec's buffers, created on first use.
+  lossy::Scratch& lossy();
 
   ScratchBuffer planes;    // split planes (encode) or decoded planes (decode)
   ScratchBuffer xored;     // XOR residual against the base
@@ -58,6 +63,7 @@ class CodecScratch {
  private:
   ZSTD_CCtx_s* cctx_;
   ZSTD_DCtx_s* dctx_;
+  std::unique_ptr<lossy::Scratch> lossy_;
 };
 
 // The calling thread's scratch for delta-chain level `depth`, created on

@@ -2,7 +2,9 @@
 # Codec benchmark: makes a trained fp32 checkpoint (model + Adam state), a
 # bf16 one and a short sequence of versions, then prints JSON comparing the
 # ckptfs codec with zstd -1 and zstd -3 on the same bytes (ratio, encode and
-# decode MB/s on one core, medians).
+# decode MB/s on one core, medians). A second JSON object follows with the
+# lossy codec at per-tensor rel_l2 budgets 1e-2 and 5e-2 (ratio vs budget,
+# achieved max rel_l2) on the same files and sequence.
 #   scripts/bench/codec.sh [OUT_JSON]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,4 +17,11 @@ if [ ! -f "$data/fp32.pt" ]; then
   "$CKPTFS_PYTHON" scripts/bench/make_checkpoints.py "$data"
 fi
 out=${1:-/dev/stdout}
-build/tests/bench/checkpoint_bench --runs 5 "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt > "$out"
+{
+  build/tests/bench/checkpoint_bench --runs 5 "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt
+  echo '{"lossy": ['
+  build/tests/bench/checkpoint_bench --runs 3 --budget 1e-2 "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt
+  echo ','
+  build/tests/bench/checkpoint_bench --runs 3 --budget 5e-2 "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt
+  echo ']}'
+} > "$out"

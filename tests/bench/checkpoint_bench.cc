@@ -2,7 +2,9 @@
 // bytes, in one process, single-threaded, medians of several runs. Prints
 // JSON (one object) on stdout.
 //
-//   checkpoint_bench [--runs N] FILE... [--seq V0 V1 ...]
+//   checkpoint_bench [--runs N] [--budget REL_L2] [--opt-budget REL_L2] FILE... [--seq V0 V1 ...]
+// --budget stores float tensors lossily within that per-tensor relative L2
+// error (the mount's default policy; --opt-budget for optimizer state).
 // --seq encodes each version against the previous one (delta frames).
 #include <zstd.h>
 
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "codec/common/io.h"
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
+#include "codec/policy/policy.h"
 
 namespace ckptfs {
 namespace {
@@ -80,10 +84,13 @@ class MapResolver final : public BlobResolver {
 
 // Encodes and decodes `file` (against `base` when given); adds the reader of
 // the result to `resolver` under its id and returns that id via *id_out.
-nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, MapResolver* resolver, ObjectId* id_out) {
+nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, const policy::Policy* policy,
+                           MapResolver* resolver, ObjectId* id_out) {
   Layout layout = DetectLayout(file);
   EncodeOptions options;
   options.threads = 1;
+  if (policy != nullptr)
+    options.lossy_budget = [policy](FileFormat format, const TensorInfo& t) { return policy->BudgetFor("", format, t); };
   VectorSink sink;
   EncodeStats stats;
   Status failure;
@@ -111,21 +118,33 @@ nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, MapReso
   j["tensors"] = layout.tensors.size();
   j["delta_chunks"] = stats.delta_chunks;
   j["chunks"] = stats.chunks;
+  j["lossy_chunks"] = stats.lossy_chunks;
+  j["max_rel_l2"] = stats.max_rel_l2;
   return j;
 }
 
 int Main(int argc, char** argv) {
   int runs = 5;
+  double budget = 0, opt_budget = -1;
   std::vector<std::string> files, seq;
   bool in_seq = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--budget" && i + 1 < argc) budget = std::atof(argv[++i]);
+    else if (a == "--opt-budget" && i + 1 < argc) opt_budget = std::atof(argv[++i]);
     else if (a == "--seq") in_seq = true;
     else (in_seq ? seq : files).push_back(a);
   }
+  if (budget < 0 || !(budget < 1)) return (std::fprintf(stderr, "--budget: want [0, 1)\n"), 2);
+  std::optional<policy::Policy> lossy_policy;
+  if (budget > 0 || opt_budget > 0)
+    lossy_policy = policy::Policy::Defaults(budget, opt_budget >= 0 ? opt_budget : budget);
+  const policy::Policy* policy = lossy_policy ? &*lossy_policy : nullptr;
   nlohmann::json out;
   out["runs"] = runs;
+  out["budget"] = budget;
+  out["opt_budget"] = opt_budget >= 0 ? opt_budget : budget;
   out["threads"] = 1;
   out["files"] = nlohmann::json::array();
   MapResolver resolver;
@@ -137,7 +156,7 @@ int Main(int argc, char** argv) {
     }
     ObjectId id;
     nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
-    j["ckptfs"] = BenchCkptfs(*bytes, nullptr, runs, &resolver, &id);
+    j["ckptfs"] = BenchCkptfs(*bytes, nullptr, runs, policy, &resolver, &id);
     j["zstd-1"] = BenchZstd(*bytes, 1, runs);
     j["zstd-3"] = BenchZstd(*bytes, 3, runs);
     out["files"].push_back(j);
@@ -151,7 +170,7 @@ int Main(int argc, char** argv) {
       if (!bytes.ok()) return 2;
       ObjectId id;
       nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
-      j["ckptfs"] = BenchCkptfs(*bytes, base ? &*base : nullptr, runs, &resolver, &id);
+      j["ckptfs"] = BenchCkptfs(*bytes, base ? &*base : nullptr, runs, policy, &resolver, &id);
       j["zstd-3"] = BenchZstd(*bytes, 3, 1);
       if (j["ckptfs"].contains("error")) return (std::puts(j.dump(2).c_str()), 3);
       logical += bytes->size();

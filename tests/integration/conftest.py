@@ -57,7 +57,9 @@ class Mount:
         return os.path.join(self.mnt, *parts)
 
     def mount(self, opts="", check=True):
-        o = f"log={self.log},loglevel=debug,gc_interval=0" + ("," + opts if opts else "")
+        # lossy=off by default: most tests assert bit-exact round trips.
+        # Later options win, so opts="lossy=on" turns it back on.
+        o = f"log={self.log},loglevel=debug,gc_interval=0,lossy=off" + ("," + opts if opts else "")
         r = subprocess.run([CKPTFS, "mount", self.backing, self.mnt, "-o", o], capture_output=True, text=True)
         if check:
             assert r.returncode == 0, f"mount failed ({r.returncode}): {r.stderr}"

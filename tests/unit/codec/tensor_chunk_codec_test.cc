@@ -37,12 +37,16 @@ std::vector<std::byte> SpecialFloats(size_t count) {
   return out;
 }
 
-TEST(ChunkCodec, RegistryKnowsEveryLosslessCodecAndNothingElse) {
-  for (uint8_t id = 0; id <= 4; ++id) {
+TEST(ChunkCodec, RegistryKnowsEveryCodecAndNothingElse) {
+  for (uint8_t id : {0, 1, 2, 3, 4, 16}) {
     ASSERT_NE(FindChunkCodec(static_cast<ChunkCodec>(id)), nullptr) << int{id};
     EXPECT_EQ(FindChunkCodec(static_cast<ChunkCodec>(id))->id(), static_cast<ChunkCodec>(id));
   }
-  for (int id = 5; id < 256; ++id) EXPECT_FALSE(IsKnownChunkCodec(static_cast<uint8_t>(id))) << id;
+  for (int id = 5; id < 256; ++id) {
+    if (id != 16) {
+      EXPECT_FALSE(IsKnownChunkCodec(static_cast<uint8_t>(id))) << id;
+    }
+  }
 }
 
 TEST(ChunkCodec, KeyFrameCodecsRoundTripEveryFloatPattern) {

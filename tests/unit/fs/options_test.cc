@@ -35,3 +35,38 @@ TEST(MountOptionsTest, RejectsUnknownAndMalformedOptions) {
 
 }  // namespace
 }  // namespace ckptfs::fs
+
+namespace ckptfs::fs {
+namespace {
+
+TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
+  MountOptions o;
+  EXPECT_TRUE(o.lossy);  // lossy by default
+  ASSERT_TRUE(ParseMountOptionList("budget=0.02,opt_budget=0.1,gpu=off", &o).ok());
+  EXPECT_EQ(o.budget, 0.02);
+  EXPECT_EQ(o.opt_budget, 0.1);
+  EXPECT_EQ(o.gpu, lossy::GpuMode::kOff);
+  Result<std::shared_ptr<const policy::Policy>> p = BuildLossyPolicy(o);
+  ASSERT_TRUE(p.ok());
+  TensorInfo w{"model.w", DType::kF32, {4}, false};
+  TensorInfo m{"optimizer.state.0.exp_avg", DType::kF32, {4}, false};
+  EXPECT_EQ((*p)->BudgetFor("a.pt", FileFormat::kTorchZip, w).rel_l2, 0.02);
+  EXPECT_EQ((*p)->BudgetFor("a.pt", FileFormat::kTorchZip, m).rel_l2, 0.1);
+
+  ASSERT_TRUE(ParseMountOptionList("lossy=off", &o).ok());
+  p = BuildLossyPolicy(o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->BudgetFor("a.pt", FileFormat::kTorchZip, w).rel_l2, 0.0);
+
+  for (const char* bad : {"budget=-0.1", "budget=2", "budget=x", "opt_budget=", "gpu=maybe", "lossy=perhaps",
+                          "policy="}) {
+    MountOptions b;
+    EXPECT_FALSE(ParseMountOptionList(bad, &b).ok()) << bad;
+  }
+  MountOptions missing;
+  ASSERT_TRUE(ParseMountOptionList("policy=/nonexistent/policy.toml", &missing).ok());
+  EXPECT_FALSE(BuildLossyPolicy(missing).ok());
+}
+
+}  // namespace
+}  // namespace ckptfs::fs

@@ -1,0 +1,31 @@
+// Per-tensor error of the lossy chunks of a blob, from the chunk parameters
+// (nothing is decoded): for inspect, the error xattr and the tests.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "codec/container/blob.h"
+
+namespace ckptfs {
+
+struct TensorLossyReport {
+  int32_t tensor = -1;        // index into BlobReader::tensors()
+  double rel_l2 = 0.0;        // sqrt(sum err^2 / sum w^2) over the tensor's finite elements
+  double max_abs = 0.0;       // max |w_hat - w|
+  uint8_t max_bits = 0;       // widest symbol width of its chunks
+  uint32_t lossy_chunks = 0;
+  uint32_t chunks = 0;
+  uint64_t pruned = 0, quantized = 0, exact = 0;
+};
+
+// One report per tensor that has at least one kLossy chunk, in tensor order.
+// Chunks of other codecs count as exact (their error is 0).
+// Thread safety: reads `reader` only.
+Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& reader);
+
+// The largest per-tensor rel_l2 of the blob, or nullopt if no chunk is lossy.
+Result<std::optional<double>> MaxLossyRelL2(const BlobReader& reader);
+
+}  // namespace ckptfs

@@ -1,0 +1,140 @@
+#include "codec/policy/policy.h"
+
+#include <fmt/format.h>
+#include <fnmatch.h>
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace ckptfs::policy {
+namespace {
+
+bool GlobMatch(const std::string& glob, std::string_view text) {
+  return ::fnmatch(glob.c_str(), std::string(text).c_str(), 0) == 0;
+}
+
+bool FileMatches(const std::string& glob, std::string_view path) {
+  if (glob.find('/') != std::string::npos) return GlobMatch(glob, path);
+  const size_t slash = path.rfind('/');
+  return GlobMatch(glob, slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+Status Bad(std::string_view source, const toml::source_region& where, std::string why) {
+  return Status::InvalidArgument(fmt::format("{}:{}: {}", source, where.begin.line, why));
+}
+
+Result<double> ReadBudgetValue(std::string_view source, const toml::node& node, std::string_view key) {
+  std::optional<double> v = node.value<double>();
+  if (!v || !std::isfinite(*v) || *v < 0 || *v >= 1e6)
+    return Bad(source, node.source(), fmt::format("{} must be a number >= 0", key));
+  return *v;
+}
+
+Result<Mode> ReadMode(std::string_view source, const toml::node& node) {
+  std::optional<std::string> v = node.value<std::string>();
+  if (v == "lossy") return Mode::kLossy;
+  if (v == "lossless") return Mode::kLossless;
+  return Bad(source, node.source(), "mode must be \"lossy\" or \"lossless\"");
+}
+
+}  // namespace
+
+bool IsOptimizerState(std::string_view name) {
+  return name.starts_with("optimizer.state.") || name.starts_with("optim.state.") || name.starts_with("state.");
+}
+
+Policy Policy::Lossless() {
+  Policy p;
+  p.enabled_ = false;
+  return p;
+}
+
+Policy Policy::Defaults(double rel_l2, double optimizer_rel_l2) {
+  Policy p;
+  p.default_rel_l2_ = rel_l2;
+  p.optimizer_rel_l2_ = optimizer_rel_l2;
+  return p;
+}
+
+Result<Policy> Policy::FromToml(std::string_view text, std::string_view source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    return Status::InvalidArgument(
+        fmt::format("{}:{}: {}", source, e.source().begin.line, std::string(e.description())));
+  }
+  Policy p;
+  for (const auto& [key, node] : root) {
+    if (key == "defaults") {
+      const toml::table* t = node.as_table();
+      if (t == nullptr) return Bad(source, node.source(), "[defaults] must be a table");
+      for (const auto& [k, v] : *t) {
+        if (k == "mode") {
+          ASSIGN_OR_RETURN(Mode m, ReadMode(source, v));
+          p.enabled_ = m == Mode::kLossy;
+        } else if (k == "rel_l2") {
+          ASSIGN_OR_RETURN(p.default_rel_l2_, ReadBudgetValue(source, v, "rel_l2"));
+        } else if (k == "optimizer_rel_l2") {
+          ASSIGN_OR_RETURN(p.optimizer_rel_l2_, ReadBudgetValue(source, v, "optimizer_rel_l2"));
+        } else {
+          return Bad(source, v.source(), fmt::format("unknown key '{}' in [defaults]", k.str()));
+        }
+      }
+    } else if (key == "rule") {
+      const toml::array* rules = node.as_array();
+      if (rules == nullptr) return Bad(source, node.source(), "rules are written [[rule]]");
+      for (const toml::node& r : *rules) {
+        const toml::table* t = r.as_table();
+        if (t == nullptr) return Bad(source, r.source(), "a rule must be a table");
+        Rule rule;
+        bool have_mode = false;
+        for (const auto& [k, v] : *t) {
+          if (k == "files" || k == "tensors") {
+            std::optional<std::string> s = v.value<std::string>();
+            if (!s || s->empty()) return Bad(source, v.source(), fmt::format("{} must be a non-empty glob", k.str()));
+            (k == "files" ? rule.files : rule.tensors) = *s;
+          } else if (k == "mode") {
+            ASSIGN_OR_RETURN(rule.mode, ReadMode(source, v));
+            have_mode = true;
+          } else if (k == "rel_l2") {
+            ASSIGN_OR_RETURN(rule.budget.rel_l2, ReadBudgetValue(source, v, "rel_l2"));
+          } else if (k == "max_abs") {
+            ASSIGN_OR_RETURN(rule.budget.max_abs, ReadBudgetValue(source, v, "max_abs"));
+          } else {
+            return Bad(source, v.source(), fmt::format("unknown key '{}' in [[rule]]", k.str()));
+          }
+        }
+        if (!have_mode) return Bad(source, r.source(), "a rule needs mode = \"lossy\" or \"lossless\"");
+        if (rule.mode == Mode::kLossy && rule.budget.rel_l2 == 0 && rule.budget.max_abs == 0)
+          return Bad(source, r.source(), "a lossy rule needs rel_l2 or max_abs > 0");
+        if (rule.mode == Mode::kLossless) rule.budget = {};
+        p.rules_.push_back(std::move(rule));
+      }
+    } else {
+      return Bad(source, node.source(), fmt::format("unknown table or key '{}'", key.str()));
+    }
+  }
+  return p;
+}
+
+Result<Policy> Policy::FromTomlFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("policy file {}: cannot open", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return FromToml(text.str(), path);
+}
+
+lossy::Budget Policy::BudgetFor(std::string_view path, FileFormat format, const TensorInfo& t) const {
+  if (format == FileFormat::kOpaque || !IsCodecFloat(t.dtype) || t.big_endian) return {};
+  for (const Rule& r : rules_)
+    if (FileMatches(r.files, path) && GlobMatch(r.tensors, t.name)) return r.budget;
+  if (!enabled_) return {};
+  return lossy::Budget{IsOptimizerState(t.name) ? optimizer_rel_l2_ : default_rel_l2_, 0};
+}
+
+}  // namespace ckptfs::policy

@@ -1,0 +1,70 @@
+// Which tensors are stored lossily, and with what error budget: rules that
+// map a file glob and a tensor-name glob to lossless or lossy(budget). Parsed
+// from a TOML file (docs/policy.md) and from mount options.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codec/common/status.h"
+#include "codec/format/layout.h"
+#include "codec/tensor/lossy/lossy.h"
+
+namespace ckptfs::policy {
+
+enum class Mode { kLossless, kLossy };
+
+struct Rule {
+  // fnmatch(3) globs. A file glob without '/' matches the file's base name,
+  // one with '/' the path relative to the mount root. Tensor globs match
+  // the tensor name ('*' also matches '.').
+  std::string files = "*";
+  std::string tensors = "*";
+  Mode mode = Mode::kLossy;
+  lossy::Budget budget;  // for kLossy; rel_l2 or max_abs > 0
+};
+
+inline constexpr double kDefaultRelL2 = 1e-2;
+
+// Immutable after construction. Thread safety: const methods are safe.
+class Policy {
+ public:
+  // Everything lossless.
+  static Policy Lossless();
+  // The defaults: float tensors of detected checkpoints lossy with
+  // `rel_l2`, optimizer state (names "optimizer.state.*" or "state.*" in
+  // a file whose name says optim) with `optimizer_rel_l2`, all else lossless.
+  // REQUIRES: both >= 0 (0 = lossless).
+  static Policy Defaults(double rel_l2 = kDefaultRelL2, double optimizer_rel_l2 = kDefaultRelL2);
+  // Parses a policy file (format in docs/policy.md). Its rules come before
+  // the defaults, which its [defaults] table may change. InvalidArgument
+  // names the bad key and the line.
+  static Result<Policy> FromToml(std::string_view text, std::string_view source_name = "policy");
+  static Result<Policy> FromTomlFile(const std::string& path);
+
+  // Overrides the default budgets (mount options budget= / opt_budget=).
+  void SetDefaultBudget(double rel_l2) { default_rel_l2_ = rel_l2; }
+  void SetOptimizerBudget(double rel_l2) { optimizer_rel_l2_ = rel_l2; }
+
+  // The budget for tensor `t` of the file at `path` (relative to the mount
+  // root) of `format`: zero (lossless) for integer/bool/f64 tensors, big-
+  // endian tensors and opaque files whatever the rules say; else the first
+  // matching rule; else the defaults.
+  lossy::Budget BudgetFor(std::string_view path, FileFormat format, const TensorInfo& t) const;
+
+  const std::vector<Rule>& rules() const { return rules_; }
+  bool enabled() const { return enabled_; }
+
+ private:
+  std::vector<Rule> rules_;
+  bool enabled_ = true;
+  double default_rel_l2_ = kDefaultRelL2;
+  double optimizer_rel_l2_ = kDefaultRelL2;
+};
+
+// True if `name` is optimizer state ("optimizer.state.*", "optim.state.*",
+// or "state.*").
+bool IsOptimizerState(std::string_view name);
+
+}  // namespace ckptfs::policy

@@ -1,0 +1,34 @@
+// Codebook fitting on the host (shared by both kernel backends): a 1-D
+// Lloyd-Max / k-means fit of up to 2^b - 1 levels to a weighted set of points
+// (the centres of the residual histogram's bins), seeded from quantiles, with
+// a fixed iteration count so the result is deterministic.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace ckptfs::lossy {
+
+// One histogram bin seen as a weighted point.
+struct WeightedPoint {
+  double value;     // bin centre
+  double weight;    // element count
+  double variance;  // within-bin variance estimate (width^2 / 12)
+  double half_width;
+};
+
+struct Codebook {
+  std::vector<float> levels;         // strictly ascending, finite
+  double est_error_sq = 0.0;         // estimated sum of squared quantization errors
+  double est_max_abs = 0.0;          // estimated max |error| of a quantized element
+  std::vector<double> cell_weights;  // estimated element count per level
+};
+
+// Fits at most `max_levels` levels to `points` (sorted by value ascending)
+// with `iterations` Lloyd steps, and estimates its error and level usage.
+// REQUIRES: points sorted ascending by value, max_levels >= 1.
+// Thread safety: pure function.
+Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels, uint32_t iterations);
+
+}  // namespace ckptfs::lossy

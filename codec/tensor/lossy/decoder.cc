@@ -1,0 +1,124 @@
+// DecodeChunk: parses and checks the stream (LOSSY.md), then unpacks and
+// dequantizes through the kernels and patches the exact elements.
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "codec/common/hash.h"
+#include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/scratch.h"
+#include "codec/tensor/lossy/stream.h"
+
+namespace ckptfs::lossy {
+namespace {
+
+Status Corrupt(const std::string& what, uint64_t want, uint64_t have) {
+  return Status::Corruption("lossy chunk: " + what + ", want=" + std::to_string(want) +
+                            " have=" + std::to_string(have));
+}
+
+// Decompresses exactly `want` bytes of zstd from `src` into `dst`.
+Status Unzstd(ZSTD_DCtx* dctx, ByteSpan src, std::byte* dst, size_t want, const char* what) {
+  unsigned long long declared = ZSTD_getFrameContentSize(src.data(), src.size());
+  if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN)
+    return Status::Corruption(std::string("lossy chunk: ") + what + ": not a zstd frame with a content size");
+  if (declared != want) return Corrupt(std::string(what) + " size", want, declared);
+  size_t got = ZSTD_decompressDCtx(dctx, dst, want, src.data(), src.size());
+  if (ZSTD_isError(got)) return Status::Corruption(std::string("lossy chunk: ") + what + ": " + ZSTD_getErrorName(got));
+  if (got != want) return Corrupt(std::string(what) + " size", want, got);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
+                   LossyKernels* kernels) {
+  const size_t width = ElementSize(type);
+  if (encoded.size() < StreamHeader::kEncodedSize + kTrailerSize)
+    return Corrupt("stream size at least", StreamHeader::kEncodedSize + kTrailerSize, encoded.size());
+  const uint64_t stored_sum = LoadLE64(encoded.data() + encoded.size() - kTrailerSize);
+  encoded = encoded.first(encoded.size() - kTrailerSize);
+  const uint64_t actual_sum = Checksum64(encoded);
+  if (stored_sum != actual_sum)
+    return Status::ChecksumMismatch("lossy chunk: checksum, want=" + std::to_string(stored_sum) +
+                                    " have=" + std::to_string(actual_sum));
+  ASSIGN_OR_RETURN(StreamHeader h, StreamHeader::DecodeFrom(encoded));
+  if (h.type != type) return Corrupt("element type", static_cast<uint8_t>(type), static_cast<uint8_t>(h.type));
+  if (out.size() % width != 0 || out.size() / width != h.element_count)
+    return Corrupt("element count", out.size() / width, h.element_count);
+  // A chunk encoded against a base may still be a key frame (when that was
+  // smaller); its decoder then ignores the base.
+  const bool delta = (h.flags & kFlagDelta) != 0;
+  if (delta && base.size() != out.size()) return Corrupt("delta frame base size", out.size(), base.size());
+  if (!delta) base = {};
+  const uint64_t n = h.element_count;
+
+  Scratch::Buffers& s = scratch->buffers();
+  if (!s.dctx) s.dctx.reset(ZSTD_createDCtx());
+  if (!s.dctx) return Status::NoMemory("lossy decode: zstd context");
+  if (!s.cpu_kernels) s.cpu_kernels = MakeCpuKernels();
+  LossyKernels& k = kernels ? *kernels : *s.cpu_kernels;
+
+  ByteReader r(encoded, "lossy chunk");
+  r.Skip(StreamHeader::kEncodedSize);
+  if (h.mode == StreamMode::kLossless) {
+    ByteSpan main = r.Bytes(h.main_size);
+    RETURN_IF_ERROR(r.status());
+    if (r.remaining() != 0) return Corrupt("trailing bytes", 0, r.remaining());
+    if (n == 0)
+      return h.main_size == 0 || Unzstd(s.dctx.get(), main, nullptr, 0, "planes").ok()
+                 ? Status::Ok()
+                 : Status::Corruption("lossy chunk: empty planes stream is not zstd");
+    EnsureSize(&s.planes, out.size());
+    RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.planes.data(), out.size(), "planes"));
+    JoinPlanes(ByteSpan(s.planes.data(), out.size()), base, width, out);
+    return Status::Ok();
+  }
+
+  float levels[kMaxLevels] = {};
+  for (uint32_t j = 0; j < h.num_levels; ++j) {
+    levels[j] = BitsFloat(r.U32());
+    if (!r.ok()) break;
+    if (!std::isfinite(levels[j]))
+      return Status::Corruption("lossy chunk: level " + std::to_string(j) + " is not finite");
+    if (j > 0 && !(levels[j] > levels[j - 1]))
+      return Status::Corruption("lossy chunk: levels not strictly ascending at " + std::to_string(j));
+  }
+  ByteSpan main = r.Bytes(h.main_size);
+  ByteSpan exact_z = r.Bytes(h.exact_size);
+  RETURN_IF_ERROR(r.status());
+  if (r.remaining() != 0) return Corrupt("trailing bytes", 0, r.remaining());
+
+  const uint64_t packed_bytes = PackedBytes(n, h.bits);
+  EnsureSize(&s.packed, packed_bytes);
+  RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.packed.data(), packed_bytes, "symbols"));
+  uint32_t max_symbol = 0;
+  RETURN_IF_ERROR(k.Dequantize(type, h.bits, levels, ByteSpan(s.packed.data(), packed_bytes), base, out, &max_symbol));
+  if (max_symbol > h.num_levels) return Corrupt("symbols <= levels", h.num_levels, max_symbol);
+
+  if (h.exact_count == 0) return Status::Ok();
+  // The list holds at least 1 byte of varint and `width` raw bytes per entry.
+  if (h.exact_raw_size < h.exact_count * (1 + width) || h.exact_raw_size > h.exact_count * (5 + width))
+    return Corrupt("exact list size", h.exact_count * (1 + width), h.exact_raw_size);
+  EnsureSize(&s.exact_list, h.exact_raw_size);
+  RETURN_IF_ERROR(Unzstd(s.dctx.get(), exact_z, s.exact_list.data(), h.exact_raw_size, "exact list"));
+  ByteSpan list(s.exact_list.data(), h.exact_raw_size);
+  const size_t raw_at = h.exact_raw_size - h.exact_count * width;
+  ByteSpan gaps = list.first(raw_at);
+  size_t pos = 0;
+  uint64_t next = 0;
+  for (uint64_t e = 0; e < h.exact_count; ++e) {
+    uint32_t gap = 0;
+    if (!GetVarint32(gaps, &pos, &gap))
+      return Status::Corruption("lossy chunk: exact list position " + std::to_string(e));
+    uint64_t p = next + gap;
+    if (p >= n) return Corrupt("exact position < element count", n, p);
+    std::memcpy(out.data() + p * width, list.data() + raw_at + e * width, width);
+    next = p + 1;
+  }
+  if (pos != gaps.size()) return Corrupt("exact list gap bytes", gaps.size(), pos);
+  return Status::Ok();
+}
+
+}  // namespace ckptfs::lossy

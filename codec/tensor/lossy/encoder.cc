@@ -1,0 +1,266 @@
+// EncodeChunk: residual -> histogram -> configuration search -> quantize,
+// measure, (retry finer) -> exact list -> zstd. See LOSSY.md.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "codec/common/hash.h"
+#include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/scratch.h"
+#include "codec/tensor/lossy/search.h"
+#include "codec/tensor/lossy/stream.h"
+
+namespace ckptfs::lossy {
+
+static_assert(std::endian::native == std::endian::little, "the lossy codec assumes a little-endian host");
+
+namespace {
+
+// Searches again with the target scaled by this factor (times the measured
+// overshoot) when the measured error misses; after kMaxAttempts, lossless.
+constexpr double kEstimateSafety = 0.85;
+constexpr int kMaxAttempts = 4;
+// A delta frame whose residual carries at least this share of the values'
+// energy may be cheaper as a key frame (e.g. Adam's exp_avg, which forgets
+// its past within tens of steps): then both are searched and the smaller
+// estimate wins.
+constexpr double kTryKeyFrameEnergyShare = 0.25;
+
+double SumInOrder(std::span<const double> partials) {
+  double s = 0.0;
+  for (double p : partials) s += p;
+  return s;
+}
+
+// Compresses `src` into one zstd frame held in the reused `staging` buffer
+// (sizing the output vector to the worst case instead would zero-fill and
+// fault in fresh memory on every chunk, and leave it oversized).
+Result<ByteSpan> CompressZstd(ZSTD_CCtx* cctx, int level, ByteSpan src, std::vector<std::byte>* staging) {
+  EnsureSize(staging, ZSTD_compressBound(src.size()));
+  size_t got = ZSTD_compressCCtx(cctx, staging->data(), staging->size(), src.data(), src.size(), level);
+  if (ZSTD_isError(got)) return Status::Internal(std::string("zstd compress: ") + ZSTD_getErrorName(got));
+  return ByteSpan(staging->data(), got);
+}
+
+// Appends the trailer: XXH3-64 of every byte before it.
+void AppendChecksum(std::vector<std::byte>* out) {
+  uint64_t sum = Checksum64(*out);
+  ByteWriter(out).U64(sum);
+}
+
+Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan base, Scratch::Buffers& s, int level,
+                                    MutableByteSpan reconstruction_out) {
+  EncodedChunk chunk;
+  size_t width = ElementSize(type);
+  StreamHeader h;
+  h.mode = StreamMode::kLossless;
+  h.type = type;
+  h.flags = base.empty() ? 0 : kFlagDelta;
+  h.element_count = values.size() / width;
+  EnsureSize(&s.planes, values.size());
+  MutableByteSpan planes(s.planes.data(), values.size());
+  SplitPlanes(values, base, width, planes);
+  ASSIGN_OR_RETURN(ByteSpan main, CompressZstd(s.cctx.get(), level, planes, &s.zstd_main));
+  h.main_size = main.size();
+  chunk.bytes.reserve(StreamHeader::kEncodedSize + main.size() + kTrailerSize);
+  h.EncodeTo(&chunk.bytes);
+  ByteWriter(&chunk.bytes).Bytes(main);
+  AppendChecksum(&chunk.bytes);
+  if (reconstruction_out.empty()) {
+    chunk.reconstruction.assign(values.begin(), values.end());
+  } else if (!values.empty()) {
+    std::memcpy(reconstruction_out.data(), values.data(), values.size());
+  }
+  chunk.stats.bits = 0;
+  chunk.stats.exact = h.element_count;
+  return chunk;
+}
+
+// Appends the exact list: varint position gaps (position - previous - 1,
+// the first relative to -1), then the raw element bits.
+void BuildExactList(std::span<const uint32_t> positions, ByteSpan raw, std::vector<std::byte>* out) {
+  out->resize(positions.size() * 5 + raw.size());
+  size_t at = 0;
+  uint64_t next = 0;
+  for (uint32_t p : positions) {
+    at += PutVarint32(out->data() + at, static_cast<uint32_t>(p - next));
+    next = uint64_t{p} + 1;
+  }
+  if (!raw.empty()) std::memcpy(out->data() + at, raw.data(), raw.size());
+  out->resize(at + raw.size());
+}
+
+}  // namespace
+
+size_t ElementSize(ElementType type) { return type == ElementType::kF32 ? 4 : 2; }
+
+Result<ElementType> ElementTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return ElementType::kF32;
+    case DType::kF16: return ElementType::kF16;
+    case DType::kBF16: return ElementType::kBF16;
+    default:
+      return Status::InvalidArgument("lossy codec: want an f32/f16/bf16 tensor, have dtype " +
+                                     std::string(DTypeName(dtype)));
+  }
+}
+
+Scratch::Scratch() : buffers_(std::make_unique<Buffers>()) {}
+Scratch::~Scratch() = default;
+
+Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan base, const Budget& budget,
+                                 Scratch* scratch, const EncodeOptions& options) {
+  if (type != ElementType::kF32 && type != ElementType::kF16 && type != ElementType::kBF16)
+    return Status::InvalidArgument("lossy encode: element type, want 1..3 have " +
+                                   std::to_string(static_cast<int>(type)));
+  const size_t width = ElementSize(type);
+  if (values.size() % width != 0)
+    return Status::InvalidArgument("lossy encode: byte size " + std::to_string(values.size()) +
+                                   " is not a multiple of the element size " + std::to_string(width));
+  if (!base.empty() && base.size() != values.size())
+    return Status::InvalidArgument("lossy encode: base size, want=" + std::to_string(values.size()) +
+                                   " have=" + std::to_string(base.size()));
+  const uint64_t n = values.size() / width;
+  if (n > UINT32_MAX) return Status::InvalidArgument("lossy encode: chunk over 2^32 - 1 elements");
+  if (!(budget.rel_l2 >= 0) || !(budget.max_abs >= 0))
+    return Status::InvalidArgument("lossy encode: budget fields must be >= 0");
+  if (!options.reconstruction_out.empty() && options.reconstruction_out.size() != values.size())
+    return Status::InvalidArgument("lossy encode: reconstruction_out size, want=" + std::to_string(values.size()) +
+                                   " have=" + std::to_string(options.reconstruction_out.size()));
+  Scratch::Buffers& s = scratch->buffers();
+  if (!s.cctx) s.cctx.reset(ZSTD_createCCtx());
+  if (!s.cctx) return Status::NoMemory("lossy encode: zstd context");
+  if (!s.cpu_kernels) s.cpu_kernels = MakeCpuKernels();
+  LossyKernels& k = options.kernels ? *options.kernels : *s.cpu_kernels;
+
+  const bool lossy_allowed = budget.rel_l2 > 0 || budget.max_abs > 0;
+  if (n == 0 || !lossy_allowed)
+    return EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out);
+
+  // 1. Residual and the squared norm of the finite values.
+  const uint64_t blocks = ReduceBlocks(n);
+  EnsureSize(&s.residual, n);
+  EnsureSize(&s.norm_partials, blocks);
+  EnsureSize(&s.error_partials, blocks);
+  std::span<float> residual(s.residual.data(), n);
+  std::span<double> norm_partials(s.norm_partials.data(), blocks);
+  std::span<double> error_partials(s.error_partials.data(), blocks);
+  RETURN_IF_ERROR(k.Residual(type, values, base, residual, norm_partials));
+  const double norm_sq = SumInOrder(norm_partials);
+
+  // 2. Histogram and search targets.
+  s.histogram.resize(kHistogramBins);
+  RETURN_IF_ERROR(k.Histogram(residual, s.histogram));
+  const double inf = std::numeric_limits<double>::infinity();
+  const double allowed_sq = budget.rel_l2 > 0 ? budget.rel_l2 * budget.rel_l2 * norm_sq : inf;
+  const double allowed_abs = budget.max_abs > 0 ? budget.max_abs : inf;
+  SearchTarget target{allowed_sq * kEstimateSafety, allowed_abs * kEstimateSafety};
+
+  const uint32_t width32 = static_cast<uint32_t>(width);
+  std::optional<SearchResult> found = SearchConfig(s.histogram, n, width32, target);
+
+  // 2b. A delta frame with a large residual: is a key frame cheaper?
+  if (!base.empty() && EstimateEnergy(s.histogram) >= kTryKeyFrameEnergyShare * norm_sq) {
+    EnsureSize(&s.residual_alt, n);
+    s.histogram_alt.resize(kHistogramBins);
+    std::span<float> key_residual(s.residual_alt.data(), n);
+    RETURN_IF_ERROR(k.Residual(type, values, {}, key_residual, norm_partials));  // same norm: it is of the values
+    RETURN_IF_ERROR(k.Histogram(key_residual, s.histogram_alt));
+    std::optional<SearchResult> key = SearchConfig(s.histogram_alt, n, width32, target);
+    if (key && (!found || key->est_bytes < found->est_bytes)) {
+      base = {};
+      residual = key_residual;
+      std::swap(s.histogram, s.histogram_alt);
+      std::swap(s.residual, s.residual_alt);  // `residual` keeps pointing at the key frame's data
+      found = key;
+    }
+  }
+
+  EncodedChunk chunk;
+  MutableByteSpan recon = options.reconstruction_out;
+  if (recon.empty()) {
+    chunk.reconstruction.resize(values.size());
+    recon = chunk.reconstruction;
+  }
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    if (attempt > 0) found = SearchConfig(s.histogram, n, width32, target);
+    if (!found) break;
+    const QuantizeTable& table = found->table;
+
+    // 3. Quantize, reconstruct and measure.
+    uint64_t packed_bytes = PackedBytes(n, table.bits);
+    EnsureSize(&s.packed, packed_bytes);
+    MutableByteSpan packed(s.packed.data(), packed_bytes);
+    double max_abs = 0.0;
+    ClassCounts counts;
+    RETURN_IF_ERROR(
+        k.QuantizePack(type, table, values, base, residual, packed, recon, error_partials, &max_abs, &counts));
+    const double error_sq = SumInOrder(error_partials);
+    const bool fits = error_sq <= allowed_sq && max_abs <= allowed_abs;
+    if (!fits) {
+      // Step finer: tighten the estimate's target by the measured overshoot.
+      double scale_sq = error_sq > 0 && std::isfinite(error_sq) ? std::min(0.5, allowed_sq / error_sq * 0.8) : 0.5;
+      double scale_abs = max_abs > 0 && std::isfinite(max_abs) ? std::min(0.5, allowed_abs / max_abs * 0.8) : 0.5;
+      if (error_sq > allowed_sq) target.max_error_sq *= scale_sq;
+      if (max_abs > allowed_abs) target.max_abs *= scale_abs;
+      continue;
+    }
+
+    // 4. Exact list.
+    EnsureSize(&s.exact_positions, counts.exact);
+    EnsureSize(&s.exact_raw, counts.exact * width);
+    uint64_t exact = 0;
+    if (counts.exact > 0) {
+      RETURN_IF_ERROR(k.CompactExact(type, table, values, residual, s.exact_positions, s.exact_raw, &exact));
+    }
+    if (exact != counts.exact)
+      return Status::Internal("lossy encode: exact count, want=" + std::to_string(counts.exact) +
+                              " have=" + std::to_string(exact));
+    BuildExactList(std::span<const uint32_t>(s.exact_positions.data(), exact),
+                   ByteSpan(s.exact_raw.data(), exact * width), &s.exact_list);
+
+    // 5. Stream.
+    StreamHeader h;
+    h.mode = StreamMode::kQuantized;
+    h.type = type;
+    h.bits = static_cast<uint8_t>(table.bits);
+    h.flags = base.empty() ? 0 : kFlagDelta;
+    h.num_levels = table.num_levels;
+    h.element_count = n;
+    h.exact_count = exact;
+    h.exact_raw_size = exact == 0 ? 0 : s.exact_list.size();
+    ASSIGN_OR_RETURN(ByteSpan main, CompressZstd(s.cctx.get(), options.zstd_level, packed, &s.zstd_main));
+    ByteSpan exact_z;
+    if (exact > 0) {
+      ASSIGN_OR_RETURN(exact_z, CompressZstd(s.cctx.get(), options.zstd_level, s.exact_list, &s.zstd_exact));
+    }
+    h.main_size = main.size();
+    h.exact_size = exact_z.size();
+    chunk.bytes.clear();
+    chunk.bytes.reserve(StreamHeader::kEncodedSize + 4 * table.num_levels + main.size() + exact_z.size() +
+                        kTrailerSize);
+    h.EncodeTo(&chunk.bytes);
+    ByteWriter w(&chunk.bytes);
+    for (uint32_t j = 0; j < table.num_levels; ++j) w.U32(FloatBits(table.levels[j]));
+    w.Bytes(main);
+    w.Bytes(exact_z);
+    AppendChecksum(&chunk.bytes);
+    // A lossy stream larger than the raw values is pointless: store exactly.
+    if (chunk.bytes.size() >= values.size()) break;
+
+    chunk.stats.bits = h.bits;
+    chunk.stats.pruned = counts.pruned;
+    chunk.stats.quantized = counts.quantized;
+    chunk.stats.exact = counts.exact;
+    chunk.stats.max_abs = max_abs;
+    chunk.stats.rel_l2 = norm_sq > 0 ? std::sqrt(error_sq / norm_sq) : (error_sq > 0 ? inf : 0.0);
+    return chunk;
+  }
+  return EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out);
+}
+
+}  // namespace ckptfs::lossy

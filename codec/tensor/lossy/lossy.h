@@ -1,0 +1,111 @@
+// The lossy tensor chunk codec (DynaQuant-style): every element of a chunk is
+// pruned (stored as 0, or "unchanged" in a delta frame), quantized to one of
+// up to 2^b - 1 non-uniform levels, or kept exact (outliers, NaN, +-Inf). A
+// per-chunk configuration search picks the bits, prune threshold and outlier
+// fraction that minimise the encoded size under an error budget. The stream
+// format and the algorithm are specified in codec/tensor/lossy/LOSSY.md.
+//
+// All functions are pure over spans and deterministic: the same input gives
+// the same bytes on every machine and on either kernel backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "codec/common/bytes.h"
+#include "codec/common/status.h"
+#include "codec/format/layout.h"
+
+namespace ckptfs::lossy {
+
+class LossyKernels;
+
+// Element types the codec transforms. Values equal the matching DType so the
+// two convert trivially. Stored in the stream: never renumber.
+enum class ElementType : uint8_t {
+  kF32 = 1,   // IEEE binary32, little-endian
+  kF16 = 2,   // IEEE binary16 as its raw 16-bit pattern, little-endian
+  kBF16 = 3,  // bfloat16 as its raw 16-bit pattern, little-endian
+};
+// Size in bytes of one element (4 or 2).
+size_t ElementSize(ElementType type);
+// The ElementType of a codec float DType (f32, f16, bf16), else InvalidArgument.
+Result<ElementType> ElementTypeOf(DType dtype);
+
+// Error budget of a tensor (applied per chunk, which implies it per tensor:
+// squared errors and squared norms both add over chunks).
+struct Budget {
+  double rel_l2 = 0.0;   // max ||w_hat - w|| / ||w|| over finite elements (0 = unused)
+  double max_abs = 0.0;  // max |w_hat - w| (0 = unused). Both 0: lossless.
+};
+
+// What the encoder did, measured on the actual reconstruction.
+struct ChunkStats {
+  double rel_l2 = 0.0;     // achieved ||w_hat - w|| / ||w|| (0 when ||w|| = 0 and exact)
+  double max_abs = 0.0;    // achieved max |w_hat - w| over finite elements
+  uint8_t bits = 0;        // symbol width; 0 = lossless mode
+  uint64_t pruned = 0;     // elements stored as 0 / unchanged
+  uint64_t quantized = 0;  // elements mapped to a level
+  uint64_t exact = 0;      // elements stored bit for bit (outliers, NaN, Inf, or all in lossless mode)
+};
+
+struct EncodedChunk {
+  std::vector<std::byte> bytes;           // the self-describing stream
+  std::vector<std::byte> reconstruction;  // exactly what DecodeChunk returns
+  ChunkStats stats;
+};
+
+// Reusable buffers. Reusing one Scratch across calls avoids fresh-memory
+// costs (a large share of the run time for 4 MB chunks).
+// Thread safety: one Scratch per thread; it is not shared.
+class Scratch {
+ public:
+  Scratch();
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  struct Buffers;
+  Buffers& buffers() { return *buffers_; }
+
+ private:
+  std::unique_ptr<Buffers> buffers_;
+};
+
+struct EncodeOptions {
+  int zstd_level = 1;
+  // Kernel backend; nullptr = the CPU reference. The GPU backend comes from
+  // gpu/lossy_backend.h SelectLossyKernels(). Both produce identical bytes.
+  LossyKernels* kernels = nullptr;
+  // When not empty, the reconstruction is written here (its size must be
+  // values.size()) and EncodedChunk::reconstruction stays empty: callers
+  // that keep reconstructions in their own buffers avoid a fresh allocation.
+  MutableByteSpan reconstruction_out;
+};
+
+// Encodes one chunk. `values` holds n elements of `type`; `base` is empty for
+// a key frame, or the base version's *reconstructed* n elements for a delta
+// frame (the residual values - base is quantized: closed loop).
+// The reconstruction is within `budget` (guaranteed: when no lossy
+// configuration fits, the chunk is stored losslessly). With a base whose
+// residual is large, the chunk may be stored as a key frame when that is
+// estimated smaller; decoding still takes the same base (and ignores it).
+// REQUIRES: values.size() % ElementSize(type) == 0, n < 2^32,
+//           base.empty() || base.size() == values.size(), budget fields >= 0.
+// Thread safety: reentrant; concurrent calls need distinct scratch/kernels.
+Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan base, const Budget& budget,
+                                 Scratch* scratch, const EncodeOptions& options = {});
+
+// Decodes a stream made by EncodeChunk into `out` (n elements of `type`).
+// `base` must be the same base the encoder was given (it may be empty when
+// the stream is a key frame; it is ignored then).
+// Corrupt or truncated input gives a Corruption status, never a crash.
+// REQUIRES: out.size() is the chunk's byte size.
+// Thread safety: reentrant; concurrent calls need distinct scratch/kernels.
+Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
+                   LossyKernels* kernels = nullptr);
+
+}  // namespace ckptfs::lossy

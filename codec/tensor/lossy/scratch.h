@@ -1,0 +1,50 @@
+// The contents of lossy::Scratch (private to the codec): buffers and zstd
+// contexts reused across chunks. Vectors only grow; resize() on a vector that
+// is already large enough costs nothing but the value initialisation of new
+// elements.
+#pragma once
+
+#include <zstd.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/lossy.h"
+
+namespace ckptfs::lossy {
+
+struct ZstdCDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct ZstdDDeleter {
+  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+};
+
+struct Scratch::Buffers {
+  std::vector<float> residual;
+  std::vector<float> residual_alt;  // the key-frame residual of a delta candidate
+  std::vector<double> norm_partials;
+  std::vector<double> error_partials;
+  std::vector<uint32_t> histogram;
+  std::vector<uint32_t> histogram_alt;
+  std::vector<std::byte> packed;
+  std::vector<uint32_t> exact_positions;
+  std::vector<std::byte> exact_raw;
+  std::vector<std::byte> exact_list;
+  std::vector<std::byte> planes;
+  std::vector<std::byte> zstd_main;  // compressed frames before they are assembled
+  std::vector<std::byte> zstd_exact;
+  std::unique_ptr<ZSTD_CCtx, ZstdCDeleter> cctx;
+  std::unique_ptr<ZSTD_DCtx, ZstdDDeleter> dctx;
+  std::unique_ptr<LossyKernels> cpu_kernels;
+};
+
+// Grows `v` to at least n elements without shrinking (keeps the capacity).
+template <typename T>
+void EnsureSize(std::vector<T>* v, size_t n) {
+  if (v->size() < n) v->resize(n);
+}
+
+}  // namespace ckptfs::lossy

@@ -1,0 +1,196 @@
+// Compiled with -ffp-contract=off (the chosen configuration decides the
+// encoded bytes).
+#include "codec/tensor/lossy/search.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include "codec/tensor/lossy/codebook.h"
+
+namespace ckptfs::lossy {
+namespace {
+
+// Magnitude keys at or above this are Inf/NaN.
+constexpr uint32_t kFiniteKeys = kNonFiniteBits >> kHistogramShift;
+// Candidate fractions of finite elements kept exact (largest magnitudes).
+constexpr double kOutlierFractions[] = {0.0, 1e-4, 1e-3, 1e-2};
+// Candidate shares of the error target spent on pruning.
+constexpr double kPruneShares[] = {0.0, 0.5, 0.9, 0.99};
+constexpr uint32_t kLloydIterations = 12;
+constexpr uint32_t kMaxBits = 8;
+
+struct BinGeometry {
+  double lo, hi, mid, width;
+};
+BinGeometry Geometry(uint32_t key) {
+  BinGeometry g;
+  g.lo = BitsFloat(key << kHistogramShift);
+  g.hi = key + 1 >= kFiniteKeys ? static_cast<double>(FLT_MAX) : BitsFloat((key + 1) << kHistogramShift);
+  g.width = g.hi - g.lo;
+  g.mid = g.lo + g.width * 0.5;
+  return g;
+}
+
+// Per-chunk tables shared by all candidates.
+struct ChunkProfile {
+  std::vector<uint64_t> magnitude;  // count per magnitude key (both signs)
+  std::vector<double> prune_error;  // prune_error[k]: est. error of pruning keys < k
+  std::vector<uint64_t> tail;       // tail[k]: finite elements with key >= k
+  uint64_t non_finite = 0;
+};
+
+ChunkProfile Profile(std::span<const uint32_t> counts) {
+  ChunkProfile p;
+  p.magnitude.resize(kFiniteKeys);
+  p.prune_error.resize(kFiniteKeys + 1);
+  p.tail.resize(kFiniteKeys + 1);
+  for (uint32_t k = 0; k < kFiniteKeys; ++k) p.magnitude[k] = uint64_t{counts[k]} + counts[k + kMagnitudeBins];
+  for (uint32_t k = kFiniteKeys; k < kMagnitudeBins; ++k)
+    p.non_finite += uint64_t{counts[k]} + counts[k + kMagnitudeBins];
+  p.prune_error[0] = 0.0;
+  for (uint32_t k = 0; k < kFiniteKeys; ++k) {
+    BinGeometry g = Geometry(k);
+    double second_moment = g.mid * g.mid + g.width * g.width / 12.0;
+    p.prune_error[k + 1] = p.prune_error[k] + static_cast<double>(p.magnitude[k]) * second_moment;
+  }
+  p.tail[kFiniteKeys] = 0;
+  for (uint32_t k = kFiniteKeys; k-- > 0;) p.tail[k] = p.tail[k + 1] + p.magnitude[k];
+  return p;
+}
+
+// Smallest key whose tail holds at most `fraction` of the finite elements.
+uint32_t ExactKey(const ChunkProfile& p, double fraction) {
+  uint64_t allowed = static_cast<uint64_t>(fraction * static_cast<double>(p.tail[0]));
+  uint32_t key = kFiniteKeys;
+  while (key > 0 && p.tail[key - 1] <= allowed) --key;
+  return key;
+}
+
+// Largest key <= exact_key whose pruning error fits `budget` and whose pruned
+// magnitudes stay below max_abs. Always at least 1 (bin 0 holds exact zeros
+// and values below 2^-130) when that bin is small enough.
+uint32_t PruneKey(const ChunkProfile& p, uint32_t exact_key, double budget, double max_abs) {
+  uint32_t key = 0;
+  while (key < exact_key && (p.prune_error[key + 1] <= budget || key == 0) && Geometry(key).hi <= max_abs) ++key;
+  return key;
+}
+
+std::vector<WeightedPoint> Points(std::span<const uint32_t> counts, uint32_t prune_key, uint32_t exact_key) {
+  std::vector<WeightedPoint> points;
+  auto add = [&](uint32_t key, bool negative) {
+    uint32_t c = counts[key + (negative ? kMagnitudeBins : 0)];
+    if (c == 0) return;
+    BinGeometry g = Geometry(key);
+    points.push_back({negative ? -g.mid : g.mid, static_cast<double>(c), g.width * g.width / 12.0, g.width * 0.5});
+  };
+  for (uint32_t k = exact_key; k-- > prune_key;) add(k, true);
+  for (uint32_t k = prune_key; k < exact_key; ++k) add(k, false);
+  return points;
+}
+
+double EntropyBits(const std::vector<double>& cells, double zero_count, double n) {
+  double bits = 0.0;
+  auto term = [&](double w) {
+    if (w > 0) bits += w * -std::log2(w / n);
+  };
+  for (double w : cells) term(w);
+  term(zero_count);
+  return bits;
+}
+
+}  // namespace
+
+double EstimateEnergy(std::span<const uint32_t> counts) {
+  double energy = 0.0;
+  for (uint32_t k = 0; k < kFiniteKeys; ++k) {
+    const uint64_t c = uint64_t{counts[k]} + counts[k + kMagnitudeBins];
+    if (c == 0) continue;
+    const BinGeometry g = Geometry(k);
+    energy += static_cast<double>(c) * (g.mid * g.mid + g.width * g.width / 12.0);
+  }
+  return energy;
+}
+
+void FillBounds(QuantizeTable* t) {
+  for (uint32_t j = 0; j < kMaxLevels; ++j) {
+    if (j >= t->num_levels) t->levels[j] = 0.0f;
+    t->bounds[j] =
+        j + 1 < t->num_levels ? (t->levels[j] + t->levels[j + 1]) * 0.5f : std::numeric_limits<float>::infinity();
+  }
+}
+
+std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint64_t n, uint32_t element_size,
+                                         const SearchTarget& target) {
+  ChunkProfile profile = Profile(counts);
+  const double dn = static_cast<double>(n);
+  std::optional<SearchResult> best;
+  uint32_t last_exact_key = UINT32_MAX;
+  for (double fraction : kOutlierFractions) {
+    uint32_t exact_key = ExactKey(profile, fraction);
+    if (exact_key == last_exact_key) continue;
+    last_exact_key = exact_key;
+    uint64_t exact = profile.tail[exact_key] + profile.non_finite;
+    uint32_t last_prune_key = UINT32_MAX;
+    for (double share : kPruneShares) {
+      uint32_t prune_key = PruneKey(profile, exact_key, share * target.max_error_sq, target.max_abs);
+      if (prune_key == last_prune_key) continue;
+      last_prune_key = prune_key;
+      double prune_err = profile.prune_error[prune_key];
+      double prune_max = prune_key == 0 ? 0.0 : Geometry(prune_key - 1).hi;
+      if (prune_err > target.max_error_sq || prune_max > target.max_abs) continue;
+      std::vector<WeightedPoint> points = Points(counts, prune_key, exact_key);
+      double quantized = 0.0;
+      for (const WeightedPoint& pt : points) quantized += pt.weight;
+
+      auto fits = [&](const Codebook& book) {
+        return prune_err + book.est_error_sq <= target.max_error_sq && book.est_max_abs <= target.max_abs;
+      };
+      // Smallest b whose estimate fits (the error falls as b grows).
+      Codebook chosen;
+      uint32_t bits = 0;
+      if (points.empty()) {
+        bits = 1;
+      } else {
+        Codebook widest = FitCodebook(points, (1u << kMaxBits) - 1, kLloydIterations);
+        if (!fits(widest)) continue;
+        chosen = std::move(widest);
+        bits = kMaxBits;
+        uint32_t lo = 1, hi = kMaxBits;  // hi fits
+        while (lo < hi) {
+          uint32_t mid = (lo + hi) / 2;
+          Codebook book = FitCodebook(points, (1u << mid) - 1, kLloydIterations);
+          if (fits(book)) {
+            hi = mid;
+            chosen = std::move(book);
+            bits = mid;
+          } else {
+            lo = mid + 1;
+          }
+        }
+        // The codebook may use fewer levels than 2^bits - 1: shrink bits.
+        while (bits > 1 && chosen.levels.size() <= (1u << (bits - 1)) - 1) --bits;
+      }
+      double entropy = EntropyBits(chosen.cell_weights, dn - quantized, dn);
+      double symbol_bits = std::min(static_cast<double>(bits) * dn, entropy * 1.05 + 0.01 * dn);
+      double est_bytes = symbol_bits / 8.0 + static_cast<double>(exact) * (element_size + 1.5) +
+                         4.0 * static_cast<double>(chosen.levels.size()) + 64.0;
+      if (best && best->est_bytes <= est_bytes) continue;
+      SearchResult r;
+      r.table.prune_below = prune_key << kHistogramShift;
+      r.table.exact_from = exact_key << kHistogramShift;
+      r.table.bits = bits;
+      r.table.num_levels = static_cast<uint32_t>(chosen.levels.size());
+      std::copy(chosen.levels.begin(), chosen.levels.end(), r.table.levels);
+      FillBounds(&r.table);
+      r.est_error_sq = prune_err + chosen.est_error_sq;
+      r.est_bytes = est_bytes;
+      r.est_exact = exact;
+      best = r;
+    }
+  }
+  return best;
+}
+
+}  // namespace ckptfs::lossy

@@ -1,0 +1,46 @@
+// The per-chunk configuration search: from the residual histogram (integer
+// counts, identical on both backends) it chooses the prune threshold, the
+// outlier threshold and the symbol width b, and fits the codebook, so that
+// the *estimated* encoded size is minimal subject to the *estimated* error
+// fitting a target. The encoder then measures the real error and, on a miss,
+// searches again with a tighter target (see LOSSY.md, "Search").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "codec/tensor/lossy/element_ops.h"
+
+namespace ckptfs::lossy {
+
+struct SearchTarget {
+  double max_error_sq;  // estimated sum of squared errors must stay below (may be +inf)
+  double max_abs;       // estimated max |error| must stay below (may be +inf)
+};
+
+struct SearchResult {
+  QuantizeTable table;  // thresholds, bits and codebook, bounds filled in
+  double est_error_sq = 0.0;
+  double est_bytes = 0.0;
+  uint64_t est_exact = 0;  // finite outliers + non-finite elements
+};
+
+// Searches the configuration of a chunk of `n` elements of `element_size`
+// bytes whose residual histogram is `counts` (kHistogramBins entries).
+// Returns nothing when no lossy configuration is estimated to fit.
+// Cost: about 16 candidate (outlier, prune) pairs, each with a binary search
+// over b of at most 4 codebook fits on at most ~2 * 32 * (octaves) points.
+// Thread safety: pure function.
+std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint64_t n, uint32_t element_size,
+                                         const SearchTarget& target);
+
+// Estimated sum of squares of the finite values counted in `counts` (from
+// the bin centres; within a few percent).
+double EstimateEnergy(std::span<const uint32_t> counts);
+
+// Fills table.bounds from table.levels (midpoints in float, then +Inf).
+void FillBounds(QuantizeTable* table);
+
+}  // namespace ckptfs::lossy

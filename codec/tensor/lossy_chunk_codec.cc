@@ -1,0 +1,96 @@
+#include "codec/tensor/lossy_chunk_codec.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cmath>
+
+#include "codec/tensor/lossy/element_ops.h"
+#include "codec/tensor/lossy/lossy.h"
+
+namespace ckptfs {
+namespace {
+
+double LoadF64(ByteReader& r) { return std::bit_cast<double>(r.U64()); }
+
+// The float value of element i of a codec float span.
+float ElementAt(DType dtype, const std::byte* p, size_t i) {
+  switch (dtype) {
+    case DType::kF32: return lossy::BitsFloat(LoadLE32(p + 4 * i));
+    case DType::kF16: return lossy::HalfToFloat(LoadLE16(p + 2 * i));
+    default: return lossy::Bf16ToFloat(LoadLE16(p + 2 * i));
+  }
+}
+
+}  // namespace
+
+void LossyChunkParams::EncodeTo(ByteWriter& w) const {
+  w.U8(kVersion);
+  w.U8(flags);
+  w.U8(bits);
+  w.U8(0);
+  w.U32(0);
+  w.U64(std::bit_cast<uint64_t>(err2_sum));
+  w.U64(std::bit_cast<uint64_t>(ref2_sum));
+  w.U64(std::bit_cast<uint64_t>(max_abs));
+  w.U64(pruned);
+  w.U64(quantized);
+  w.U64(exact);
+  w.U64(0);
+}
+
+Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
+  if (bytes.size() != kEncodedSize)
+    return Status::Corruption(fmt::format("lossy params: {} bytes, want {}", bytes.size(), kEncodedSize));
+  ByteReader r(bytes, "lossy params");
+  LossyChunkParams p;
+  const uint8_t version = r.U8();
+  p.flags = r.U8();
+  p.bits = r.U8();
+  const uint8_t reserved8 = r.U8();
+  const uint32_t reserved32 = r.U32();
+  p.err2_sum = LoadF64(r);
+  p.ref2_sum = LoadF64(r);
+  p.max_abs = LoadF64(r);
+  p.pruned = r.U64();
+  p.quantized = r.U64();
+  p.exact = r.U64();
+  const uint64_t reserved64 = r.U64();
+  RETURN_IF_ERROR(r.status());
+  if (version != kVersion) return Status::Corruption(fmt::format("lossy params: version {}, want {}", version, kVersion));
+  if ((p.flags & ~kFlagDelta) != 0 || reserved8 != 0 || reserved32 != 0 || reserved64 != 0)
+    return Status::Corruption("lossy params: reserved bits set");
+  if (p.bits > 8) return Status::Corruption(fmt::format("lossy params: bits {}, want <= 8", p.bits));
+  for (double v : {p.err2_sum, p.ref2_sum, p.max_abs})
+    if (!std::isfinite(v) || v < 0) return Status::Corruption(fmt::format("lossy params: error sum {} invalid", v));
+  return p;
+}
+
+bool LossyChunkCodec::Accepts(DType dtype, bool) const { return IsCodecFloat(dtype); }
+
+Result<size_t> LossyChunkCodec::DoEncode(ByteSpan, const ChunkContext&, CodecScratch&, std::byte*) const {
+  return Status::Unsupported("lossy: encode through lossy::EncodeChunk with a budget");
+}
+
+Status LossyChunkCodec::DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
+                                 MutableByteSpan out) const {
+  ASSIGN_OR_RETURN(lossy::ElementType type, lossy::ElementTypeOf(ctx.dtype));
+  return lossy::DecodeChunk(type, stored, ctx.base, out, &scratch.lossy());
+}
+
+ErrorSums MeasureError(DType dtype, ByteSpan a, ByteSpan b) {
+  ErrorSums sums;
+  const size_t n = a.size() / DTypeSize(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    const double x = ElementAt(dtype, a.data(), i);
+    if (!std::isfinite(x)) continue;
+    const double d = static_cast<double>(ElementAt(dtype, b.data(), i)) - x;
+    const double ad = std::isfinite(d) ? std::fabs(d) : INFINITY;
+    sums.err2 += d * d;
+    sums.ref2 += x * x;
+    sums.max_abs = std::max(sums.max_abs, ad);
+  }
+  return sums;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,133 @@
+"""Lossy storage through the mount: torch checkpoints within their budget."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch.set_num_threads(2)
+
+from test_fs_torch import assert_same, model_state  # noqa: E402
+
+EPS = 1e-6
+
+
+def rel_l2(got, want):
+    want = want.double()
+    n = want.norm()
+    return float((got.double() - want).norm() / n) if n > 0 else float((got.double() - want).norm())
+
+
+def check_within(got, want, budget, opt_budget=None, path=""):
+    """Float tensors within budget (same dtype/shape), everything else exact."""
+    if isinstance(want, torch.Tensor):
+        assert got.dtype == want.dtype and got.shape == want.shape, path
+        if want.is_floating_point():
+            b = opt_budget if (opt_budget is not None and path.startswith("optimizer.state")) else budget
+            err = rel_l2(got, want)
+            assert err <= b + EPS, f"{path}: rel_l2 {err} > {b}"
+        else:
+            assert torch.equal(got, want), path
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys(), path
+        for k in want:
+            check_within(got[k], want[k], budget, opt_budget, f"{path}.{k}" if path else str(k))
+    else:
+        assert got == want, path
+
+
+def zip_ok(path):
+    r = subprocess.run(["/usr/bin/python3", "-m", "zipfile", "-t", path], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if shutil.which("unzip"):
+        r = subprocess.run(["unzip", "-tq", path], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+def xattr(path, name):
+    return os.getxattr(path, "user.ckptfs." + name).decode()
+
+
+def test_lossy_torch_within_budget(store, tmp_path):
+    store.mount("lossy=on,budget=0.01,opt_budget=0.05")
+    sd = model_state(1)
+    p = store.path("ckpt.pt")
+    torch.save(sd, p)
+    store.wait_idle()
+    ref = tmp_path / "ckpt.pt"
+    torch.save(sd, ref)
+    assert os.path.getsize(p) == os.path.getsize(ref)
+    with open(p, "rb") as f:
+        data = f.read()
+    assert data != ref.read_bytes()  # lossy: the floats changed
+    zip_ok(p)
+    got = torch.load(p)
+    check_within(got, sd, 0.01, 0.05)
+    assert torch.equal(got["model"]["steps"], sd["model"]["steps"])
+    assert "+lossy" in xattr(p, "codec")
+    err = float(xattr(p, "error"))
+    assert 0 < err <= 0.05 + EPS
+    lossy_stored = int(xattr(p, "stored_bytes"))
+
+    # The same file lossless for comparison.
+    q = store.path("exact.pt")
+    store.umount()
+    store.mount("lossy=off")
+    torch.save(sd, q)
+    store.wait_idle()
+    assert xattr(q, "error") == "lossless"
+    assert_same(torch.load(q), sd)
+    lossless_stored = int(xattr(q, "stored_bytes"))
+    assert lossy_stored * 2 < lossless_stored, (lossy_stored, lossless_stored)
+    # The lossy file still reads the same after the remount.
+    check_within(torch.load(p), sd, 0.01, 0.05)
+
+
+def test_lossless_policy_is_bit_exact(store, tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[rule]]\nfiles = "exact-*.pt"\nmode = "lossless"\n\n'
+                      '[[rule]]\nfiles = "*.pt"\ntensors = "model.fc1.*"\nmode = "lossy"\nrel_l2 = 0.02\n')
+    store.mount(f"lossy=on,policy={policy}")
+    sd = model_state(2)
+    torch.save(sd, store.path("exact-1.pt"))
+    torch.save(sd, store.path("mixed.pt"))
+    store.wait_idle()
+    ref = tmp_path / "exact-1.pt"
+    torch.save(sd, ref)
+    with open(store.path("exact-1.pt"), "rb") as f:
+        assert f.read() == ref.read_bytes()
+    assert xattr(store.path("exact-1.pt"), "error") == "lossless"
+    got = torch.load(store.path("mixed.pt"))
+    zip_ok(store.path("mixed.pt"))
+    check_within(got, sd, 0.02)
+    assert not torch.equal(got["model"]["fc1.weight"], sd["model"]["fc1.weight"])
+    # Tensors outside the rule fall to the defaults (1e-2).
+    check_within(got["model"]["emb"], sd["model"]["emb"], 0.01)
+
+
+def test_lossy_rotation_closed_loop(store):
+    store.mount("lossy=on,budget=0.01")
+    d = store.path("run")
+    os.makedirs(d)
+    state = model_state(3)
+    saved = []
+    for step in range(5):
+        state = model_state(200 + step, drift=1e-3, base=state)
+        name = os.path.join(d, f"ckpt-{step}.pt")
+        torch.save(state, name)
+        store.wait_idle()
+        saved.append((name, state))
+    depths = [int(xattr(n, "chain_depth")) for n, _ in saved]
+    assert max(depths) > 0, depths  # lossy deltas against the previous versions
+    for name, sd in saved:
+        zip_ok(name)
+        check_within(torch.load(name), sd, 0.01)
+    r = store.cli("inspect", os.path.join(store.backing, "run", "ckpt-4.pt"))
+    assert "rel_l2" in r.stdout, r.stdout
+
+
+def test_bad_lossy_options_refuse_to_mount(store, tmp_path):
+    for opts in ["budget=-1", "budget=abc", "gpu=maybe", f"policy={tmp_path}/missing.toml"]:
+        r = store.mount("lossy=on," + opts, check=False)
+        assert r.returncode != 0, opts

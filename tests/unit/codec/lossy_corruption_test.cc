@@ -1,0 +1,122 @@
+// Corrupt or truncated lossy streams give an error status, never a crash and
+// never silently wrong values (LevelDB corruption_test style).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/stream.h"
+#include "tests/unit/codec/lossy_test_util.h"
+
+namespace ckptfs::lossy {
+namespace {
+
+using testing::Dist;
+
+std::vector<std::byte> Encode(ElementType type, const std::vector<std::byte>& values, const Budget& budget,
+                              Scratch* scratch) {
+  Result<EncodedChunk> c = EncodeChunk(type, values, {}, budget, scratch);
+  EXPECT_TRUE(c.ok());
+  return c.ok() ? c->bytes : std::vector<std::byte>{};
+}
+
+TEST(LossyCorruptionTest, EveryByteFlipAndTruncationIsAnError) {
+  Scratch scratch;
+  std::vector<std::byte> values = testing::ToElements(ElementType::kF32, testing::Generate(Dist::kHeavyTail, 3000, 1));
+  for (const Budget& budget : {Budget{1e-1, 0}, Budget{}}) {
+    std::vector<std::byte> good = Encode(ElementType::kF32, values, budget, &scratch);
+    ASSERT_FALSE(good.empty());
+    std::vector<std::byte> out(values.size());
+    ASSERT_TRUE(DecodeChunk(ElementType::kF32, good, {}, out, &scratch).ok());
+    for (size_t i = 0; i < good.size(); ++i) {
+      std::vector<std::byte> bad = good;
+      bad[i] ^= std::byte{0x41};
+      EXPECT_FALSE(DecodeChunk(ElementType::kF32, bad, {}, out, &scratch).ok()) << "flip at " << i;
+    }
+    for (size_t len = 0; len < good.size(); len += 1 + len / 8) {
+      std::vector<std::byte> cut(good.begin(), good.begin() + static_cast<ptrdiff_t>(len));
+      EXPECT_FALSE(DecodeChunk(ElementType::kF32, cut, {}, out, &scratch).ok()) << "truncated to " << len;
+    }
+  }
+}
+
+// Structural checks behind the checksum: edit fields, reseal, expect
+// Corruption (the parser itself must reject them).
+TEST(LossyCorruptionTest, ResealedBadFieldsAreCorruption) {
+  Scratch scratch;
+  std::vector<std::byte> values = testing::ToElements(ElementType::kF32, testing::Generate(Dist::kHeavyTail, 5000, 2));
+  std::vector<std::byte> good = Encode(ElementType::kF32, values, Budget{1e-1, 0}, &scratch);
+  ASSERT_FALSE(good.empty());
+  std::vector<std::byte> out(values.size());
+  struct Edit {
+    size_t offset;
+    uint8_t value;
+  };
+  // Offsets follow the header layout of LOSSY.md.
+  for (Edit e : {Edit{1, 7}, Edit{2, 9}, Edit{3, 0}, Edit{3, 9}, Edit{4, 0x80}, Edit{5, 1}, Edit{8, 0xff},
+                 Edit{12, 0x11}, Edit{20, 0x7f}, Edit{28, 0x01}, Edit{36, 0x33}, Edit{44, 0x02}}) {
+    std::vector<std::byte> bad = good;
+    bad[e.offset] = std::byte{e.value};
+    if (bad == good) continue;
+    testing::Reseal(&bad);
+    Status st = DecodeChunk(ElementType::kF32, bad, {}, out, &scratch);
+    EXPECT_FALSE(st.ok()) << "edit at " << e.offset;
+    EXPECT_TRUE(st.code() == StatusCode::kCorruption || st.code() == StatusCode::kUnsupported) << st.ToString();
+  }
+  // A level that is not finite, and levels out of order.
+  std::vector<std::byte> bad = good;
+  StoreLE32(bad.data() + StreamHeader::kEncodedSize, 0x7fc00000u);
+  testing::Reseal(&bad);
+  EXPECT_EQ(DecodeChunk(ElementType::kF32, bad, {}, out, &scratch).code(), StatusCode::kCorruption);
+  // Levels out of order (needs a codebook of at least two levels).
+  std::vector<std::byte> normal = testing::ToElements(ElementType::kF32, testing::Generate(Dist::kNormal, 5000, 3));
+  std::vector<std::byte> many = Encode(ElementType::kF32, normal, Budget{1e-2, 0}, &scratch);
+  ASSERT_GE(LoadLE32(many.data() + 8), 2u) << "want a multi-level codebook";
+  std::memcpy(many.data() + StreamHeader::kEncodedSize + 4, many.data() + StreamHeader::kEncodedSize, 4);
+  testing::Reseal(&many);
+  std::vector<std::byte> out2(normal.size());
+  EXPECT_EQ(DecodeChunk(ElementType::kF32, many, {}, out2, &scratch).code(), StatusCode::kCorruption);
+}
+
+TEST(LossyCorruptionTest, HeaderRoundTrips) {
+  StreamHeader h;
+  h.mode = StreamMode::kQuantized;
+  h.type = ElementType::kBF16;
+  h.bits = 5;
+  h.flags = kFlagDelta;
+  h.num_levels = 31;
+  h.element_count = 123456;
+  h.exact_count = 7;
+  h.main_size = 999;
+  h.exact_raw_size = 50;
+  h.exact_size = 40;
+  std::vector<std::byte> bytes;
+  h.EncodeTo(&bytes);
+  ASSERT_EQ(bytes.size(), StreamHeader::kEncodedSize);
+  Result<StreamHeader> back = StreamHeader::DecodeFrom(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->bits, 5);
+  EXPECT_EQ(back->num_levels, 31u);
+  EXPECT_EQ(back->element_count, 123456u);
+  EXPECT_EQ(back->exact_size, 40u);
+  EXPECT_FALSE(StreamHeader::DecodeFrom(ByteSpan(bytes).first(51)).ok());
+}
+
+TEST(LossyCorruptionTest, VarintRejectsOverlongAndTruncated) {
+  std::byte buf[8];
+  size_t len = PutVarint32(buf, 0xffffffffu);
+  EXPECT_EQ(len, 5u);
+  size_t pos = 0;
+  uint32_t v = 0;
+  EXPECT_TRUE(GetVarint32(ByteSpan(buf, len), &pos, &v));
+  EXPECT_EQ(v, 0xffffffffu);
+  pos = 0;
+  EXPECT_FALSE(GetVarint32(ByteSpan(buf, 3), &pos, &v));
+  std::byte overlong[6] = {std::byte{0xff}, std::byte{0xff}, std::byte{0xff},
+                           std::byte{0xff}, std::byte{0xff}, std::byte{0x01}};
+  pos = 0;
+  EXPECT_FALSE(GetVarint32(overlong, &pos, &v));
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy

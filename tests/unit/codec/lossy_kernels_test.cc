@@ -1,0 +1,228 @@
+// The CPU kernels against the per-element spec (element_ops.h): the AVX2
+// paths, the scalar paths and the reference functions must agree bit for
+// bit. Also the f16/bf16 conversions and the search/codebook basics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "codec/tensor/lossy/codebook.h"
+#include "codec/tensor/lossy/element_ops.h"
+#include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/search.h"
+#include "tests/unit/codec/lossy_test_util.h"
+
+namespace ckptfs::lossy {
+namespace {
+
+using testing::Dist;
+
+uint32_t SymbolAt(const std::vector<std::byte>& packed, uint32_t bits, uint64_t i) {
+  uint64_t word = 0;
+  std::memcpy(&word, packed.data() + (i / kPackGroup) * bits, bits);
+  return static_cast<uint32_t>((word >> ((i % kPackGroup) * bits)) & ((1u << bits) - 1));
+}
+
+template <typename E>
+void CheckAgainstSpec(ElementType type, const std::vector<std::byte>& values, const std::vector<std::byte>& base,
+                      const QuantizeTable& t) {
+  using Bits = typename E::Bits;
+  const uint64_t n = values.size() / sizeof(Bits);
+  std::unique_ptr<LossyKernels> simd = MakeCpuKernels(true), scalar = MakeCpuKernels(false);
+  std::vector<float> r(n), r2(n);
+  std::vector<double> np(ReduceBlocks(n)), np2(ReduceBlocks(n));
+  ASSERT_TRUE(simd->Residual(type, values, base, r, np).ok());
+  ASSERT_TRUE(scalar->Residual(type, values, base, r2, np2).ok());
+  ASSERT_EQ(std::memcmp(r.data(), r2.data(), n * 4), 0);
+  ASSERT_EQ(std::memcmp(np.data(), np2.data(), np.size() * 8), 0);
+
+  std::vector<std::byte> pk(PackedBytes(n, t.bits)), pk2(pk.size()), rc(values.size()), rc2(values.size());
+  std::vector<double> ep(ReduceBlocks(n)), ep2(ReduceBlocks(n));
+  double mx = 0, mx2 = 0;
+  ClassCounts c, c2;
+  ASSERT_TRUE(simd->QuantizePack(type, t, values, base, r, pk, rc, ep, &mx, &c).ok());
+  ASSERT_TRUE(scalar->QuantizePack(type, t, values, base, r, pk2, rc2, ep2, &mx2, &c2).ok());
+  ASSERT_EQ(pk, pk2);
+  ASSERT_EQ(rc, rc2);
+  ASSERT_EQ(std::memcmp(ep.data(), ep2.data(), ep.size() * 8), 0);
+  ASSERT_EQ(std::memcmp(&mx, &mx2, 8), 0);
+  ASSERT_EQ(c.pruned, c2.pruned);
+  ASSERT_EQ(c.exact, c2.exact);
+
+  // Element by element against the spec, and the partials recomputed in
+  // the documented order.
+  uint64_t counted[3] = {0, 0, 0};
+  for (uint64_t blk = 0; blk < ReduceBlocks(n); ++blk) {
+    double lanes[kReduceLanes] = {};
+    for (uint64_t i = blk * kReduceBlock; i < std::min<uint64_t>(n, (blk + 1) * kReduceBlock); ++i) {
+      Bits x, b = 0, got;
+      std::memcpy(&x, values.data() + i * sizeof x, sizeof x);
+      if (!base.empty()) std::memcpy(&b, base.data() + i * sizeof b, sizeof b);
+      std::memcpy(&got, rc.data() + i * sizeof got, sizeof got);
+      ElementResult<E> want = QuantizeElement<E>(t, x, b, !base.empty(), r[i]);
+      ASSERT_EQ(got, want.recon) << "element " << i;
+      ASSERT_EQ(SymbolAt(pk, t.bits, i), want.symbol) << "element " << i;
+      ++counted[want.cls];
+      double abs_err;
+      lanes[i % kReduceLanes] += SquaredError<E>(x, want.recon, &abs_err);
+    }
+    for (uint32_t s = kReduceLanes / 2; s != 0; s >>= 1)
+      for (uint32_t l = 0; l < s; ++l) lanes[l] = lanes[l] + lanes[l + s];
+    ASSERT_EQ(std::memcmp(&lanes[0], &ep[blk], 8), 0) << "block " << blk;
+  }
+  EXPECT_EQ(counted[kPruned], c.pruned);
+  EXPECT_EQ(counted[kQuantized], c.quantized);
+  EXPECT_EQ(counted[kExact], c.exact);
+
+  // Dequantize: both paths, and the spec, on the packed symbols.
+  std::vector<std::byte> out(values.size()), out2(values.size());
+  uint32_t ms = 0, ms2 = 0;
+  std::span<const float> levels(t.levels, kMaxLevels);
+  ASSERT_TRUE(simd->Dequantize(type, t.bits, levels, pk, base, out, &ms).ok());
+  ASSERT_TRUE(scalar->Dequantize(type, t.bits, levels, pk, base, out2, &ms2).ok());
+  ASSERT_EQ(out, out2);
+  ASSERT_EQ(ms, ms2);
+  uint32_t max_sym = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    Bits b = 0, got;
+    if (!base.empty()) std::memcpy(&b, base.data() + i * sizeof b, sizeof b);
+    std::memcpy(&got, out.data() + i * sizeof got, sizeof got);
+    uint32_t sym = SymbolAt(pk, t.bits, i);
+    max_sym = std::max(max_sym, sym);
+    ASSERT_EQ(got, DequantizeElement<E>(t.levels, sym, b, !base.empty())) << "element " << i;
+  }
+  EXPECT_EQ(ms, max_sym);
+
+  std::vector<uint32_t> pos(c.exact), pos2(c.exact);
+  std::vector<std::byte> raw(c.exact * sizeof(Bits)), raw2(raw.size());
+  uint64_t k = 0, k2 = 0;
+  ASSERT_TRUE(simd->CompactExact(type, t, values, r, pos, raw, &k).ok());
+  ASSERT_TRUE(scalar->CompactExact(type, t, values, r, pos2, raw2, &k2).ok());
+  EXPECT_EQ(k, c.exact);
+  EXPECT_EQ(pos, pos2);
+  EXPECT_EQ(raw, raw2);
+}
+
+template <typename E>
+void RunSpecChecks(ElementType type) {
+  std::unique_ptr<LossyKernels> cpu = MakeCpuKernels();
+  for (Dist d : {Dist::kNormal, Dist::kHeavyTail, Dist::kNonFinite, Dist::kDenormal}) {
+    for (uint64_t n : {1u, 31u, 33u, 4095u, 4097u, 20000u}) {
+      for (bool delta : {false, true}) {
+        SCOPED_TRACE(testing::DistName(d) + " n=" + std::to_string(n) + " delta=" + std::to_string(delta));
+        std::vector<float> v = testing::Generate(d, n, static_cast<uint32_t>(n));
+        std::vector<std::byte> values = testing::ToElements(type, v), base;
+        if (delta) {
+          for (size_t i = 0; i < v.size(); i += 2) v[i] *= 1.01f;
+          base = testing::ToElements(type, v);
+        }
+        std::vector<float> r(n);
+        std::vector<double> np(ReduceBlocks(n));
+        std::vector<uint32_t> h(kHistogramBins);
+        ASSERT_TRUE(cpu->Residual(type, values, base, r, np).ok());
+        ASSERT_TRUE(cpu->Histogram(r, h).ok());
+        double norm = 0;
+        for (double p : np) norm += p;
+        for (double rel : {1e-1, 1e-2, 3e-3}) {
+          std::optional<SearchResult> found =
+              SearchConfig(h, n, static_cast<uint32_t>(sizeof(typename E::Bits)), {rel * rel * norm, INFINITY});
+          if (found) CheckAgainstSpec<E>(type, values, base, found->table);
+        }
+        // A hand-made table whose levels are denser than the histogram bins
+        // (forces the binary-search fallback of the lookup).
+        QuantizeTable dense;
+        dense.bits = 8;
+        dense.num_levels = 255;
+        dense.prune_below = 0;
+        dense.exact_from = kNonFiniteBits;
+        for (uint32_t j = 0; j < 255; ++j) dense.levels[j] = -0.01f + 0.02f * static_cast<float>(j) / 254.0f;
+        FillBounds(&dense);
+        CheckAgainstSpec<E>(type, values, base, dense);
+      }
+    }
+  }
+}
+
+TEST(LossyKernelsTest, F32PathsMatchSpec) { RunSpecChecks<F32Elem>(ElementType::kF32); }
+TEST(LossyKernelsTest, F16PathsMatchSpec) { RunSpecChecks<F16Elem>(ElementType::kF16); }
+TEST(LossyKernelsTest, BF16PathsMatchSpec) { RunSpecChecks<BF16Elem>(ElementType::kBF16); }
+
+TEST(LossyKernelsTest, HalfConversionsRoundTripAndRoundToNearestEven) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(f))));
+      continue;
+    }
+    ASSERT_EQ(FloatToHalf(f), h) << h;
+#if defined(__FLT16_MANT_DIG__)
+    ASSERT_EQ(f, static_cast<float>(static_cast<_Float16>(f)));
+#endif
+  }
+#if defined(__FLT16_MANT_DIG__)
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = rng();
+    float f = BitsFloat(bits);
+    if (std::isnan(f)) continue;
+    _Float16 want = static_cast<_Float16>(f);  // the compiler's IEEE conversion (round to nearest even)
+    uint16_t want_bits;
+    std::memcpy(&want_bits, &want, 2);
+    ASSERT_EQ(FloatToHalf(f), want_bits) << std::hexfloat << f;
+  }
+#endif
+}
+
+TEST(LossyKernelsTest, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBf16(BitsFloat(0x3f808000u)), 0x3f80);  // tie, even stays
+  EXPECT_EQ(FloatToBf16(BitsFloat(0x3f818000u)), 0x3f82);  // tie, odd rounds up
+  EXPECT_EQ(FloatToBf16(BitsFloat(0x3f808001u)), 0x3f81);
+  EXPECT_EQ(FloatToBf16(BitsFloat(0x7f7fffffu)), 0x7f80);  // overflows to Inf
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(BitsFloat(0x7f800001u)))));  // signalling NaN stays NaN
+  std::mt19937 rng(6);
+  for (int i = 0; i < 100000; ++i) {
+    float f = BitsFloat(rng());
+    if (!std::isfinite(f) || std::fabs(f) > 3.38e38f) continue;  // `up` below would overflow
+    float down = BitsFloat(FloatBits(f) & 0xffff0000u);
+    float up = BitsFloat((FloatBits(f) & 0xffff0000u) + 0x10000u);
+    float got = Bf16ToFloat(FloatToBf16(f));
+    double dd = std::fabs(static_cast<double>(f) - down), du = std::fabs(static_cast<double>(up) - f);
+    ASSERT_TRUE(got == (dd < du ? down : du < dd ? up : ((FloatBits(down) >> 16) & 1 ? up : down))) << f;
+  }
+}
+
+TEST(LossyKernelsTest, CodebookFitsKnownClusters) {
+  // Three tight clusters and three levels: the fit must find them.
+  std::vector<WeightedPoint> pts;
+  for (double c : {-1.0, 0.5, 2.0})
+    for (int j = -2; j <= 2; ++j) pts.push_back({c + j * 1e-3, 10.0, 0.0, 5e-4});
+  Codebook book = FitCodebook(pts, 3, 20);
+  ASSERT_EQ(book.levels.size(), 3u);
+  EXPECT_NEAR(book.levels[0], -1.0, 1e-6);
+  EXPECT_NEAR(book.levels[1], 0.5, 1e-6);
+  EXPECT_NEAR(book.levels[2], 2.0, 1e-6);
+  EXPECT_NEAR(book.est_error_sq, 3 * 10 * (2 * 1e-6 + 2 * 4e-6), 1e-9);
+  // Fewer points than levels: every point becomes a level.
+  Codebook small = FitCodebook(std::span(pts).first(2), 15, 20);
+  EXPECT_EQ(small.levels.size(), 2u);
+  EXPECT_NEAR(small.est_error_sq, 0.0, 1e-12);  // only the float rounding of the levels
+}
+
+TEST(LossyKernelsTest, SearchPrefersPruningForSparseResiduals) {
+  // 90% exact zeros (frozen), 10% small changes: the search prunes the zeros.
+  std::vector<uint32_t> h(kHistogramBins, 0);
+  h[0] = 90000;
+  h[FloatBits(1e-3f) >> kHistogramShift] = 5000;
+  h[(FloatBits(-1e-3f) >> kHistogramShift)] = 5000;
+  std::optional<SearchResult> r = SearchConfig(h, 100000, 4, {1.0, INFINITY});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_GE(r->table.prune_below, 1u << kHistogramShift);
+  EXPECT_LE(r->table.bits, 2u);
+  EXPECT_LT(r->est_bytes, 100000 * 0.5 / 8 + 1000);
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy

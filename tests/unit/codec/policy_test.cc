@@ -1,0 +1,79 @@
+// Lossy policies: defaults, TOML rules, and the tensors never made lossy.
+#include <gtest/gtest.h>
+
+#include "codec/policy/policy.h"
+
+namespace ckptfs::policy {
+namespace {
+
+TensorInfo T(std::string name, DType dtype = DType::kF32) { return TensorInfo{std::move(name), dtype, {4}, false}; }
+
+TEST(Policy, DefaultsAreLossyForCheckpointFloatsOnly) {
+  Policy p = Policy::Defaults(1e-2, 5e-2);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T("model.w")).rel_l2, 1e-2);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T("optimizer.state.0.exp_avg")).rel_l2, 5e-2);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T("model.w", DType::kBF16)).rel_l2, 1e-2);
+  for (DType d : {DType::kI64, DType::kBool, DType::kF64, DType::kU8}) EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T("x", d)).rel_l2, 0.0);
+  EXPECT_EQ(p.BudgetFor("a.bin", FileFormat::kOpaque, T("x")).rel_l2, 0.0);
+  TensorInfo big = T("x");
+  big.big_endian = true;
+  EXPECT_EQ(p.BudgetFor("a.npy", FileFormat::kNpy, big).rel_l2, 0.0);
+  EXPECT_EQ(Policy::Lossless().BudgetFor("a.pt", FileFormat::kTorchZip, T("w")).rel_l2, 0.0);
+}
+
+TEST(Policy, TomlRulesComeFirstAndDefaultsCanChange) {
+  Result<Policy> p = Policy::FromToml(R"(
+[defaults]
+rel_l2 = 0.02
+optimizer_rel_l2 = 0.1
+
+[[rule]]
+files = "*.safetensors"
+mode = "lossless"
+
+[[rule]]
+files = "ckpt/*.pt"
+tensors = "*.bias"
+mode = "lossy"
+rel_l2 = 0.001
+max_abs = 0.5
+)");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->BudgetFor("dir/m.safetensors", FileFormat::kSafetensors, T("w")).rel_l2, 0.0);
+  lossy::Budget b = p->BudgetFor("ckpt/x.pt", FileFormat::kTorchZip, T("layer.0.bias"));
+  EXPECT_EQ(b.rel_l2, 0.001);
+  EXPECT_EQ(b.max_abs, 0.5);
+  EXPECT_EQ(p->BudgetFor("other/x.pt", FileFormat::kTorchZip, T("layer.0.bias")).rel_l2, 0.02);
+  EXPECT_EQ(p->BudgetFor("x.pt", FileFormat::kTorchZip, T("optimizer.state.3.exp_avg_sq")).rel_l2, 0.1);
+  // Integer tensors stay lossless even when a rule says lossy.
+  EXPECT_EQ(p->BudgetFor("ckpt/x.pt", FileFormat::kTorchZip, T("a.bias", DType::kI32)).rel_l2, 0.0);
+}
+
+TEST(Policy, DefaultsModeLosslessKeepsOnlyRules) {
+  Result<Policy> p = Policy::FromToml("[defaults]\nmode = \"lossless\"\n[[rule]]\ntensors = \"big.*\"\nmode = \"lossy\"\nrel_l2 = 0.05\n");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->BudgetFor("x.pt", FileFormat::kTorchZip, T("big.w")).rel_l2, 0.05);
+  EXPECT_EQ(p->BudgetFor("x.pt", FileFormat::kTorchZip, T("small.w")).rel_l2, 0.0);
+}
+
+TEST(Policy, BadFilesAreRejectedWithALine) {
+  for (const char* text : {
+           "[defaults]\nrel_l2 = -1\n",
+           "[defaults]\nbudget = 0.1\n",
+           "[[rule]]\nfiles = \"*\"\n",                      // no mode
+           "[[rule]]\nmode = \"lossy\"\n",                   // no budget
+           "[[rule]]\nmode = \"fast\"\n",
+           "[[rule]]\nmode = \"lossy\"\nrel_l2 = \"x\"\n",
+           "unknown = 1\n",
+           "[defaults\n",
+       }) {
+    Result<Policy> p = Policy::FromToml(text, "p.toml");
+    EXPECT_FALSE(p.ok()) << text;
+    if (!p.ok()) {
+      EXPECT_NE(p.status().message().find("p.toml:"), std::string::npos) << p.status().ToString();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs::policy
