@@ -156,7 +156,8 @@ def compare_states(path_a, path_b):
                         torch.float16: torch.int16, torch.bfloat16: torch.int16}[x.dtype]
                 if not torch.equal(x.view(bits), y.view(bits)):
                     same = False
-                    worst = max(worst, (x.double() - y.double()).abs().max().item())
+                    d = (x.double() - y.double()).abs().max().item()
+                    worst = d if d != d or worst != worst else max(worst, d)  # NaN sticks
             elif not torch.equal(x, y):
                 same, worst = False, float("inf")
         elif isinstance(x, dict):
