@@ -182,7 +182,8 @@ def write_outputs(res, results):
         axes[1].plot(c["eval_steps"], [e[metric] for e in c["eval"]], style, marker=".", label=label, linewidth=1)
     for s in range(res["schedule"]["restore_every"], res["schedule"]["steps"], res["schedule"]["restore_every"]):
         axes[0].axvline(s, color="grey", alpha=0.15)
-    axes[0].set_title(f"{name}: training loss (moving average of 10); grey = restores")
+    axes[0].set_yscale("log")  # a diverging run would flatten every other curve
+    axes[0].set_title(f"{name}: training loss (moving average of 10); grey = restores", fontsize=10)
     axes[1].set_title(f"{name}: held-out {metric}")
     for ax in axes:
         ax.set_xlabel("training step")
