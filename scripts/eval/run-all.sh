@@ -1,0 +1,40 @@
+#!/bin/bash
+# Reproduces every eval result (docs/eval.md): compression over the run and
+# restore-and-resume fault tolerance for the digits CNN and the character
+# LM, and transfer learning from a checkpoint restored from the mount.
+# About 40-60 minutes on 2 cores with all backends available.
+#
+#   scripts/eval/run-all.sh [RESULTS_DIR]      (default docs/eval)
+#
+# Environment: CKPTFS_BIN (default build/mount-tools/ckptfs), BACKENDS
+# (comma-separated; default lossless + three lossy budgets), SIZE (full|smoke),
+# WORKDIR (scratch space, default a new temporary directory, removed at the
+# end). Needs root (FUSE), Debian's python3-torch, python3-sklearn,
+# python3-matplotlib, zstd and the `fortunes` package (text corpus).
+# A backend the mount does not accept yet is reported as "not run".
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+RESULTS="${1:-$REPO/docs/eval}"
+export CKPTFS_BIN="${CKPTFS_BIN:-$REPO/build/mount-tools/ckptfs}"
+BACKENDS="${BACKENDS:-ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:5e-2,ckptfs-lossy:1e-1}"
+SIZE="${SIZE:-full}"
+PY=/usr/bin/python3
+KEEP_WORKDIR=${WORKDIR:+1}
+WORKDIR="${WORKDIR:-$(mktemp -d /tmp/ckptfs-eval.XXXXXX)}"
+[ -n "$KEEP_WORKDIR" ] || trap 'rm -rf "$WORKDIR"' EXIT
+mkdir -p "$RESULTS"
+common=(--size "$SIZE" --backends "$BACKENDS" --workdir "$WORKDIR" --results "$RESULTS")
+status=0
+start=$(date +%s)
+for w in digits charlm transfer; do
+  "$PY" "$HERE/exp_compression.py" --workload "$w" "${common[@]}" || status=1
+done
+for w in digits charlm; do
+  "$PY" "$HERE/exp_fault_tolerance.py" --workload "$w" "${common[@]}" || status=1
+done
+"$PY" "$HERE/exp_transfer.py" "${common[@]}" || status=1
+"$PY" "$HERE/summary.py" --results "$RESULTS" > "$RESULTS/summary.md"
+cat "$RESULTS/summary.md"
+echo "run-all: $(( ($(date +%s) - start) / 60 )) min, results in $RESULTS (status $status)" >&2
+exit $status
