@@ -10,6 +10,7 @@ CKPTFS_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev
   python3-torch python3-numpy python3-pytest python3-sklearn python3-matplotlib libopenblas0-pthread
+  fortunes
   unzip attr procps
 )
 
