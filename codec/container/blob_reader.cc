@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 
 #include "codec/container/blob_format.h"
 #include "codec/tensor/lossy_chunk_codec.h"
@@ -56,6 +58,20 @@ class BlobReaderImpl final : public BlobReader {
   Status ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth) const;
   Result<std::shared_ptr<const BlobReader>> OpenBase() const;
   Status ChunkError(StatusCode code, uint32_t c, std::string_view why) const;
+  // Chunk `c` decoded, from the cache or decoded once here. Concurrent
+  // callers for the same chunk wait for one decode (the kernel's read-ahead
+  // sends several reads of one 4 MiB chunk at once; without this each of
+  // them decoded the whole chunk). REQUIRES: cache_ && id_.
+  Result<std::shared_ptr<const std::vector<std::byte>>> CachedChunk(uint32_t c, uint32_t depth) const;
+
+  // One decode in flight, shared by the readers that wait for it.
+  struct InFlight {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+    std::shared_ptr<const std::vector<std::byte>> data;
+  };
 
   std::shared_ptr<const RandomAccessFile> blob_;
   std::optional<ObjectId> id_;
@@ -65,7 +81,54 @@ class BlobReaderImpl final : public BlobReader {
   BlobIndex index_;
   mutable std::mutex base_mu_;  // guards base_reader_
   mutable std::shared_ptr<const BlobReader> base_reader_;
+  // Lock order: inflight_mu_ before InFlight::mu; neither is held while
+  // decoding.
+  mutable std::mutex inflight_mu_;  // guards inflight_
+  mutable std::unordered_map<uint32_t, std::shared_ptr<InFlight>> inflight_;
 };
+
+Result<std::shared_ptr<const std::vector<std::byte>>> BlobReaderImpl::CachedChunk(uint32_t c,
+                                                                                  uint32_t depth) const {
+  if (auto hit = cache_->Get(*id_, c)) return hit;
+  std::shared_ptr<InFlight> flight;
+  bool leader = false;
+  {
+    std::lock_guard<std::mutex> lock(inflight_mu_);
+    auto [it, inserted] = inflight_.try_emplace(c);
+    if (inserted) it->second = std::make_shared<InFlight>();
+    flight = it->second;
+    leader = inserted;
+  }
+  if (!leader) {
+    std::unique_lock<std::mutex> lock(flight->mu);
+    flight->cv.wait(lock, [&] { return flight->done; });
+    if (!flight->status.ok()) return flight->status;
+    return flight->data;
+  }
+  Status status;
+  std::shared_ptr<const std::vector<std::byte>> data = cache_->Get(*id_, c);  // a leader just before us
+  if (!data) {
+    auto fresh = std::make_shared<std::vector<std::byte>>(index_.chunks[c].logical_length);
+    status = DecodeChunk(c, *fresh, depth);
+    if (status.ok()) {
+      data = fresh;
+      cache_->Put(*id_, c, data);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(flight->mu);
+    flight->done = true;
+    flight->status = status;
+    flight->data = data;
+  }
+  flight->cv.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(inflight_mu_);
+    inflight_.erase(c);
+  }
+  if (!status.ok()) return status;
+  return data;
+}
 
 Status BlobReaderImpl::ChunkError(StatusCode code, uint32_t c, std::string_view why) const {
   std::string msg = fmt::format("blob{}{}: chunk {} at logical offset {}: {}", id_ ? " " : "",
@@ -164,13 +227,7 @@ Status BlobReaderImpl::ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_
     const uint64_t n = std::min(end, chunk.logical_offset + chunk.logical_length) - at;
     MutableByteSpan target = out.subspan(at - offset, n);
     if (cache_ != nullptr && id_) {
-      std::shared_ptr<const std::vector<std::byte>> data = cache_->Get(*id_, c);
-      if (!data) {
-        auto fresh = std::make_shared<std::vector<std::byte>>(chunk.logical_length);
-        RETURN_IF_ERROR(DecodeChunk(c, *fresh, depth));
-        data = fresh;
-        cache_->Put(*id_, c, data);
-      }
+      ASSIGN_OR_RETURN(std::shared_ptr<const std::vector<std::byte>> data, CachedChunk(c, depth));
       std::memcpy(target.data(), data->data() + from, n);
     } else if (n == chunk.logical_length) {
       RETURN_IF_ERROR(DecodeChunk(c, target, depth));  // the whole chunk: straight into `out`

@@ -13,16 +13,16 @@ ckptfs_install_deps
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C build checkpoint_bench >/dev/null
 data=${CKPTFS_BENCH_DATA:-build/bench-data}
-if [ ! -f "$data/fp32.pt" ]; then
+if [ ! -f "$data/bf16-model.pt" ]; then
   "$CKPTFS_PYTHON" scripts/bench/make_checkpoints.py "$data"
 fi
 out=${1:-/dev/stdout}
 {
   echo '{"lossless":'
-  build/tests/bench/checkpoint_bench --runs 5 "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt
+  build/tests/bench/checkpoint_bench --runs 5 "$data/fp32.pt" "$data/bf16.pt" "$data/bf16-model.pt" --seq "$data"/seq/v*.pt
   for budget in 1e-2 5e-2; do
     echo ", \"lossy_rel_l2_$budget\":"
-    build/tests/bench/checkpoint_bench --runs 3 --budget "$budget" "$data/fp32.pt" "$data/bf16.pt" --seq "$data"/seq/v*.pt
+    build/tests/bench/checkpoint_bench --runs 3 --budget "$budget" "$data/fp32.pt" "$data/bf16.pt" "$data/bf16-model.pt" --seq "$data"/seq/v*.pt
   done
   echo '}'
 } > "$out"

@@ -4,7 +4,9 @@ consecutive versions for delta benchmarks.
 
   make_checkpoints.py OUT_DIR [--hidden 1024] [--steps 200] [--versions 4]
 
-Writes OUT_DIR/fp32.pt, OUT_DIR/bf16.pt and OUT_DIR/seq/v{k}.pt.
+Writes OUT_DIR/fp32.pt (model + Adam, fp32), OUT_DIR/bf16.pt (model and
+Adam state cast to bf16), OUT_DIR/bf16-model.pt (bf16 weights only, as a
+released bf16 model is saved) and OUT_DIR/seq/v{k}.pt.
 """
 import argparse
 import os
@@ -58,6 +60,7 @@ def main():
     step = train(args.steps, 0)
     torch.save(state(step), os.path.join(args.out, "fp32.pt"))
     torch.save(state(step, torch.bfloat16), os.path.join(args.out, "bf16.pt"))
+    torch.save(state(step, torch.bfloat16)["model"], os.path.join(args.out, "bf16-model.pt"))
     for v in range(args.versions):
         torch.save(state(step), os.path.join(args.out, "seq", f"v{v}.pt"))
         step = train(args.steps_between, step)
