@@ -150,6 +150,21 @@ void Filesystem::MaybeQueueCommitLocked(const std::shared_ptr<Inode>& inode) {
   queue_->Push([this, inode, ticket] { CommitJob(inode, ticket); });
 }
 
+Result<int> Filesystem::RecordStagingLocked(Inode& inode, StagingFile& staging, const CommitOptions& options) {
+  FileState& f = inode.file;
+  ASSIGN_OR_RETURN(int mfd, ManifestFdLocked(inode));
+  struct stat st;
+  if (::fstat(staging.fd(), &st) != 0) return Status::Io(errno, "fstat staging");
+  RETURN_IF_ERROR(MarkStaging(mfd, &f.manifest, staging.id(), static_cast<uint64_t>(st.st_size), options));
+  f.has_manifest = true;
+  staging.set_keep(true);
+  if (f.pending_mtime) {
+    struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
+    ::futimens(mfd, times);
+  }
+  return mfd;
+}
+
 void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket) {
   std::shared_ptr<StagingFile> staging;
   ino_t dir;
@@ -162,21 +177,8 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
   Status s = SyncStaging(*staging, commit_options_);
   if (s.ok()) {
     std::lock_guard<std::mutex> lock(inode->mu);
-    FileState& f = inode->file;
-    if (f.encode_ticket != ticket) return;
-    struct stat st;
-    auto mfd = ManifestFdLocked(*inode);
-    if (!mfd.ok()) s = mfd.status();
-    else if (::fstat(staging->fd(), &st) != 0) s = Status::Io(errno, "fstat staging");
-    else s = MarkStaging(*mfd, &f.manifest, staging->id(), static_cast<uint64_t>(st.st_size), commit_options_);
-    if (s.ok()) {
-      f.has_manifest = true;
-      staging->set_keep(true);
-      if (f.pending_mtime) {
-        struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
-        ::futimens(*mfd, times);
-      }
-    }
+    if (inode->file.encode_ticket != ticket) return;
+    s = RecordStagingLocked(*inode, *staging, commit_options_).status();
   }
   Result<EncodedVersion> version = Result<EncodedVersion>(s);
   if (s.ok()) {

@@ -119,6 +119,10 @@ class Filesystem {
   Result<std::shared_ptr<const FileContent>> ContentLocked(Inode& inode);
   // REQUIRES: inode.mu held. The manifest file open for writing.
   Result<int> ManifestFdLocked(Inode& inode);
+  // Makes the manifest name `staging` (state staging, its current size and
+  // the pending mtime), so a crash from here on recovers these bytes.
+  // Returns the manifest fd. REQUIRES: inode.mu held.
+  Result<int> RecordStagingLocked(Inode& inode, StagingFile& staging, const CommitOptions& options);
   // REQUIRES: inode.mu held; loaded. Puts the file in STAGING (cancelling
   // an encode, or copying the committed bytes into a new staging file
   // unless `truncate`).

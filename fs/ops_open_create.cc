@@ -156,22 +156,11 @@ void Filesystem::Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_fi
     std::lock_guard<std::mutex> lock(inode.mu);
     FileState& f = inode.file;
     if (f.staging == staging) {
-      struct stat st;
-      auto mfd = ManifestFdLocked(inode);
       CommitOptions no_fault = commit_options_;
       no_fault.fault = nullptr;
-      if (!mfd.ok()) s = mfd.status();
-      else if (::fstat(staging->fd(), &st) != 0) s = Status::Io(errno, "fstat staging");
-      else s = MarkStaging(*mfd, &f.manifest, staging->id(), static_cast<uint64_t>(st.st_size), no_fault);
-      if (s.ok()) {
-        f.has_manifest = true;
-        staging->set_keep(true);
-        if (f.pending_mtime) {
-          struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
-          ::futimens(*mfd, times);
-        }
-        if (::fsync(*mfd) != 0) s = Status::Io(errno, "fsync manifest");
-      }
+      Result<int> mfd = RecordStagingLocked(inode, *staging, no_fault);
+      s = mfd.status();
+      if (s.ok() && ::fsync(*mfd) != 0) s = Status::Io(errno, "fsync manifest");
     }
   }
   if (!s.ok()) log_->Error("fsync of inode {} failed: {}", inode.ino, s.ToString());

@@ -82,7 +82,10 @@ def test_lossy_resume_compresses_and_keeps_accuracy(workdir, baseline):
     r = h.resumed_run(b, os.path.join(workdir, "lossy"), "digits", "smoke", 0)
     assert r["restores"] == 2
     ratio = _ratio(r["stats"])
-    assert ratio > 5, f"lossy ratio {ratio:.2f}"
+    # Adam's exp_avg_sq stays lossless by default (a pruned second moment
+    # makes the next step explode), so a third of each checkpoint is stored
+    # at the lossless ratio (~1.3x): the whole file lands near 2.5x.
+    assert ratio > 2, f"lossy ratio {ratio:.2f}"
     import torch
     want = torch.load(baseline["final"])["eval"]
     got = torch.load(r["final"])["eval"]
