@@ -30,7 +30,10 @@ struct MountOptions {
   std::string crash_at;          // crash_at=<commit step>: abort() there (tests)
   int64_t gc_grace_seconds = 3600;   // gc_grace=SECONDS
   int64_t gc_interval_seconds = 3600;  // gc_interval=SECONDS (0: no background GC)
-  uint32_t read_ahead_kb = 1024; // readahead=KiB for the mount's bdi
+  // readahead=KiB for the mount's bdi. 16 MiB keeps the kernel asking for
+  // the next few 4 MiB chunks while one is read, so the multithreaded loop
+  // decodes them in parallel (1 GB cat: 2.05 s at 1 MiB, 1.48 s at 16 MiB).
+  uint32_t read_ahead_kb = 16384;
   bool lossy = true;             // lossy=on|off: float tensors of checkpoints within a budget
   double budget = 1e-2;          // budget=REL_L2 default per-tensor relative L2 error
   bool budget_set = false;       // budget= was given
