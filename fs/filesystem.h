@@ -119,6 +119,11 @@ class Filesystem {
   Result<std::shared_ptr<const FileContent>> ContentLocked(Inode& inode);
   // REQUIRES: inode.mu held. The manifest file open for writing.
   Result<int> ManifestFdLocked(Inode& inode);
+  // The staging file a write or fallocate through `handle` goes to, with
+  // the file marked changed (a write also sets the pending mtime and tells
+  // keep_cache the kernel holds these bytes); null when the handle cannot
+  // write (EBADF). Takes inode.mu.
+  std::shared_ptr<StagingFile> StagingForChange(FileHandle& handle, bool is_write);
   // Makes the manifest name `staging` (state staging, its current size and
   // the pending mtime), so a crash from here on recovers these bytes.
   // Returns the manifest fd. REQUIRES: inode.mu held.

@@ -63,21 +63,23 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fu
   fuse_reply_buf(req, buf.data(), n);
 }
 
-void Filesystem::Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size, off_t off,
-                       fuse_file_info* fi) {
-  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
-  Inode& inode = *handle->inode;
-  std::shared_ptr<StagingFile> staging;
-  {
-    std::lock_guard<std::mutex> lock(inode.mu);
-    FileState& f = inode.file;
-    if (!handle->writable || f.phase != FilePhase::kStaging) return (void)fuse_reply_err(req, EBADF);
-    staging = f.staging;
-    f.dirty = true;
-    ++f.content_gen;
+std::shared_ptr<StagingFile> Filesystem::StagingForChange(FileHandle& handle, bool is_write) {
+  std::lock_guard<std::mutex> lock(handle.inode->mu);
+  FileState& f = handle.inode->file;
+  if (!handle.writable || f.phase != FilePhase::kStaging) return nullptr;
+  f.dirty = true;
+  ++f.content_gen;
+  if (is_write) {
     f.cached_gen = f.content_gen;  // the kernel saw these bytes itself
     ::clock_gettime(CLOCK_REALTIME, &f.pending_mtime.emplace());
   }
+  return f.staging;
+}
+
+void Filesystem::Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size, off_t off,
+                       fuse_file_info* fi) {
+  std::shared_ptr<StagingFile> staging = StagingForChange(*reinterpret_cast<FileHandle*>(fi->fh), true);
+  if (!staging) return (void)fuse_reply_err(req, EBADF);
   size_t done = 0;
   while (done < size) {
     ssize_t n = ::pwrite(staging->fd(), data + done, size - done, off + static_cast<off_t>(done));
@@ -92,17 +94,8 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, siz
 
 void Filesystem::Fallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
                            fuse_file_info* fi) {
-  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
-  Inode& inode = *handle->inode;
-  std::shared_ptr<StagingFile> staging;
-  {
-    std::lock_guard<std::mutex> lock(inode.mu);
-    FileState& f = inode.file;
-    if (!handle->writable || f.phase != FilePhase::kStaging) return (void)fuse_reply_err(req, EBADF);
-    staging = f.staging;
-    f.dirty = true;
-    ++f.content_gen;
-  }
+  std::shared_ptr<StagingFile> staging = StagingForChange(*reinterpret_cast<FileHandle*>(fi->fh), false);
+  if (!staging) return (void)fuse_reply_err(req, EBADF);
   // The staging file has the real layout; the committed object will not
   // keep preallocated space, which only matters while staging.
   int rc = ::fallocate(staging->fd(), mode, offset, length);
