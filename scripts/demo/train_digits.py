@@ -14,35 +14,15 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "eval"))
+import digits  # noqa: E402  (scripts/eval/digits.py)
 
 
-class DigitsNet(nn.Module):
-    def __init__(self, width: int):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, width, 3, padding=1)
-        self.conv2 = nn.Conv2d(width, 2 * width, 3, padding=1)
-        self.fc1 = nn.Linear(2 * width * 4 * 4, 8 * width)
-        self.fc2 = nn.Linear(8 * width, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)   # 8x8 -> 4x4
-        x = F.relu(self.conv2(x))
-        x = x.flatten(1)
-        return self.fc2(F.relu(self.fc1(x)))
-
-
-def load_data():
-    digits = load_digits()
-    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.long)
-    gen = torch.Generator().manual_seed(0)
-    perm = torch.randperm(len(y), generator=gen)
-    x, y = x[perm], y[perm]
-    split = int(0.8 * len(y))
-    return (x[:split], y[:split]), (x[split:], y[split:])
+# The model and the data split are the evaluation's digits workload.
+DigitsNet = digits.DigitsNet
+load_data = digits.load_split
 
 
 def batch_for_step(train, step, batch_size=64):
