@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "fs/base_candidates.h"
+
 namespace ckptfs::fs {
 
 bool IsCommitStep(std::string_view name) {
@@ -41,15 +43,6 @@ class FdSink final : public ByteSink {
   int fd_;
   std::string path_;
 };
-
-std::vector<std::string> TensorKeys(const Layout& layout) {
-  std::vector<std::string> keys;
-  keys.reserve(layout.tensors.size());
-  for (const TensorInfo& t : layout.tensors) keys.push_back(fmt::format("{}|{}|{}", t.name, DTypeName(t.dtype),
-                                                                        fmt::join(t.shape, "x")));
-  std::sort(keys.begin(), keys.end());
-  return keys;
-}
 
 size_t SharedCount(const std::vector<std::string>& a, const std::vector<std::string>& b) {
   size_t i = 0, j = 0, n = 0;
@@ -149,7 +142,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   }
   if (!layout.fallback_reason.empty() && log)
     log->Info("{}: stored losslessly as opaque: {}", staging_path, layout.fallback_reason);
-  std::vector<std::string> keys = TensorKeys(layout);
+  std::vector<std::string> keys = TensorKeys(layout.tensors);
   const BaseCandidate* candidate = ChooseBase(candidates, layout, keys, bytes.size(), options.keyframe);
   BaseRef base_ref;
   bool have_base = false;
@@ -204,13 +197,15 @@ Status RemoveStagingFile(StagingFile& staging, const CommitOptions& options) {
 
 Result<EncodedVersion> CommitStagedFile(Store& store, int manifest_fd, Manifest* m, StagingFile& staging,
                                         const std::vector<BaseCandidate>& candidates,
-                                        const CommitOptions& options, Logger* log) {
+                                        const CommitOptions& options, Logger* log,
+                                        std::string_view logical_path) {
   struct stat st;
   if (::fstat(staging.fd(), &st) != 0) return Status::Io(errno, "fstat " + staging.path());
   RETURN_IF_ERROR(SyncStaging(staging, options));
   RETURN_IF_ERROR(MarkStaging(manifest_fd, m, staging.id(), static_cast<uint64_t>(st.st_size), options));
   staging.set_keep(true);
-  ASSIGN_OR_RETURN(EncodedVersion v, EncodeStaged(store, staging.fd(), staging.path(), candidates, options, log));
+  ASSIGN_OR_RETURN(EncodedVersion v, EncodeStaged(store, staging.fd(), staging.path(), candidates, options, log,
+                                                                logical_path));
   RETURN_IF_ERROR(CommitManifest(manifest_fd, m, v, options));
   RETURN_IF_ERROR(RemoveStagingFile(staging, options));
   return v;

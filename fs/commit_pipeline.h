@@ -85,10 +85,12 @@ Status CommitManifest(int manifest_fd, Manifest* m, const EncodedVersion& versio
 Status RemoveStagingFile(StagingFile& staging, const CommitOptions& options);
 
 // All four steps, for a manifest file at `manifest_fd` whose current record
-// is `*m`. Used by recovery and tests.
+// is `*m`. `logical_path` (relative to the mount root) selects the policy
+// rules, as in EncodeStaged. Used by recovery and tests.
 Result<EncodedVersion> CommitStagedFile(Store& store, int manifest_fd, Manifest* m, StagingFile& staging,
                                         const std::vector<BaseCandidate>& candidates,
-                                        const CommitOptions& options, Logger* log);
+                                        const CommitOptions& options, Logger* log,
+                                        std::string_view logical_path = {});
 
 // Opens the content of a committed manifest for reading: inline bytes, a
 // blob reader, or a raw object. The one decode path of the daemon and the

@@ -191,8 +191,9 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
       with_gpu.encode.lossy_kernels = gpu_kernels_.get();
       commit_options = &with_gpu;
     }
-    version = EncodeStaged(*store_, staging->fd(), staging->path(), BaseCandidatesFor(dir), *commit_options, log_,
-                           RelativePath(*inode));
+    std::string rel_path = RelativePath(*inode);
+    version = EncodeStaged(*store_, staging->fd(), staging->path(), BaseCandidatesFor(dir, rel_path), *commit_options,
+                           log_, rel_path);
   }
   std::shared_ptr<StagingFile> done;
   std::vector<std::shared_ptr<StagingFile>> superseded;  // no manifest names them now

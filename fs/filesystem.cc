@@ -9,6 +9,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <new>
 
+#include "fs/base_candidates.h"
 #include "fs/gc.h"
 #include "fs/recovery.h"
 
@@ -143,18 +145,41 @@ void Filesystem::GcLoop() {
   }
 }
 
-std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir) {
+std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir, const std::string& rel_path) {
+  {
+    std::lock_guard<std::mutex> lock(bases_mu_);
+    if (bases_seeded_.count(dir) != 0) {
+      auto it = bases_.find(dir);
+      if (it == bases_.end()) return {};
+      return {it->second.begin(), it->second.end()};
+    }
+  }
+  // Scanned without the lock (it reads manifests and blob indexes); two
+  // racing first commits in one directory both scan and merge.
+  size_t slash = rel_path.rfind('/');
+  std::string rel_dir = slash == std::string::npos ? std::string() : rel_path.substr(0, slash);
+  std::string name = slash == std::string::npos ? rel_path : rel_path.substr(slash + 1);
+  std::vector<BaseCandidate> scanned;
+  if (!rel_path.empty()) scanned = ScanBaseCandidates(*store_, rel_dir, name, kMaxBaseCandidates, log_);
   std::lock_guard<std::mutex> lock(bases_mu_);
-  auto it = bases_.find(dir);
-  if (it == bases_.end()) return {};
-  return {it->second.begin(), it->second.end()};
+  auto& list = bases_[dir];
+  if (bases_seeded_.insert(dir).second) {
+    // Scanned versions are older than any committed since the scan began.
+    for (auto it = scanned.rbegin(); it != scanned.rend(); ++it) {
+      bool known = std::any_of(list.begin(), list.end(), [&](const BaseCandidate& c) { return c.id == it->id; });
+      if (!known) list.push_front(std::move(*it));
+    }
+    while (list.size() > kMaxBaseCandidates) list.pop_front();
+    if (!scanned.empty()) log_->Debug("delta bases for {}: {} found in the store", rel_dir, scanned.size());
+  }
+  return {list.begin(), list.end()};
 }
 
 void Filesystem::AddBaseCandidate(ino_t dir, BaseCandidate candidate) {
   std::lock_guard<std::mutex> lock(bases_mu_);
   auto& list = bases_[dir];
   list.push_back(std::move(candidate));
-  while (list.size() > 4) list.pop_front();
+  while (list.size() > kMaxBaseCandidates) list.pop_front();
 }
 
 bool Filesystem::IsHidden(fuse_ino_t parent, const char* name) const {
@@ -304,9 +329,11 @@ Status RunDaemon(const MountOptions& options) {
   auto fs = std::make_unique<Filesystem>(resolved, std::move(store), &log);
   {
     // Recovery before mounting: the mount command returns a recovered store.
-    CommitOptions recovery_options;
-    recovery_options.compress = options.compress;
-    recovery_options.encode.zstd_level = options.zstd_level;
+    // The daemon's own commit settings (policy, key frames, compression),
+    // without the crash_at hook, which is for the daemon's commits.
+    CommitOptions recovery_options = fs->commit_options();
+    recovery_options.fault = nullptr;
+    recovery_options.encode.threads = std::max(1u, options.threads);
     auto report = RecoverStore(fs->store(), recovery_options, &log);
     if (!report.ok()) return report.status().WithContext("recovery");
     if (report->dead_areas > 0)

@@ -69,6 +69,8 @@ class Filesystem {
   // Waits for every queued commit, then stops the workers and GC.
   void StopWorkers();
   Store& store() { return *store_; }
+  // What every commit uses: compression, key frames, the lossy policy.
+  const CommitOptions& commit_options() const { return commit_options_; }
   Logger& log() { return *log_; }
   void set_session(fuse_session* se) { session_ = se; }
 
@@ -140,7 +142,10 @@ class Filesystem {
   // Runs on an encode worker: commits the staging file of `inode` unless
   // `ticket` was superseded.
   void CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket);
-  std::vector<BaseCandidate> BaseCandidatesFor(ino_t dir);
+  // The delta-base candidates of directory `dir` (backing inode) for the
+  // file at `rel_path` (relative to the mount root). The first call for a
+  // directory since mount seeds the list from the store's manifests there.
+  std::vector<BaseCandidate> BaseCandidatesFor(ino_t dir, const std::string& rel_path);
   void AddBaseCandidate(ino_t dir, BaseCandidate candidate);
   void GcLoop();
   std::vector<ObjectId> LiveObjectsInMemory();
@@ -177,8 +182,10 @@ class Filesystem {
   FileHandle* NewHandle(std::shared_ptr<Inode> inode, bool writable);
   void DeleteHandle(FileHandle* handle);
 
+  static constexpr size_t kMaxBaseCandidates = 4;  // newest versions kept per directory
   std::mutex bases_mu_;  // leaf lock
   std::unordered_map<ino_t, std::deque<BaseCandidate>> bases_;
+  std::unordered_set<ino_t> bases_seeded_;  // directories scanned since mount
 
   std::mutex gc_mu_;  // leaf lock; guards gc_stop_
   std::condition_variable gc_cv_;

@@ -10,8 +10,12 @@
 #include <ctime>
 #include <set>
 
+#include "fs/base_candidates.h"
+
 namespace ckptfs::fs {
 namespace {
+
+constexpr size_t kRecoveryBaseCandidates = 4;
 
 // Staging areas (and their tmp twins) whose daemon is gone; their lock fds
 // are held until recovery ends so no new daemon can take the same name.
@@ -95,7 +99,14 @@ Result<RecoveryReport> RecoverStore(Store& store, const CommitOptions& options, 
     }
     StagingFile staging(manifest.staging, sfd, staging_path);
     staging.set_keep(true);  // only removed once the new manifest is durable
-    auto v = CommitStagedFile(store, fd, &manifest, staging, {}, options, log);
+    // The same base choice and policy as the daemon's own commit: the
+    // directory's committed versions, the file's path for the rules.
+    size_t slash = rel.rfind('/');
+    std::vector<BaseCandidate> bases =
+        slash == std::string::npos ? ScanBaseCandidates(store, "", rel, kRecoveryBaseCandidates, log)
+                                   : ScanBaseCandidates(store, rel.substr(0, slash), rel.substr(slash + 1),
+                                                        kRecoveryBaseCandidates, log);
+    auto v = CommitStagedFile(store, fd, &manifest, staging, bases, options, log, rel);
     if (v.ok()) {
       ++report.finished;
       if (log) log->Info("recovery: {}: finished an interrupted commit ({} bytes)", rel, manifest.logical_size);

@@ -148,3 +148,20 @@ def test_bad_lossy_options_refuse_to_mount(store, tmp_path):
     for opts in ["budget=-1", "budget=abc", "gpu=maybe", f"policy={tmp_path}/missing.toml"]:
         r = store.mount("lossy=on," + opts, check=False)
         assert r.returncode != 0, opts
+
+
+def test_recovery_applies_the_policy_of_the_path(store, tmp_path):
+    """A commit that crash recovery finishes is encoded as the daemon would
+    have: lossy for a checkpoint under a lossy mount, not lossless."""
+    store.mount("lossy=on,budget=0.01,crash_at=after_staging_manifest")
+    pid = store.pid
+    sd = model_state(4)
+    p = store.path("ckpt.pt")
+    torch.save(sd, p)  # the commit aborts once the staging manifest is durable
+    store.pid = pid
+    store.wait_dead()
+    subprocess.run(["fusermount3", "-u", "-z", store.mnt], capture_output=True)
+    store.mount("lossy=on,budget=0.01")  # recovery re-encodes it before the mount returns
+    wait_committed(store, p)
+    assert "+lossy" in xattr(p, "codec")
+    check_within(torch.load(p), sd, 0.01)

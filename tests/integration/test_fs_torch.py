@@ -117,3 +117,27 @@ def test_keep_last_3_rotation(mnt):
     mnt.mount()
     for name, sd in kept.items():
         assert_same(torch.load(name), sd)
+
+
+def test_delta_base_survives_remount(store):
+    """The first checkpoint after a remount deltas against the versions
+    already in its directory instead of starting a new key frame."""
+    store.mount()
+    d = store.path("run")
+    os.makedirs(d)
+    state = model_state(5)
+    for step in range(2):
+        state = model_state(200 + step, drift=1e-3, base=state)
+        torch.save(state, os.path.join(d, f"ckpt-{step}.pt"))
+        store.wait_idle()
+    store.umount()
+    store.mount()
+    state = model_state(300, drift=1e-3, base=state)
+    p = os.path.join(d, "ckpt-2.pt")
+    torch.save(state, p)
+    store.wait_idle()
+    r = subprocess.run([CKPTFS, "stats", d, "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    files = {os.path.basename(f["path"]): f for f in json.loads(r.stdout)["files"]}
+    assert files["ckpt-2.pt"]["chain_depth"] == files["ckpt-1.pt"]["chain_depth"] + 1, files
+    assert_same(torch.load(p), state)
