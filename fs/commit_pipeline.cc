@@ -258,4 +258,19 @@ Status FileContent::ReadAt(uint64_t offset, MutableByteSpan out) const {
   return raw_->ReadAt(offset, out);
 }
 
+Status FileContent::ReadPieces(uint64_t offset, uint64_t length, std::vector<BlobReader::Piece>* pieces) const {
+  if (offset > size_ || length > size_ - offset) return Status::InvalidArgument("read past the end");
+  if (length == 0) return Status::Ok();
+  if (blob_) return blob_->ReadPieces(offset, length, pieces);
+  if (inline_) {
+    pieces->push_back({inline_, ByteSpan(inline_->data() + offset, length)});
+    return Status::Ok();
+  }
+  auto bytes = std::make_shared<std::vector<std::byte>>(length);
+  RETURN_IF_ERROR(raw_->ReadAt(offset, *bytes));
+  ByteSpan all(bytes->data(), bytes->size());
+  pieces->push_back({std::move(bytes), all});
+  return Status::Ok();
+}
+
 }  // namespace ckptfs::fs

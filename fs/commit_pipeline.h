@@ -103,6 +103,10 @@ class FileContent {
   uint64_t size() const { return size_; }
   // Reads [offset, offset + out.size()); REQUIRES: within size().
   Status ReadAt(uint64_t offset, MutableByteSpan out) const;
+  // The same bytes as pieces of memory that the content owns (decoded
+  // chunks, inline bytes), so a reply needs no copy; raw objects are read
+  // into one new piece. Appends to `pieces`.
+  Status ReadPieces(uint64_t offset, uint64_t length, std::vector<BlobReader::Piece>* pieces) const;
   const std::shared_ptr<const BlobReader>& blob() const { return blob_; }
 
  private:

@@ -93,6 +93,8 @@ class Filesystem {
   void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
   void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  // Replies to a read of committed content at [start, start + size).
+  void ReplyFromContent(fuse_req_t req, const Inode& inode, const FileContent& content, uint64_t start, size_t size);
   void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi);
   void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);

@@ -35,32 +35,36 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fu
     log_->Error("read of inode {}: {}", ino, s.ToString());
     return (void)fuse_reply_err(req, ToErrno(s));
   }
-  std::vector<char> buf(size);
-  if (staging) {
-    size_t done = 0;
-    while (done < size) {
-      ssize_t n = ::pread(staging->fd(), buf.data() + done, size - done, off + static_cast<off_t>(done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return (void)fuse_reply_err(req, errno);
-      }
-      if (n == 0) break;
-      done += static_cast<size_t>(n);
-    }
-    return (void)fuse_reply_buf(req, buf.data(), done);
-  }
-  uint64_t start = static_cast<uint64_t>(off);
-  if (start >= content->size()) return (void)fuse_reply_buf(req, nullptr, 0);
-  size_t n = static_cast<size_t>(std::min<uint64_t>(size, content->size() - start));
-  s = content->ReadAt(start, MutableByteSpan(reinterpret_cast<std::byte*>(buf.data()), n));
+  if (!staging) return ReplyFromContent(req, inode, *content, static_cast<uint64_t>(off), size);
+  // libfuse reads (or splices) the staging file itself; a short read at
+  // the end of the file gives a short reply.
+  fuse_bufvec data = FUSE_BUFVEC_INIT(size);
+  data.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
+  data.buf[0].fd = staging->fd();
+  data.buf[0].pos = off;
+  fuse_reply_data(req, &data, FUSE_BUF_SPLICE_MOVE);
+}
+
+void Filesystem::ReplyFromContent(fuse_req_t req, const Inode& inode, const FileContent& content, uint64_t start,
+                                  size_t size) {
+  if (start >= content.size()) return (void)fuse_reply_buf(req, nullptr, 0);
+  size_t n = static_cast<size_t>(std::min<uint64_t>(size, content.size() - start));
+  // Replies straight from the decoded chunks (held until the reply is
+  // written): no buffer to allocate and fill per request.
+  std::vector<BlobReader::Piece> pieces;
+  Status s = content.ReadPieces(start, n, &pieces);
   if (!s.ok()) {
     char where[PATH_MAX] = "?";
     ssize_t len = ::readlink(inode.ProcPath().c_str(), where, sizeof where - 1);
     where[len > 0 ? len : 1] = '\0';
-    log_->Error("read of {} (inode {}) at offset {} ({} bytes) failed: {}", where, ino, start, n, s.ToString());
+    log_->Error("read of {} (inode {}) at offset {} ({} bytes) failed: {}", where, inode.ino, start, n, s.ToString());
     return (void)fuse_reply_err(req, EIO);
   }
-  fuse_reply_buf(req, buf.data(), n);
+  std::vector<struct iovec> iov;
+  iov.reserve(pieces.size());
+  for (const auto& p : pieces)
+    iov.push_back({const_cast<std::byte*>(p.data.data()), p.data.size()});  // NOLINT: fuse_reply_iov only reads
+  fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
 }
 
 std::shared_ptr<StagingFile> Filesystem::StagingForChange(FileHandle& handle, bool is_write) {

@@ -167,6 +167,17 @@ class BlobReader {
 
   // Decodes chunk `index` and checks it (fsck).
   virtual Status VerifyChunk(uint32_t index) const = 0;
+
+  // A piece of the reconstructed file that lives in a decoded chunk: `data`
+  // stays valid while `owner` is held.
+  struct Piece {
+    std::shared_ptr<const std::vector<std::byte>> owner;
+    ByteSpan data;
+  };
+  // Like ReadAt, but returns the decoded chunks' own memory instead of
+  // copying it (a FUSE read replies from it directly). Appends to `pieces`.
+  // Without a chunk cache each piece owns a fresh decode.
+  virtual Status ReadPieces(uint64_t offset, uint64_t length, std::vector<Piece>* pieces) const = 0;
 };
 
 // Decodes the whole file and checks the whole-file checksum.
@@ -184,6 +195,12 @@ class ChunkCache {
   std::shared_ptr<const std::vector<std::byte>> Get(const ObjectId& blob, uint32_t chunk);
   void Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const std::vector<std::byte>> data);
   uint64_t size_bytes() const;
+  // A buffer of exactly `size` bytes (contents unspecified) to decode a
+  // chunk into before Put: an evicted chunk's buffer that nobody references
+  // any more when there is one, else a new one. Decoding into recycled
+  // memory avoids page faults and zero-filling fresh pages, a large share
+  // of a cold sequential read.
+  std::shared_ptr<std::vector<std::byte>> AcquireBuffer(size_t size);
 
  private:
   struct Impl;

@@ -47,6 +47,8 @@ class BlobReaderImpl final : public BlobReader {
     return DecodeChunk(index, MutableByteSpan(buffer, index_.chunks[index].logical_length), 0);
   }
 
+  Status ReadPieces(uint64_t offset, uint64_t length, std::vector<Piece>* pieces) const override;
+
   // ReadAt at delta-chain level `depth` (0 for the caller's blob).
   Status ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth) const;
 
@@ -108,7 +110,7 @@ Result<std::shared_ptr<const std::vector<std::byte>>> BlobReaderImpl::CachedChun
   Status status;
   std::shared_ptr<const std::vector<std::byte>> data = cache_->Get(*id_, c);  // a leader just before us
   if (!data) {
-    auto fresh = std::make_shared<std::vector<std::byte>>(index_.chunks[c].logical_length);
+    std::shared_ptr<std::vector<std::byte>> fresh = cache_->AcquireBuffer(index_.chunks[c].logical_length);
     status = DecodeChunk(c, *fresh, depth);
     if (status.ok()) {
       data = fresh;
@@ -206,6 +208,35 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   if (uint64_t have = Checksum64(out); have != chunk.checksum)
     return ChunkError(StatusCode::kChecksumMismatch, c,
                       fmt::format("decoded bytes checksum want={:016x} have={:016x}", chunk.checksum, have));
+  return Status::Ok();
+}
+
+Status BlobReaderImpl::ReadPieces(uint64_t offset, uint64_t length, std::vector<Piece>* pieces) const {
+  const uint64_t size = index_.header.logical_size;
+  if (offset > size || length > size - offset)
+    return Status::InvalidArgument(fmt::format("blob read: [{}, +{}) past the logical size {}", offset, length, size));
+  if (length == 0) return Status::Ok();
+  const auto& chunks = index_.chunks;
+  auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
+                             [](uint64_t off, const ChunkInfo& c) { return off < c.logical_offset; });
+  uint32_t c = static_cast<uint32_t>(it - chunks.begin()) - 1;
+  const uint64_t end = offset + length;
+  for (uint64_t at = offset; at < end; ++c) {
+    const ChunkInfo& chunk = chunks[c];
+    const uint64_t from = at - chunk.logical_offset;
+    const uint64_t n = std::min(end, chunk.logical_offset + chunk.logical_length) - at;
+    std::shared_ptr<const std::vector<std::byte>> data;
+    if (cache_ != nullptr && id_) {
+      ASSIGN_OR_RETURN(data, CachedChunk(c, 0));
+    } else {
+      auto fresh = std::make_shared<std::vector<std::byte>>(chunk.logical_length);
+      RETURN_IF_ERROR(DecodeChunk(c, *fresh, 0));
+      data = std::move(fresh);
+    }
+    ByteSpan piece(data->data() + from, n);
+    pieces->push_back(Piece{std::move(data), piece});
+    at += n;
+  }
   return Status::Ok();
 }
 

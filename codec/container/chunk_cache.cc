@@ -30,13 +30,24 @@ struct ChunkCache::Impl {
   std::list<Entry> lru;  // front = most recently used
   std::unordered_map<CacheKey, std::list<Entry>::iterator, CacheKeyHash> map;
 
+  // Evicted buffers that had no other owner, for AcquireBuffer. Bounded by
+  // count: a few cover the decodes in flight of a sequential reader.
+  std::vector<std::shared_ptr<std::vector<std::byte>>> spare;
+
   void EvictToFit() {
     while (bytes > capacity && !lru.empty()) {
-      bytes -= lru.back().data->size();
-      map.erase(lru.back().key);
+      Entry& victim = lru.back();
+      bytes -= victim.data->size();
+      map.erase(victim.key);
+      // use_count() == 1: no reader holds it, and none can get it now that
+      // it left the map. Every cached buffer was created non-const, so the
+      // const_pointer_cast is sound.
+      if (victim.data.use_count() == 1 && spare.size() < kMaxSpareBuffers)
+        spare.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(victim.data)));
       lru.pop_back();
     }
   }
+  static constexpr size_t kMaxSpareBuffers = 8;
 };
 
 ChunkCache::ChunkCache(uint64_t capacity_bytes) : impl_(std::make_unique<Impl>()) {
@@ -68,6 +79,21 @@ void ChunkCache::Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const
   impl_->lru.push_front(Impl::Entry{key, std::move(data)});
   impl_->map.emplace(key, impl_->lru.begin());
   impl_->EvictToFit();
+}
+
+std::shared_ptr<std::vector<std::byte>> ChunkCache::AcquireBuffer(size_t size) {
+  std::shared_ptr<std::vector<std::byte>> buffer;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (!impl_->spare.empty()) {
+      buffer = std::move(impl_->spare.back());
+      impl_->spare.pop_back();
+    }
+  }
+  if (!buffer) buffer = std::make_shared<std::vector<std::byte>>();
+  // Chunks are nearly all the same size: resize rarely touches new memory.
+  buffer->resize(size);
+  return buffer;
 }
 
 uint64_t ChunkCache::size_bytes() const {

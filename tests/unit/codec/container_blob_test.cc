@@ -134,6 +134,29 @@ TEST(BlobRandomAccess, ReadAtMatchesTheFileOverRandomRanges) {
   EXPECT_GT(cache.size_bytes(), 0u);
 }
 
+TEST(BlobRandomAccess, ReadPiecesMatchesTheFileWithAndWithoutCache) {
+  FileBuilder f = CheckpointLike(11, 4);
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 3000, 1});
+  ChunkCache cache(1 << 14);  // small: pieces must outlive their eviction
+  for (ChunkCache* c : {static_cast<ChunkCache*>(nullptr), &cache}) {
+    auto reader = OpenBytes(blob, ObjectId::Of(blob), nullptr, c);
+    ASSERT_TRUE(reader.ok());
+    std::mt19937 rng(12);
+    for (int i = 0; i < 200; ++i) {
+      uint64_t off = rng() % (f.bytes.size() + 1);
+      uint64_t len = rng() % std::min<uint64_t>(f.bytes.size() - off + 1, 40000);
+      std::vector<BlobReader::Piece> pieces;
+      ASSERT_TRUE((*reader)->ReadPieces(off, len, &pieces).ok()) << off << "+" << len;
+      std::vector<std::byte> joined;
+      for (const auto& p : pieces) joined.insert(joined.end(), p.data.begin(), p.data.end());
+      ASSERT_EQ(joined.size(), len);
+      ASSERT_TRUE(std::equal(joined.begin(), joined.end(), f.bytes.begin() + off)) << off << "+" << len;
+    }
+    std::vector<BlobReader::Piece> none;
+    EXPECT_EQ((*reader)->ReadPieces(f.bytes.size(), 1, &none).code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(BlobRandomAccess, ReadsFromAFileWithoutContiguousMemory) {
   // A RandomAccessFile that does not expose its bytes (like a PosixFile).
   class Opaque final : public RandomAccessFile {

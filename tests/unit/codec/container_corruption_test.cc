@@ -217,5 +217,28 @@ TEST(ChunkCacheTest, ReadersShareItAndHitIt) {
   EXPECT_TRUE(std::equal(cached->begin(), cached->end(), f.bytes.begin()));
 }
 
+TEST(ChunkCacheTest, RecyclesOnlyBuffersNobodyHolds) {
+  ChunkCache cache(200);
+  ObjectId a = ObjectId::Of(AsBytes("a"));
+  auto first = cache.AcquireBuffer(100);
+  ASSERT_EQ(first->size(), 100u);
+  const std::byte* first_memory = first->data();
+  cache.Put(a, 0, first);
+  first.reset();
+  auto held = cache.AcquireBuffer(100);
+  const std::byte* held_memory = held->data();
+  cache.Put(a, 1, held);  // `held` keeps a reference, as a reader would
+  cache.Put(a, 2, cache.AcquireBuffer(100));  // evicts a/0: nobody holds it
+  cache.Put(a, 3, cache.AcquireBuffer(100));  // evicts a/1: still held
+  EXPECT_EQ(cache.Get(a, 0), nullptr);
+  EXPECT_EQ(cache.Get(a, 1), nullptr);
+  // a/3 was decoded into a/0's old buffer; a/1's, still held, is not reused.
+  EXPECT_EQ(cache.Get(a, 3)->data(), first_memory);
+  auto next = cache.AcquireBuffer(7);
+  EXPECT_EQ(next->size(), 7u);
+  EXPECT_NE(next->data(), held_memory);
+  EXPECT_EQ(held->data(), held_memory);
+}
+
 }  // namespace
 }  // namespace ckptfs
