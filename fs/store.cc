@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <unordered_set>
 
 namespace ckptfs::fs {
 
@@ -209,6 +210,22 @@ Result<std::shared_ptr<const BlobReader>> Store::OpenBlob(const ObjectId& id) {
     }
   }
   return it->second;
+}
+
+size_t Store::DropRemovedReaders() {
+  std::vector<ObjectId> cached;
+  {
+    std::lock_guard<std::mutex> lock(readers_mu_);
+    cached.assign(reader_order_.begin(), reader_order_.end());
+  }
+  std::unordered_set<ObjectId, ObjectIdHash> gone;
+  for (const ObjectId& id : cached)
+    if (::access(ObjectPath(id).c_str(), F_OK) != 0 && errno == ENOENT) gone.insert(id);
+  if (gone.empty()) return 0;
+  std::lock_guard<std::mutex> lock(readers_mu_);
+  for (const ObjectId& id : gone) readers_.erase(id);
+  reader_order_.remove_if([&](const ObjectId& id) { return gone.count(id) > 0; });
+  return gone.size();
 }
 
 Result<std::shared_ptr<const RandomAccessFile>> Store::OpenRaw(const ObjectId& id) {
