@@ -177,17 +177,22 @@ Result<ObjectId> Store::PublishObject(TempFile tmp) {
   std::string dir = MetaPath("objects/" + hex.substr(0, 2));
   RETURN_IF_ERROR(MakeDir(dir));
   std::string final_path = dir + "/" + hex;
-  struct stat st;
-  if (::stat(final_path.c_str(), &st) == 0) {
-    // Same content already stored: refresh its age for GC's grace period.
-    if (::utimensat(AT_FDCWD, final_path.c_str(), nullptr, 0) != 0 && errno != EROFS)
-      return Status::Io(errno, "touch " + final_path);
+  // Same content already stored: refresh its age for GC's grace period.
+  // If GC took it away meanwhile (ENOENT), ours takes its place.
+  if (::utimensat(AT_FDCWD, final_path.c_str(), nullptr, 0) == 0 || errno == EROFS)
     return id;  // tmp is unlinked by its destructor
-  }
+  if (errno != ENOENT) return Status::Io(errno, "touch " + final_path);
   if (::rename(tmp.path().c_str(), final_path.c_str()) != 0) return Status::Io(errno, "rename to " + final_path);
   tmp.Release();
   RETURN_IF_ERROR(SyncDir(dir));
   return id;
+}
+
+Status Store::TouchObject(const ObjectId& id) {
+  std::string path = ObjectPath(id);
+  if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return Status::Ok();
+  if (errno == ENOENT) return Status::NotFound("object " + id.Hex() + " was removed");
+  return Status::Io(errno, "touch " + path);
 }
 
 Result<std::shared_ptr<const BlobReader>> Store::OpenBlob(const ObjectId& id) {

@@ -110,6 +110,9 @@ class Store final : public BlobResolver {
   // exists already its mtime is refreshed instead (so that GC's grace
   // period protects it until the caller's manifest references it).
   Result<ObjectId> PublishObject(TempFile tmp);
+  // Refreshes an object's mtime, so that GC's grace period protects it while
+  // a commit uses it as a delta base. NotFound when GC removed it already.
+  Status TouchObject(const ObjectId& id);
 
   // BlobResolver: opens objects/<id> as a blob (cached by id). Thread-safe.
   Result<std::shared_ptr<const BlobReader>> OpenBlob(const ObjectId& id) override;
