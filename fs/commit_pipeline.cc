@@ -91,6 +91,22 @@ Result<ObjectId> PublishRawCopy(Store& store, int staging_fd, uint64_t size) {
   return store.PublishObject(std::move(tmp));
 }
 
+// Opens a delta base after refreshing the mtime of it and of every blob
+// below it down to the key frame. Each touch comes before the blob is read:
+// from then on GC (of any daemon sharing the store) sees a young object and
+// keeps it until our manifest names the chain; a blob GC already took away
+// fails the touch (NotFound), even if its reader is still cached.
+Result<std::shared_ptr<const BlobReader>> TouchChain(Store& store, const ObjectId& id) {
+  RETURN_IF_ERROR(store.TouchObject(id));
+  ASSIGN_OR_RETURN(auto top, store.OpenBlob(id));
+  std::shared_ptr<const BlobReader> link = top;
+  for (int depth = 0; link->base() && depth < 4096; ++depth) {
+    ObjectId below = *link->base();
+    RETURN_IF_ERROR(store.TouchObject(below));
+    ASSIGN_OR_RETURN(link, store.OpenBlob(below));
+  }
+  return top;
+}
 }  // namespace
 
 Status SyncStaging(const StagingFile& staging, const CommitOptions& options) {
@@ -147,7 +163,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   BaseRef base_ref;
   bool have_base = false;
   if (candidate != nullptr) {
-    auto reader = store.OpenBlob(candidate->id);
+    auto reader = TouchChain(store, candidate->id);
     if (reader.ok()) {
       base_ref.id = candidate->id;
       base_ref.reader = *reader;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -141,6 +142,7 @@ void Filesystem::GcLoop() {
     gc.extra_live = LiveObjectsInMemory();
     auto report = CollectGarbage(*store_, gc, log_);
     if (!report.ok()) log_->Warn("background gc failed: {}", report.status().ToString());
+    store_->DropRemovedReaders();
     lock.lock();
   }
 }
@@ -295,6 +297,10 @@ void RaiseReadAhead(const std::string& mountpoint, uint32_t kb, Logger* log) {
   if (!f) log->Debug("could not set {} to {}", path, kb);
   else log->Debug("set {} to {}", path, kb);
 }
+bool BackingIsReadOnly(const std::string& backing) {
+  struct statvfs st;
+  return ::statvfs(backing.c_str(), &st) == 0 && (st.f_flag & ST_RDONLY) != 0;
+}
 }  // namespace
 
 const fuse_lowlevel_ops& Filesystem::Operations() {
@@ -315,10 +321,23 @@ Status RunDaemon(const MountOptions& options) {
     return Status::Io(errno, "open log file " + options.log_file);
   StoreOptions store_options;
   store_options.chunk_cache_bytes = options.cache_mib << 20;
+  // A read-only backing directory (or -o ro) mounts read-only: no staging
+  // area, no recovery, no GC; files a dead daemon left in staging are
+  // served from their staging files.
+  bool read_only = BackingIsReadOnly(backing) ||
+                   std::find(options.fuse_options.begin(), options.fuse_options.end(), "ro") !=
+                       options.fuse_options.end();
+  store_options.create = !read_only;
   ASSIGN_OR_RETURN(auto store, Store::Open(backing, store_options));
-  RETURN_IF_ERROR(store->ClaimStagingArea());
+  if (!read_only) RETURN_IF_ERROR(store->ClaimStagingArea());
 
   MountOptions resolved = options;
+  if (read_only) {
+    log.Warn("{} is read-only: mounting read-only (no writes, no recovery, no GC)", backing);
+    resolved.gc_interval_seconds = 0;
+    if (std::find(resolved.fuse_options.begin(), resolved.fuse_options.end(), "ro") == resolved.fuse_options.end())
+      resolved.fuse_options.push_back("ro");
+  }
   ASSIGN_OR_RETURN(resolved.policy, BuildLossyPolicy(options));
   if (options.gpu == lossy::GpuMode::kOn && options.lossy) {
     // gpu=on is a promise: refuse to mount without the device.
@@ -327,7 +346,7 @@ Status RunDaemon(const MountOptions& options) {
   resolved.backing = backing;
   resolved.mountpoint = mountpoint;
   auto fs = std::make_unique<Filesystem>(resolved, std::move(store), &log);
-  {
+  if (!read_only) {
     // Recovery before mounting: the mount command returns a recovered store.
     // The daemon's own commit settings (policy, key frames, compression),
     // without the crash_at hook, which is for the daemon's commits.
@@ -342,7 +361,7 @@ Status RunDaemon(const MountOptions& options) {
   }
 
   std::string fuse_opts = "fsname=" + backing + ",subtype=ckptfs";
-  for (const std::string& o : options.fuse_options) fuse_opts += "," + o;
+  for (const std::string& o : resolved.fuse_options) fuse_opts += "," + o;
   std::vector<std::string> argv_s = {"ckptfs", "-o", fuse_opts};
   if (options.debug_fuse) argv_s.push_back("-d");
   std::vector<char*> argv;

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <ctime>
+#include <string_view>
 
 namespace ckptfs::fs {
 
@@ -72,21 +74,86 @@ Result<std::unordered_set<ObjectId, ObjectIdHash>> MarkLiveObjects(Store& store,
   return live;
 }
 
+namespace {
+// A commit may touch the object (choosing it as a delta base, or publishing
+// the same bytes) between our stat() and the unlink. Renaming it away first
+// closes that window: a touch before the rename shows in the re-checked
+// mtime (and the object is put back); a touch after it fails with ENOENT,
+// which the committer handles (Store::TouchObject, Store::PublishObject).
+bool RemoveUnlessTouched(const std::string& path, int64_t now, int64_t grace_seconds) {
+  std::string doomed = path + ".gc";  // not an object name: ignored by readers and by GC
+  if (::rename(path.c_str(), doomed.c_str()) != 0) return false;
+  struct stat st;
+  if (::stat(doomed.c_str(), &st) == 0 && now - st.st_mtime < grace_seconds) {
+    // Put back; if the committer republished it meanwhile the bytes are equal.
+    ::rename(doomed.c_str(), path.c_str());
+    return false;
+  }
+  return ::unlink(doomed.c_str()) == 0;
+}
+
+// A GC that died between that rename and the unlink left "<hex>.gc": put it
+// back (unless republished) so that this run decides about it anew.
+void RestoreInterrupted(Store& store) {
+  std::string objects = store.MetaPath("objects");
+  DIR* top = ::opendir(objects.c_str());
+  if (top == nullptr) return;
+  while (struct dirent* e = ::readdir(top)) {
+    if (std::strlen(e->d_name) != 2) continue;
+    std::string dir = objects + "/" + e->d_name;
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) continue;
+    while (struct dirent* f = ::readdir(d)) {
+      std::string_view name = f->d_name;
+      if (!name.ends_with(".gc") || !ObjectId::FromHex(name.substr(0, name.size() - 3)).ok()) continue;
+      std::string doomed = dir + "/" + f->d_name;
+      std::string path = doomed.substr(0, doomed.size() - 3);
+      if (::access(path.c_str(), F_OK) == 0) ::unlink(doomed.c_str());
+      else ::rename(doomed.c_str(), path.c_str());
+    }
+    ::closedir(d);
+  }
+  ::closedir(top);
+}
+}  // namespace
+
 Result<GcReport> CollectGarbage(Store& store, const GcOptions& options, Logger* log) {
   GcReport report;
+  if (!options.dry_run) RestoreInterrupted(store);
   ASSIGN_OR_RETURN(auto live, MarkLiveObjects(store, options.extra_live, &report.problems, &report.manifests));
   report.live_objects = live.size();
   int64_t now = ::time(nullptr);
+  // The grace period protects a young object together with the blobs below
+  // it: a commit that published a delta, or is about to use one as its base,
+  // needs the whole chain down to the key frame.
+  std::vector<ObjectId> young;
+  ForEachObject(store, [&](const ObjectId& id, const std::string& path) {
+    struct stat st;
+    if (!live.count(id) && ::stat(path.c_str(), &st) == 0 && now - st.st_mtime < options.grace_seconds)
+      young.push_back(id);
+  });
+  std::unordered_set<ObjectId, ObjectIdHash> below_young;
+  for (ObjectId id : young) {
+    for (uint32_t depth = 0; depth < 1024; ++depth) {
+      auto reader = store.OpenBlob(id);  // a raw object is no blob: nothing below it
+      if (!reader.ok() || !(*reader)->base()) break;
+      id = *(*reader)->base();
+      if (live.count(id) || !below_young.insert(id).second) break;
+    }
+  }
   ForEachObject(store, [&](const ObjectId& id, const std::string& path) {
     ++report.objects;
     if (live.count(id)) return;
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return;
-    if (now - st.st_mtime < options.grace_seconds) {
+    if (now - st.st_mtime < options.grace_seconds || below_young.count(id)) {
       ++report.kept_young;
       return;
     }
-    if (!options.dry_run && ::unlink(path.c_str()) != 0) return;
+    if (!options.dry_run && !RemoveUnlessTouched(path, now, options.grace_seconds)) {
+      ++report.kept_young;
+      return;
+    }
     ++report.removed;
     report.removed_bytes += static_cast<uint64_t>(st.st_size);
     if (log) log->Debug("gc: removed object {} ({} bytes)", id.Hex(), st.st_size);

@@ -1,5 +1,7 @@
 #include "fs/inode.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace ckptfs::fs {
@@ -70,7 +72,20 @@ std::shared_ptr<Inode> InodeTable::FindByBacking(dev_t dev, ino_t ino) {
 
 bool InodeTable::IdleLocked(Inode& inode) {
   std::lock_guard<std::mutex> lock(inode.mu);
-  return inode.file.phase != FilePhase::kStaging && inode.file.phase != FilePhase::kEncoding;
+  FileState& f = inode.file;
+  if (f.phase != FilePhase::kStaging && f.phase != FilePhase::kEncoding) return true;
+  // A file that no name reaches any more and no writer holds, left in
+  // STAGING because its commit failed (e.g. ENOSPC) or was never queued:
+  // nothing will commit it, so it and its staging files go now, which is
+  // what gives the space of a deleted file back on a full backing store.
+  struct stat st;
+  if (f.phase == FilePhase::kStaging && f.writers == 0 && ::fstatat(inode.fd, "", &st, AT_EMPTY_PATH) == 0 &&
+      st.st_nlink == 0) {
+    if (f.staging) f.staging->set_keep(false);
+    for (auto& old : f.superseded) old->set_keep(false);
+    return true;
+  }
+  return false;
 }
 
 void InodeTable::Forget(fuse_ino_t ino, uint64_t n) {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <unordered_set>
 
 namespace ckptfs::fs {
 
@@ -176,17 +177,22 @@ Result<ObjectId> Store::PublishObject(TempFile tmp) {
   std::string dir = MetaPath("objects/" + hex.substr(0, 2));
   RETURN_IF_ERROR(MakeDir(dir));
   std::string final_path = dir + "/" + hex;
-  struct stat st;
-  if (::stat(final_path.c_str(), &st) == 0) {
-    // Same content already stored: refresh its age for GC's grace period.
-    if (::utimensat(AT_FDCWD, final_path.c_str(), nullptr, 0) != 0 && errno != EROFS)
-      return Status::Io(errno, "touch " + final_path);
+  // Same content already stored: refresh its age for GC's grace period.
+  // If GC took it away meanwhile (ENOENT), ours takes its place.
+  if (::utimensat(AT_FDCWD, final_path.c_str(), nullptr, 0) == 0 || errno == EROFS)
     return id;  // tmp is unlinked by its destructor
-  }
+  if (errno != ENOENT) return Status::Io(errno, "touch " + final_path);
   if (::rename(tmp.path().c_str(), final_path.c_str()) != 0) return Status::Io(errno, "rename to " + final_path);
   tmp.Release();
   RETURN_IF_ERROR(SyncDir(dir));
   return id;
+}
+
+Status Store::TouchObject(const ObjectId& id) {
+  std::string path = ObjectPath(id);
+  if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return Status::Ok();
+  if (errno == ENOENT) return Status::NotFound("object " + id.Hex() + " was removed");
+  return Status::Io(errno, "touch " + path);
 }
 
 Result<std::shared_ptr<const BlobReader>> Store::OpenBlob(const ObjectId& id) {
@@ -209,6 +215,22 @@ Result<std::shared_ptr<const BlobReader>> Store::OpenBlob(const ObjectId& id) {
     }
   }
   return it->second;
+}
+
+size_t Store::DropRemovedReaders() {
+  std::vector<ObjectId> cached;
+  {
+    std::lock_guard<std::mutex> lock(readers_mu_);
+    cached.assign(reader_order_.begin(), reader_order_.end());
+  }
+  std::unordered_set<ObjectId, ObjectIdHash> gone;
+  for (const ObjectId& id : cached)
+    if (::access(ObjectPath(id).c_str(), F_OK) != 0 && errno == ENOENT) gone.insert(id);
+  if (gone.empty()) return 0;
+  std::lock_guard<std::mutex> lock(readers_mu_);
+  for (const ObjectId& id : gone) readers_.erase(id);
+  reader_order_.remove_if([&](const ObjectId& id) { return gone.count(id) > 0; });
+  return gone.size();
 }
 
 Result<std::shared_ptr<const RandomAccessFile>> Store::OpenRaw(const ObjectId& id) {

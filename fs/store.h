@@ -110,9 +110,16 @@ class Store final : public BlobResolver {
   // exists already its mtime is refreshed instead (so that GC's grace
   // period protects it until the caller's manifest references it).
   Result<ObjectId> PublishObject(TempFile tmp);
+  // Refreshes an object's mtime, so that GC's grace period protects it while
+  // a commit uses it as a delta base. NotFound when GC removed it already.
+  Status TouchObject(const ObjectId& id);
 
   // BlobResolver: opens objects/<id> as a blob (cached by id). Thread-safe.
   Result<std::shared_ptr<const BlobReader>> OpenBlob(const ObjectId& id) override;
+  // Forgets cached readers whose object file is gone (removed by a GC,
+  // possibly another process's): their open fds would keep its space
+  // allocated. Returns how many. Thread-safe.
+  size_t DropRemovedReaders();
   // Opens a raw object (compress=off). Thread-safe.
   Result<std::shared_ptr<const RandomAccessFile>> OpenRaw(const ObjectId& id);
   ChunkCache* chunk_cache() { return &cache_; }

@@ -86,10 +86,13 @@ class Mount:
     def wait_dead(self, timeout=30):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            try:  # a zombie counts as dead: its new parent may reap it late
+            try:  # a zombie counts as dead (its new parent may reap it late) once
+                # its other threads are gone too: until then they hold the
+                # daemon's files, including its staging area's lock.
                 with open(f"/proc/{self.pid}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                        return
+                    zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+                if zombie and len(os.listdir(f"/proc/{self.pid}/task")) <= 1:
+                    return
             except (FileNotFoundError, ProcessLookupError):
                 return
             time.sleep(0.02)
