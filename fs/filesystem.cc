@@ -9,6 +9,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -316,6 +317,16 @@ Status RunDaemon(const MountOptions& options) {
 
   std::string fuse_opts = "fsname=" + backing + ",subtype=ckptfs";
   for (const std::string& o : options.fuse_options) fuse_opts += "," + o;
+  auto has = [&](std::string_view flag) {
+    return std::find(options.fuse_options.begin(), options.fuse_options.end(), flag) != options.fuse_options.end();
+  };
+  if ((has("allow_other") || has("allow_root")) && !has("default_permissions")) {
+    // The daemon runs as root and checks no permissions itself: letting
+    // other users in without the kernel's checks would let anyone read
+    // every file.
+    fuse_opts += ",default_permissions";
+    log.Info("allow_other/allow_root: adding default_permissions (the kernel checks modes)");
+  }
   std::vector<std::string> argv_s = {"ckptfs", "-o", fuse_opts};
   if (options.debug_fuse) argv_s.push_back("-d");
   std::vector<char*> argv;
