@@ -143,12 +143,15 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     return v;
   }
   Layout layout = DetectLayout(bytes, options.parse);
+  // Log lines name the file by its path in the mount when known (the
+  // staging path says nothing to the user).
+  std::string_view name = logical_path.empty() ? std::string_view(staging_path) : logical_path;
   if (Status valid = ValidateLayout(layout, bytes.size()); !valid.ok()) {
-    if (log) log->Warn("{}: parser gave an invalid layout ({}); storing it opaque", staging_path, valid.ToString());
+    if (log) log->Warn("{}: parser gave an invalid layout ({}); storing it opaque", name, valid.ToString());
     layout = OpaqueLayout(bytes.size(), "invalid layout");
   }
   if (!layout.fallback_reason.empty() && log)
-    log->Info("{}: stored losslessly as opaque: {}", staging_path, layout.fallback_reason);
+    log->Info("{}: stored losslessly as opaque: {}", name, layout.fallback_reason);
   std::vector<std::string> keys = TensorKeys(layout);
   const BaseCandidate* candidate = ChooseBase(candidates, layout, keys, bytes.size(), options.keyframe);
   BaseRef base_ref;
