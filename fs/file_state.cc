@@ -257,7 +257,15 @@ Result<struct stat> Filesystem::StatInode(Inode& inode) {
     uint64_t stored = f.manifest.kind == ManifestKind::kInline ? f.manifest.logical_size : f.manifest.stored_bytes;
     st.st_blocks = static_cast<blkcnt_t>((stored + 511) / 512);
   }
-  if (f.pending_mtime) st.st_mtim = *f.pending_mtime;
+  if (f.pending_mtime) {
+    // A write changes mtime and ctime (POSIX); the manifest file's own
+    // ctime only moves at the commit.
+    st.st_mtim = *f.pending_mtime;
+    auto later = [](const timespec& a, const timespec& b) {
+      return a.tv_sec != b.tv_sec ? a.tv_sec > b.tv_sec : a.tv_nsec > b.tv_nsec;
+    };
+    if (later(*f.pending_mtime, st.st_ctim)) st.st_ctim = *f.pending_mtime;
+  }
   return st;
 }
 
