@@ -182,6 +182,13 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
   }
   Result<EncodedVersion> version = Result<EncodedVersion>(s);
   if (s.ok()) {
+    struct stat st;
+    uint64_t size = ::fstat(staging->fd(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    MemoryBudget::Reservation memory = encode_budget_.Reserve(EncodeMemoryEstimate(size, commit_options_));
+    {
+      std::lock_guard<std::mutex> lock(inode->mu);  // a writer may have come back while this waited
+      if (inode->file.encode_ticket != ticket) return;
+    }
     std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
     const CommitOptions* commit_options = &commit_options_;
     CommitOptions with_gpu;

@@ -46,8 +46,10 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
     : options_(options),
       store_(std::move(store)),
       log_(log),
-      inodes_(::open(store_->backing().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)) {
+      inodes_(::open(store_->backing().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
+      encode_budget_(SplitMemory(options).encode_mib << 20) {
   commit_options_.compress = options.compress;
+  commit_options_.release_input_pages = options.mem_mib != 0;
   commit_options_.keyframe = options.keyframe;
   commit_options_.encode.zstd_level = options.zstd_level;
   commit_options_.encode.threads = 1;  // parallelism comes from several workers
@@ -106,6 +108,8 @@ void Filesystem::StopWorkers() {
   if (queue_) {
     queue_->Drain();
     queue_.reset();
+    if (encode_budget_.capacity() != 0)
+      log_->Info("mem: {} encodes waited for memory", encode_budget_.waits());
   }
   {
     std::lock_guard<std::mutex> lock(gc_mu_);
@@ -174,8 +178,11 @@ void Filesystem::Init(fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
   conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
-  log_->Info("ckptfs mounted {} on {} (compress={}, threads={}, keyframe={})", options_.backing,
-             options_.mountpoint, options_.compress ? "on" : "off", options_.threads, options_.keyframe);
+  MemorySplit memory = SplitMemory(options_);
+  log_->Info("ckptfs mounted {} on {} (compress={}, threads={}, keyframe={}, cache={} MiB, encode memory={})",
+             options_.backing, options_.mountpoint, options_.compress ? "on" : "off", options_.threads,
+             options_.keyframe, memory.cache_mib,
+             memory.encode_mib ? std::to_string(memory.encode_mib) + " MiB" : std::string("unbounded"));
 }
 
 namespace {
@@ -290,7 +297,7 @@ Status RunDaemon(const MountOptions& options) {
   if (!options.log_file.empty() && !log.OpenFile(options.log_file))
     return Status::Io(errno, "open log file " + options.log_file);
   StoreOptions store_options;
-  store_options.chunk_cache_bytes = options.cache_mib << 20;
+  store_options.chunk_cache_bytes = SplitMemory(options).cache_mib << 20;
   ASSIGN_OR_RETURN(auto store, Store::Open(backing, store_options));
   RETURN_IF_ERROR(store->ClaimStagingArea());
 

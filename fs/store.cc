@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 namespace ckptfs::fs {
 
@@ -191,11 +192,21 @@ Result<TempFile> Store::CreateTemp() {
 
 Result<ObjectId> Store::PublishObject(TempFile tmp) {
   if (::fsync(tmp.fd()) != 0) return Status::Io(errno, "fsync " + tmp.path());
-  ObjectId id;
+  // Hashed through a small buffer rather than a mapping of the whole
+  // object: a mapping would add the object's size to the daemon's RSS.
+  ObjectIdStream hash;
   {
-    ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::FromFd(tmp.fd(), tmp.path()));
-    id = ObjectId::Of(mapped.bytes());
+    std::vector<std::byte> buf(1 << 20);
+    for (off_t off = 0;;) {
+      ssize_t n = ::pread(tmp.fd(), buf.data(), buf.size(), off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Status::Io(errno, "read " + tmp.path());
+      if (n == 0) break;
+      hash.Update(ByteSpan(buf.data(), static_cast<size_t>(n)));
+      off += n;
+    }
   }
+  ObjectId id = hash.Digest();
   if (::fchmod(tmp.fd(), 0400) != 0) return Status::Io(errno, "chmod " + tmp.path());
   std::string hex = id.Hex();
   std::string dir = MetaPath("objects/" + hex.substr(0, 2));
