@@ -169,7 +169,12 @@ bool Filesystem::IsHidden(fuse_ino_t parent, const char* name) const {
 void Filesystem::ChownToCaller(fuse_req_t req, int dirfd, const char* name) {
   if (::geteuid() != 0) return;
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  if (::fchownat(dirfd, name, ctx->uid, ctx->gid, AT_SYMLINK_NOFOLLOW) != 0)
+  // In a set-group-ID directory the new entry keeps the directory's group,
+  // which the backing file system already gave it (POSIX/BSD semantics).
+  struct stat dir;
+  gid_t gid = ::fstatat(dirfd, "", &dir, AT_EMPTY_PATH) == 0 && (dir.st_mode & S_ISGID) ? static_cast<gid_t>(-1)
+                                                                                             : ctx->gid;
+  if (::fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
     log_->Warn("chown {} to {}:{} failed: {}", name, ctx->uid, ctx->gid, std::strerror(errno));
 }
 

@@ -216,6 +216,18 @@ def test_chmod_chown_utimens_and_ctime(fsm, d):
     assert os.stat(d).st_mtime_ns > after_create.st_mtime_ns
 
 
+def test_setgid_directory_group_inheritance(fsm, d):
+    sg = os.path.join(d, "sg")
+    os.mkdir(sg)
+    os.chown(sg, -1, 4321)
+    os.chmod(sg, 0o2775)
+    write(os.path.join(sg, "f"), b"x" * 5000)
+    os.mkdir(os.path.join(sg, "sub"))
+    assert os.stat(os.path.join(sg, "f")).st_gid == 4321, "a new file takes the set-group-ID directory's group"
+    st = os.stat(os.path.join(sg, "sub"))
+    assert st.st_gid == 4321 and st.st_mode & stat.S_ISGID, "a new subdirectory inherits group and the bit"
+
+
 def test_o_append(fsm, d):
     p = os.path.join(d, "log")
     write(p, b"0" * 5000)
