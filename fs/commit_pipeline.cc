@@ -209,10 +209,18 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   return v;
 }
 
+uint64_t EncodeWorkingSet(const CommitOptions& options) {
+  // Measured (scripts/reliability/load_test.py, threads=1 against 2): an
+  // encode worker adds ~60 MiB of RSS with 4 MiB chunks (its thread's
+  // workspace of chunk slots and byte planes, the zstd context, a base
+  // chunk, the allocator's arena), and keeps most of it between encodes.
+  uint64_t threads = std::max(1u, options.encode.threads);
+  return 16 * threads * options.encode.chunk_bytes;
+}
+
 uint64_t EncodeMemoryEstimate(uint64_t file_size, const CommitOptions& options) {
   if (file_size <= options.inline_max) return 0;
-  uint64_t threads = std::max(1u, options.encode.threads);
-  uint64_t estimate = (2 + 2 * threads) * options.encode.chunk_bytes + (8ull << 20);
+  uint64_t estimate = EncodeWorkingSet(options);
   if (options.compress && options.policy && options.policy->enabled()) estimate += file_size;
   return estimate;
 }

@@ -86,6 +86,8 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
 // state, plus a whole reconstruction of the file when lossy encoding may
 // apply (the lossy codec rebuilds the file to fix its zip CRCs).
 uint64_t EncodeMemoryEstimate(uint64_t file_size, const CommitOptions& options);
+// The part of that estimate every encode worker holds (kept between encodes).
+uint64_t EncodeWorkingSet(const CommitOptions& options);
 
 // Step 3: `*m` takes the fields of `version` and is written durably.
 Status CommitManifest(int manifest_fd, Manifest* m, const EncodedVersion& version, const CommitOptions& options);

@@ -100,7 +100,16 @@ void Filesystem::DeleteHandle(FileHandle* handle) {
 }
 
 void Filesystem::StartWorkers() {
-  queue_ = std::make_unique<EncodeQueue>(options_.threads);
+  unsigned workers = options_.threads;
+  if (uint64_t budget = encode_budget_.capacity(); budget != 0) {
+    // Each worker keeps its working set between encodes: mem= allows only
+    // as many workers as the encode half of the bound holds (at least one).
+    uint64_t fit = std::max<uint64_t>(1, budget / EncodeWorkingSet(commit_options_));
+    workers = static_cast<unsigned>(std::min<uint64_t>(workers, fit));
+    log_->Info("mem={} MiB: {} encode worker(s), {} MiB decoded chunk cache", options_.mem_mib, workers,
+               SplitMemory(options_).cache_mib);
+  }
+  queue_ = std::make_unique<EncodeQueue>(workers);
   if (options_.gc_interval_seconds > 0) gc_thread_ = std::thread([this] { GcLoop(); });
 }
 
