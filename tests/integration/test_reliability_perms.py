@@ -92,6 +92,8 @@ def pub():
         yield m
     finally:
         m.teardown()
+        if m.pid:
+            m.wait_dead()  # the daemon removes its staging area as it exits
         shutil.rmtree(top, ignore_errors=True)
 
 
