@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,11 +23,17 @@ Status Fault(const CommitOptions& options, std::string_view step) {
   return options.fault ? options.fault(step) : Status::Ok();
 }
 
-// Streams the encoder's output into a temp object file.
+// Streams the encoder's output into a temp object file. With `input` set,
+// every kReleaseEvery appends (about one chunk each) it drops the
+// encoder's mapped view of its input from the page tables: the encoder
+// works chunk by chunk in file order, the mapping is read-only and private
+// and the staging file no longer changes, so a later touch simply faults
+// the same bytes back in from the page cache.
 class FdSink final : public ByteSink {
  public:
-  FdSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  FdSink(int fd, std::string path, ByteSpan input = {}) : fd_(fd), path_(std::move(path)), input_(input) {}
   Status Append(ByteSpan data) override {
+    if (!input_.empty() && ++appends_ % kReleaseEvery == 0) ReleaseInput();
     size_t done = 0;
     while (done < data.size()) {
       ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
@@ -40,8 +47,18 @@ class FdSink final : public ByteSink {
   }
 
  private:
+  static constexpr uint64_t kReleaseEvery = 4;
+  void ReleaseInput() {
+    uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    uintptr_t begin = reinterpret_cast<uintptr_t>(input_.data()) & ~(page - 1);
+    uintptr_t end = reinterpret_cast<uintptr_t>(input_.data()) + input_.size();
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: failure is harmless
+  }
+
   int fd_;
   std::string path_;
+  ByteSpan input_;
+  uint64_t appends_ = 0;
 };
 
 size_t SharedCount(const std::vector<std::string>& a, const std::vector<std::string>& b) {
@@ -152,12 +169,15 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     return v;
   }
   Layout layout = DetectLayout(bytes, options.parse);
+  // Log lines name the file by its path in the mount when known (the
+  // staging path says nothing to the user).
+  std::string_view name = logical_path.empty() ? std::string_view(staging_path) : logical_path;
   if (Status valid = ValidateLayout(layout, bytes.size()); !valid.ok()) {
-    if (log) log->Warn("{}: parser gave an invalid layout ({}); storing it opaque", staging_path, valid.ToString());
+    if (log) log->Warn("{}: parser gave an invalid layout ({}); storing it opaque", name, valid.ToString());
     layout = OpaqueLayout(bytes.size(), "invalid layout");
   }
   if (!layout.fallback_reason.empty() && log)
-    log->Info("{}: stored losslessly as opaque: {}", staging_path, layout.fallback_reason);
+    log->Info("{}: stored losslessly as opaque: {}", name, layout.fallback_reason);
   std::vector<std::string> keys = TensorKeys(layout.tensors);
   const BaseCandidate* candidate = ChooseBase(candidates, layout, keys, bytes.size(), options.keyframe);
   BaseRef base_ref;
@@ -174,7 +194,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     }
   }
   ASSIGN_OR_RETURN(TempFile tmp, store.CreateTemp());
-  FdSink sink(tmp.fd(), tmp.path());
+  FdSink sink(tmp.fd(), tmp.path(), options.release_input_pages ? bytes : ByteSpan());
   EncodeOptions encode = options.encode;
   if (options.policy && layout.format != FileFormat::kOpaque) {
     encode.lossy_budget = [policy = options.policy, path = std::string(logical_path)](FileFormat format,
@@ -196,6 +216,22 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   v.as_base = BaseCandidate{v.fields.object, v.fields.chain_depth, layout.format, bytes.size(), std::move(keys)};
   RETURN_IF_ERROR(Fault(options, "after_objects"));
   return v;
+}
+
+uint64_t EncodeWorkingSet(const CommitOptions& options) {
+  // Measured (scripts/reliability/load_test.py, threads=1 against 2): an
+  // encode worker adds ~60 MiB of RSS with 4 MiB chunks (its thread's
+  // workspace of chunk slots and byte planes, the zstd context, a base
+  // chunk, the allocator's arena), and keeps most of it between encodes.
+  uint64_t threads = std::max(1u, options.encode.threads);
+  return 16 * threads * options.encode.chunk_bytes;
+}
+
+uint64_t EncodeMemoryEstimate(uint64_t file_size, const CommitOptions& options) {
+  if (file_size <= options.inline_max) return 0;
+  uint64_t estimate = EncodeWorkingSet(options);
+  if (options.compress && options.policy && options.policy->enabled()) estimate += file_size;
+  return estimate;
 }
 
 Status CommitManifest(int manifest_fd, Manifest* m, const EncodedVersion& version, const CommitOptions& options) {

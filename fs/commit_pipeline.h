@@ -43,6 +43,9 @@ struct CommitOptions {
   // Which tensors are stored lossily (null: all lossless). EncodeStaged
   // applies it with the file's path relative to the mount root.
   std::shared_ptr<const policy::Policy> policy;
+  // Drop the encoder's mapped pages of the staging file every few chunks
+  // (mem=): they stay in the page cache, but not in the daemon's RSS.
+  bool release_input_pages = false;
   // Called at each step of kCommitSteps; a non-OK status stops the commit
   // right there, leaving everything as a crash would (the daemon's hook
   // calls abort(); tests return an error). May be empty.
@@ -77,6 +80,14 @@ Status MarkStaging(int manifest_fd, Manifest* m, const StagingId& staging, uint6
 Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::string& staging_path,
                                     const std::vector<BaseCandidate>& candidates, const CommitOptions& options,
                                     Logger* log, std::string_view logical_path = {});
+
+// The memory an EncodeStaged of a `file_size`-byte staging file may hold at
+// once (what mem= reserves for it): the encoder's chunk window and zstd
+// state, plus a whole reconstruction of the file when lossy encoding may
+// apply (the lossy codec rebuilds the file to fix its zip CRCs).
+uint64_t EncodeMemoryEstimate(uint64_t file_size, const CommitOptions& options);
+// The part of that estimate every encode worker holds (kept between encodes).
+uint64_t EncodeWorkingSet(const CommitOptions& options);
 
 // Step 3: `*m` takes the fields of `version` and is written durably.
 Status CommitManifest(int manifest_fd, Manifest* m, const EncodedVersion& version, const CommitOptions& options);

@@ -182,6 +182,13 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
   }
   Result<EncodedVersion> version = Result<EncodedVersion>(s);
   if (s.ok()) {
+    struct stat st;
+    uint64_t size = ::fstat(staging->fd(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    MemoryBudget::Reservation memory = encode_budget_.Reserve(EncodeMemoryEstimate(size, commit_options_));
+    {
+      std::lock_guard<std::mutex> lock(inode->mu);  // a writer may have come back while this waited
+      if (inode->file.encode_ticket != ticket) return;
+    }
     std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
     const CommitOptions* commit_options = &commit_options_;
     CommitOptions with_gpu;
@@ -258,7 +265,15 @@ Result<struct stat> Filesystem::StatInode(Inode& inode) {
     uint64_t stored = f.manifest.kind == ManifestKind::kInline ? f.manifest.logical_size : f.manifest.stored_bytes;
     st.st_blocks = static_cast<blkcnt_t>((stored + 511) / 512);
   }
-  if (f.pending_mtime) st.st_mtim = *f.pending_mtime;
+  if (f.pending_mtime) {
+    // A write changes mtime and ctime (POSIX); the manifest file's own
+    // ctime only moves at the commit.
+    st.st_mtim = *f.pending_mtime;
+    auto later = [](const timespec& a, const timespec& b) {
+      return a.tv_sec != b.tv_sec ? a.tv_sec > b.tv_sec : a.tv_nsec > b.tv_nsec;
+    };
+    if (later(*f.pending_mtime, st.st_ctim)) st.st_ctim = *f.pending_mtime;
+  }
   return st;
 }
 

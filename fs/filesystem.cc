@@ -48,8 +48,10 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
     : options_(options),
       store_(std::move(store)),
       log_(log),
-      inodes_(::open(store_->backing().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)) {
+      inodes_(::open(store_->backing().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
+      encode_budget_(SplitMemory(options).encode_mib << 20) {
   commit_options_.compress = options.compress;
+  commit_options_.release_input_pages = options.mem_mib != 0;
   commit_options_.keyframe = options.keyframe;
   commit_options_.encode.zstd_level = options.zstd_level;
   commit_options_.encode.threads = 1;  // parallelism comes from several workers
@@ -100,7 +102,16 @@ void Filesystem::DeleteHandle(FileHandle* handle) {
 }
 
 void Filesystem::StartWorkers() {
-  queue_ = std::make_unique<EncodeQueue>(options_.threads);
+  unsigned workers = options_.threads;
+  if (uint64_t budget = encode_budget_.capacity(); budget != 0) {
+    // Each worker keeps its working set between encodes: mem= allows only
+    // as many workers as the encode half of the bound holds (at least one).
+    uint64_t fit = std::max<uint64_t>(1, budget / EncodeWorkingSet(commit_options_));
+    workers = static_cast<unsigned>(std::min<uint64_t>(workers, fit));
+    log_->Info("mem={} MiB: {} encode worker(s), {} MiB decoded chunk cache", options_.mem_mib, workers,
+               SplitMemory(options_).cache_mib);
+  }
+  queue_ = std::make_unique<EncodeQueue>(workers);
   if (options_.gc_interval_seconds > 0) gc_thread_ = std::thread([this] { GcLoop(); });
 }
 
@@ -108,6 +119,8 @@ void Filesystem::StopWorkers() {
   if (queue_) {
     queue_->Drain();
     queue_.reset();
+    if (encode_budget_.capacity() != 0)
+      log_->Info("mem: {} encodes waited for memory", encode_budget_.waits());
   }
   {
     std::lock_guard<std::mutex> lock(gc_mu_);
@@ -191,7 +204,12 @@ bool Filesystem::IsHidden(fuse_ino_t parent, const char* name) const {
 void Filesystem::ChownToCaller(fuse_req_t req, int dirfd, const char* name) {
   if (::geteuid() != 0) return;
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  if (::fchownat(dirfd, name, ctx->uid, ctx->gid, AT_SYMLINK_NOFOLLOW) != 0)
+  // In a set-group-ID directory the new entry keeps the directory's group,
+  // which the backing file system already gave it (POSIX/BSD semantics).
+  struct stat dir;
+  gid_t gid = ::fstatat(dirfd, "", &dir, AT_EMPTY_PATH) == 0 && (dir.st_mode & S_ISGID) ? static_cast<gid_t>(-1)
+                                                                                             : ctx->gid;
+  if (::fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
     log_->Warn("chown {} to {}:{} failed: {}", name, ctx->uid, ctx->gid, std::strerror(errno));
 }
 
@@ -200,8 +218,11 @@ void Filesystem::Init(fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
   conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
-  log_->Info("ckptfs mounted {} on {} (compress={}, threads={}, keyframe={})", options_.backing,
-             options_.mountpoint, options_.compress ? "on" : "off", options_.threads, options_.keyframe);
+  MemorySplit memory = SplitMemory(options_);
+  log_->Info("ckptfs mounted {} on {} (compress={}, threads={}, keyframe={}, cache={} MiB, encode memory={})",
+             options_.backing, options_.mountpoint, options_.compress ? "on" : "off", options_.threads,
+             options_.keyframe, memory.cache_mib,
+             memory.encode_mib ? std::to_string(memory.encode_mib) + " MiB" : std::string("unbounded"));
 }
 
 namespace {
@@ -320,7 +341,7 @@ Status RunDaemon(const MountOptions& options) {
   if (!options.log_file.empty() && !log.OpenFile(options.log_file))
     return Status::Io(errno, "open log file " + options.log_file);
   StoreOptions store_options;
-  store_options.chunk_cache_bytes = options.cache_mib << 20;
+  store_options.chunk_cache_bytes = SplitMemory(options).cache_mib << 20;
   // A read-only backing directory (or -o ro) mounts read-only: no staging
   // area, no recovery, no GC; files a dead daemon left in staging are
   // served from their staging files.
@@ -362,6 +383,17 @@ Status RunDaemon(const MountOptions& options) {
 
   std::string fuse_opts = "fsname=" + backing + ",subtype=ckptfs";
   for (const std::string& o : resolved.fuse_options) fuse_opts += "," + o;
+  auto has = [&](std::string_view flag) {
+    return std::find(resolved.fuse_options.begin(), resolved.fuse_options.end(), flag) !=
+           resolved.fuse_options.end();
+  };
+  if ((has("allow_other") || has("allow_root")) && !has("default_permissions")) {
+    // The daemon runs as root and checks no permissions itself: letting
+    // other users in without the kernel's checks would let anyone read
+    // every file.
+    fuse_opts += ",default_permissions";
+    log.Info("allow_other/allow_root: adding default_permissions (the kernel checks modes)");
+  }
   std::vector<std::string> argv_s = {"ckptfs", "-o", fuse_opts};
   if (options.debug_fuse) argv_s.push_back("-d");
   std::vector<char*> argv;

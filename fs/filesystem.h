@@ -23,6 +23,7 @@
 #include "fs/commit_pipeline.h"
 #include "fs/encode_queue.h"
 #include "fs/log.h"
+#include "fs/memory_budget.h"
 #include "fs/options.h"
 #include "fs/store.h"
 
@@ -172,6 +173,8 @@ class Filesystem {
   InodeTable inodes_;
   fuse_session* session_ = nullptr;
   std::unique_ptr<EncodeQueue> queue_;
+  // mem=: encodes reserve their working set here before they start.
+  MemoryBudget encode_budget_;
   // Writable handles closed by their process (FLUSH seen) whose RELEASE has
   // not arrived yet. Part of `user.ckptfs.pending`, so that "nothing
   // pending" right after a close() really means the commit has finished.

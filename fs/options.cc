@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 
@@ -53,6 +54,7 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     else if (key == "fuse_threads") RETURN_IF_ERROR(ParseNumber<unsigned>(key, value, 2, 256, &o->fuse_threads));
     else if (key == "keyframe") RETURN_IF_ERROR(ParseNumber<uint32_t>(key, value, 1, 1000000, &o->keyframe));
     else if (key == "cache") RETURN_IF_ERROR(ParseNumber<uint64_t>(key, value, 0, 1u << 20, &o->cache_mib));
+    else if (key == "mem") RETURN_IF_ERROR(ParseNumber<uint64_t>(key, value, 0, 1u << 24, &o->mem_mib));
     else if (key == "zstd") RETURN_IF_ERROR(ParseNumber<int>(key, value, -7, 22, &o->zstd_level));
     else if (key == "gc_grace") RETURN_IF_ERROR(ParseNumber<int64_t>(key, value, 0, INT64_MAX, &o->gc_grace_seconds));
     else if (key == "gc_interval")
@@ -85,6 +87,12 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     else return Status::InvalidArgument(fmt::format("-o: unknown option '{}'", item));
   }
   return Status::Ok();
+}
+
+MemorySplit SplitMemory(const MountOptions& o) {
+  if (o.mem_mib == 0) return {o.cache_mib, 0};
+  uint64_t cache = std::min(o.cache_mib, o.mem_mib / 2);
+  return {cache, std::max<uint64_t>(1, o.mem_mib - cache)};
 }
 
 Result<std::shared_ptr<const policy::Policy>> BuildLossyPolicy(const MountOptions& o) {

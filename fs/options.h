@@ -14,6 +14,17 @@
 
 namespace ckptfs::fs {
 
+// What mem= leaves to each consumer (MiB): the chunk cache gets half of
+// the bound (at most cache=), encodes the rest. Without mem=: cache= and
+// no encode bound (0).
+struct MemorySplit {
+  uint64_t cache_mib = 0;
+  uint64_t encode_mib = 0;
+};
+
+struct MountOptions;
+MemorySplit SplitMemory(const MountOptions& options);
+
 struct MountOptions {
   std::string backing;
   std::string mountpoint;
@@ -24,6 +35,10 @@ struct MountOptions {
   unsigned fuse_threads = 16;    // fuse_threads=N request threads
   uint32_t keyframe = 10;        // keyframe=N
   uint64_t cache_mib = 256;      // cache=MiB decoded chunk cache
+  // mem=MiB (0: no bound): half for the chunk cache (at most cache=), the
+  // rest reserved by encodes for their working set (encodes wait for it);
+  // encoders also drop their mapped view of the staging file as they go.
+  uint64_t mem_mib = 0;
   int zstd_level = 3;            // zstd=LEVEL
   std::string log_file;          // log=FILE (default stderr; /dev/null once daemonized)
   LogLevel log_level = LogLevel::kInfo;  // loglevel=debug|info|warn|error

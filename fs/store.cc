@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <unordered_set>
+#include <vector>
 
 namespace ckptfs::fs {
 
@@ -47,9 +48,32 @@ Status SyncDir(const std::string& path) {
 }
 
 namespace {
+// Everything under .ckptfs/ is private to the daemon's user: objects and
+// staging files hold the bytes of every file, whatever its mode in the
+// mount, so other users must not reach them through the backing tree.
 Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Status::Io(errno, "mkdir " + path);
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Status::Io(errno, "mkdir " + path);
   return Status::Ok();
+}
+
+// Stores made before .ckptfs/ was private (or by hand) get its mode
+// tightened at mount; one private top directory covers everything below.
+Status MakePrivate(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Status::Io(errno, "stat " + path);
+  if ((st.st_mode & 077) != 0 && ::chmod(path.c_str(), 0700) != 0) return Status::Io(errno, "chmod 0700 " + path);
+  return Status::Ok();
+}
+
+// Objects are opened without following symlinks: an object replaced by a
+// link to a file elsewhere is refused, never served. A missing or linked
+// object is a damaged store (EIO for readers), not a missing file.
+Result<std::unique_ptr<PosixFile>> OpenObjectFile(const std::string& path) {
+  auto file = PosixFile::Open(path, O_NOFOLLOW);
+  if (!file.ok() && file.status().sys_errno() == ELOOP)
+    return Status::Corruption(path + " is a symbolic link, not an object");
+  if (!file.ok() && file.status().sys_errno() == ENOENT) return Status::Corruption(path + ": object missing");
+  return file;
 }
 
 constexpr std::string_view kFormatPrefix = "ckptfs-store ";
@@ -89,8 +113,10 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& backing, const Sto
   std::string want = fmt::format("{}{}", kFormatPrefix, kStoreFormatVersion);
   if (text != want)
     return Status::Unsupported(fmt::format("{}: unknown store format, want='{}' have='{}'", format_path, want, text));
-  for (const char* sub : {"objects", "staging", "tmp"})
-    if (options.create) RETURN_IF_ERROR(MakeDir(store->MetaPath(sub)));
+  if (options.create) {
+    RETURN_IF_ERROR(MakePrivate(meta));
+    for (const char* sub : {"objects", "staging", "tmp"}) RETURN_IF_ERROR(MakeDir(store->MetaPath(sub)));
+  }
   return store;
 }
 
@@ -115,7 +141,7 @@ Status Store::ClaimStagingArea() {
   RETURN_IF_ERROR(MakeDir(MetaPath("staging/" + hex)));
   RETURN_IF_ERROR(MakeDir(MetaPath("tmp/" + hex)));
   std::string lock_path = MetaPath("staging/" + hex + "/.lock");
-  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Io(errno, "create " + lock_path);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
@@ -167,12 +193,22 @@ Result<TempFile> Store::CreateTemp() {
 
 Result<ObjectId> Store::PublishObject(TempFile tmp) {
   if (::fsync(tmp.fd()) != 0) return Status::Io(errno, "fsync " + tmp.path());
-  ObjectId id;
+  // Hashed through a small buffer rather than a mapping of the whole
+  // object: a mapping would add the object's size to the daemon's RSS.
+  ObjectIdStream hash;
   {
-    ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::FromFd(tmp.fd(), tmp.path()));
-    id = ObjectId::Of(mapped.bytes());
+    std::vector<std::byte> buf(1 << 20);
+    for (off_t off = 0;;) {
+      ssize_t n = ::pread(tmp.fd(), buf.data(), buf.size(), off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Status::Io(errno, "read " + tmp.path());
+      if (n == 0) break;
+      hash.Update(ByteSpan(buf.data(), static_cast<size_t>(n)));
+      off += n;
+    }
   }
-  if (::fchmod(tmp.fd(), 0444) != 0) return Status::Io(errno, "chmod " + tmp.path());
+  ObjectId id = hash.Digest();
+  if (::fchmod(tmp.fd(), 0400) != 0) return Status::Io(errno, "chmod " + tmp.path());
   std::string hex = id.Hex();
   std::string dir = MetaPath("objects/" + hex.substr(0, 2));
   RETURN_IF_ERROR(MakeDir(dir));
@@ -201,7 +237,7 @@ Result<std::shared_ptr<const BlobReader>> Store::OpenBlob(const ObjectId& id) {
     auto it = readers_.find(id);
     if (it != readers_.end()) return it->second;
   }
-  ASSIGN_OR_RETURN(auto file, PosixFile::Open(ObjectPath(id)));
+  ASSIGN_OR_RETURN(auto file, OpenObjectFile(ObjectPath(id)));
   std::shared_ptr<const RandomAccessFile> shared(std::move(file));
   auto reader = BlobReader::Open(shared, id, this, &cache_);
   if (!reader.ok()) return reader.status().WithContext("object " + id.Hex());
@@ -234,7 +270,7 @@ size_t Store::DropRemovedReaders() {
 }
 
 Result<std::shared_ptr<const RandomAccessFile>> Store::OpenRaw(const ObjectId& id) {
-  ASSIGN_OR_RETURN(auto file, PosixFile::Open(ObjectPath(id)));
+  ASSIGN_OR_RETURN(auto file, OpenObjectFile(ObjectPath(id)));
   return std::shared_ptr<const RandomAccessFile>(std::move(file));
 }
 

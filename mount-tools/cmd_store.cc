@@ -281,6 +281,9 @@ int RunFsck(const std::string& backing, bool as_json) {
   if (!walk.ok()) return ReportStatus(walk, "fsck");
   fs::ForEachObject(st, [&](const ObjectId& id, const std::string& path) {
     ++objects;
+    struct stat lst;
+    if (::lstat(path.c_str(), &lst) == 0 && !S_ISREG(lst.st_mode))
+      return problems.push_back(fmt::format("object {}: not a regular file (the daemon refuses it)", id.Hex()));
     auto mapped = MappedFile::Open(path);
     if (!mapped.ok()) return problems.push_back(fmt::format("object {}: {}", id.Hex(), mapped.status().ToString()));
     if (ObjectId::Of(mapped->bytes()) != id)

@@ -27,14 +27,29 @@ uint64_t Checksum64Stream::Digest() const {
 
 uint32_t Crc32(ByteSpan data, uint32_t crc) { return libdeflate_crc32(crc, data.data(), data.size()); }
 
-ObjectId ObjectId::Of(ByteSpan content) {
-  XXH128_hash_t h = XXH3_128bits(content.data(), content.size());
+namespace {
+ObjectId FromXxh128(XXH128_hash_t h) {
   ObjectId id;
   for (int i = 0; i < 8; ++i) {
     id.bytes[i] = static_cast<uint8_t>(h.high64 >> (56 - 8 * i));
     id.bytes[8 + i] = static_cast<uint8_t>(h.low64 >> (56 - 8 * i));
   }
   return id;
+}
+}  // namespace
+
+ObjectId ObjectId::Of(ByteSpan content) { return FromXxh128(XXH3_128bits(content.data(), content.size())); }
+
+ObjectIdStream::ObjectIdStream() : state_(XXH3_createState()) {
+  if (state_ == nullptr) throw std::bad_alloc();
+  XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+ObjectIdStream::~ObjectIdStream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void ObjectIdStream::Update(ByteSpan data) {
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data.data(), data.size());
+}
+ObjectId ObjectIdStream::Digest() const {
+  return FromXxh128(XXH3_128bits_digest(static_cast<const XXH3_state_t*>(state_)));
 }
 
 Result<ObjectId> ObjectId::FromHex(std::string_view hex) {

@@ -32,6 +32,24 @@ class Checksum64Stream {
 
 uint32_t Crc32(ByteSpan data, uint32_t crc = 0);
 
+struct ObjectId;
+
+// Incremental XXH3-128 over several spans; Digest() equals ObjectId::Of of
+// their concatenation (hashing a large object without mapping it whole).
+// Not thread-safe.
+class ObjectIdStream {
+ public:
+  ObjectIdStream();
+  ~ObjectIdStream();
+  ObjectIdStream(const ObjectIdStream&) = delete;
+  ObjectIdStream& operator=(const ObjectIdStream&) = delete;
+  void Update(ByteSpan data);
+  ObjectId Digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t*
+};
+
 // 16-byte content address of an immutable object. Hex form: 32 lowercase
 // hex digits, high half first.
 struct ObjectId {

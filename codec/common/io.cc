@@ -27,8 +27,8 @@ Status MemoryFile::ReadAt(uint64_t offset, MutableByteSpan out) const {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<PosixFile>> PosixFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+Result<std::unique_ptr<PosixFile>> PosixFile::Open(const std::string& path, int extra_flags) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | extra_flags);
   if (fd < 0) return Status::Io(errno, "open " + path);
   struct stat st;
   if (::fstat(fd, &st) != 0) {

@@ -45,7 +45,8 @@ class MemoryFile final : public RandomAccessFile {
 // A read-only file on disk read with pread. The size is fixed at open.
 class PosixFile final : public RandomAccessFile {
  public:
-  static Result<std::unique_ptr<PosixFile>> Open(const std::string& path);
+  // `extra_flags` are added to O_RDONLY|O_CLOEXEC (e.g. O_NOFOLLOW).
+  static Result<std::unique_ptr<PosixFile>> Open(const std::string& path, int extra_flags = 0);
   ~PosixFile() override;
   PosixFile(const PosixFile&) = delete;
   PosixFile& operator=(const PosixFile&) = delete;

@@ -54,5 +54,15 @@ TEST(HashTest, Crc32MatchesZlibReference) {
   EXPECT_EQ(s.Digest(), Checksum64(AsBytes("123456789")));
 }
 
+TEST(HashTest, ObjectIdStreamMatchesOneShot) {
+  std::string text(5000, 'x');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>('a' + i % 23);
+  ObjectIdStream s;
+  s.Update(AsBytes(std::string_view(text).substr(0, 1234)));
+  s.Update(AsBytes(std::string_view(text).substr(1234)));
+  EXPECT_EQ(s.Digest(), ObjectId::Of(AsBytes(text)));
+  EXPECT_NE(s.Digest(), ObjectId::Of(AsBytes(std::string_view(text).substr(1))));
+}
+
 }  // namespace
 }  // namespace ckptfs
