@@ -92,8 +92,9 @@ ByteSpan ReadBaseBytes(const PlannedChunk& plan, const BaseRef* base, CodecScrat
 // A lossy stream at most this share of the raw chunk is kept without
 // encoding the lossless candidates: float data never compresses losslessly
 // that far except when it is (nearly) all zeros or unchanged, and then the
-// lossy stream prunes it to almost nothing too. Skipping them triples the
-// encode speed of lossy chunks.
+// lossy stream prunes it to almost nothing too. Skipping them doubles the
+// encode speed of a lossy checkpoint (fp32 model + Adam: 146 -> 300 MB/s on
+// one core) at the same stored size.
 constexpr double kTryLosslessAbove = 0.25;
 
 // Encodes `plan` lossily against the base's reconstruction (closed loop),
