@@ -73,6 +73,10 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
       Result<lossy::GpuMode> mode = lossy::ParseGpuMode(value);
       if (!mode.ok()) return Status::InvalidArgument(fmt::format("-o gpu: want auto|on|off have '{}'", value));
       o->gpu = *mode;
+    } else if (key == "schedule") {
+      Result<lossy::BudgetSchedule> schedule = lossy::ParseBudgetSchedule(value);
+      if (!schedule.ok()) return Status::InvalidArgument(fmt::format("-o schedule: want off|dsq have '{}'", value));
+      o->schedule = *schedule;
     }
     else if (key == "loglevel") {
       if (!ParseLogLevel(value, &o->log_level))

@@ -10,6 +10,7 @@
 #include "codec/common/status.h"
 #include "codec/policy/policy.h"
 #include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/schedule.h"
 #include "fs/log.h"
 
 namespace ckptfs::fs {
@@ -55,6 +56,7 @@ struct MountOptions {
   double opt_budget = -1;        // opt_budget=REL_L2 for optimizer state (< 0: same as budget)
   std::string policy_file;       // policy=FILE.toml rules (docs/policy.md)
   lossy::GpuMode gpu = lossy::GpuMode::kAuto;  // gpu=auto|on|off lossy kernel backend
+  lossy::BudgetSchedule schedule;  // schedule=off|dsq: delta-frame budget follows the update size
   std::vector<std::string> fuse_options;  // passed to libfuse (-o ...)
   // Built from lossy/budget/opt_budget/policy by BuildLossyPolicy (RunDaemon).
   std::shared_ptr<const policy::Policy> policy;

@@ -73,7 +73,8 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
       const TensorLossyReport& l = it->second;
       j["tensors"].back()["lossy"] = {{"rel_l2", l.rel_l2},       {"max_abs", l.max_abs},
                                       {"bits", l.max_bits},       {"pruned", l.pruned},
-                                      {"quantized", l.quantized}, {"exact", l.exact}};
+                                      {"quantized", l.quantized}, {"exact", l.exact},
+                                      {"budget_rel_l2", l.budget_rel_l2}, {"update_rel", l.update_rel}};
     }
   }
   j["verbatim"] = {{"logical_bytes", verbatim_logical}, {"stored_bytes", verbatim_stored}};
@@ -102,9 +103,13 @@ void PrintBlobReport(const std::string& title, const nlohmann::json& j) {
                            "stored", "ratio", "codecs");
   for (const auto& t : j["tensors"]) {
     std::string lossy;
-    if (t.contains("lossy"))
-      lossy = fmt::format("  rel_l2 {:.3g} max_abs {:.3g} bits {}", t["lossy"]["rel_l2"].get<double>(),
-                          t["lossy"]["max_abs"].get<double>(), t["lossy"]["bits"].get<int>());
+    if (t.contains("lossy")) {
+      const auto& l = t["lossy"];
+      lossy = fmt::format("  rel_l2 {:.3g} max_abs {:.3g} bits {}", l["rel_l2"].get<double>(),
+                          l["max_abs"].get<double>(), l["bits"].get<int>());
+      if (l["budget_rel_l2"].get<double>() > 0) lossy += fmt::format(" budget {:.3g}", l["budget_rel_l2"].get<double>());
+      if (l["update_rel"].get<double>() > 0) lossy += fmt::format(" update {:.3g}", l["update_rel"].get<double>());
+    }
     std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}  {}{}\n", t["name"].get<std::string>(),
                              t["dtype"].get<std::string>(),
                              fmt::format("[{}]", fmt::join(t["shape"].get<std::vector<uint64_t>>(), ", ")),

@@ -1,5 +1,6 @@
 // encode / decode / inspect: the codec on single files, without a store.
 //   ckptfs encode IN BLOB [--base BASE_BLOB] [--zstd-level N] [--threads N]
+//                 [--budget REL_L2 [--opt-budget REL_L2] [--schedule off|dsq]]
 //   ckptfs decode BLOB OUT [--base BASE_BLOB ...]
 //   ckptfs inspect-blob BLOB [--json] [--chunks] [--base BASE_BLOB ...]
 // (`ckptfs inspect` also accepts a bare blob and forwards it here.)
@@ -15,6 +16,8 @@
 
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
+#include "codec/policy/policy.h"
+#include "codec/tensor/lossy/schedule.h"
 #include "mount-tools/blob_report.h"
 #include "mount-tools/commands.h"
 
@@ -48,6 +51,9 @@ struct BlobArgs {
   unsigned threads = 1;
   bool json = false;
   bool chunks = false;
+  double budget = 0.0;       // 0: lossless (the default of a single-file encode)
+  double opt_budget = -1.0;  // < 0: same as budget
+  std::string schedule = "off";
 };
 
 Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, FileListResolver* resolver) {
@@ -80,6 +86,17 @@ int RunEncode(const BlobArgs& a) {
   EncodeOptions options;
   options.zstd_level = a.zstd_level;
   options.threads = a.threads;
+  Result<lossy::BudgetSchedule> schedule = lossy::ParseBudgetSchedule(a.schedule);
+  if (!schedule.ok()) return ReportStatus(schedule.status(), "encode: --schedule");
+  options.budget_schedule = *schedule;
+  if (a.budget > 0 || a.opt_budget > 0) {
+    // The mount's default policy (docs/policy.md) with these budgets.
+    auto policy = std::make_shared<policy::Policy>(
+        policy::Policy::Defaults(a.budget, a.opt_budget >= 0 ? a.opt_budget : a.budget));
+    options.lossy_budget = [policy](FileFormat format, const TensorInfo& t) {
+      return policy->BudgetFor("", format, t);
+    };
+  }
   VectorSink sink;
   auto stats = EncodeBlob(file, layout, have_base ? &base : nullptr, options, &sink);
   if (!stats.ok()) return ReportStatus(stats.status(), "encode " + a.in);
@@ -135,6 +152,12 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
   enc->add_option("--base", args->bases, "previous version's blob (delta frame); more for its chain");
   enc->add_option("--zstd-level", args->zstd_level, "zstd level")->check(CLI::Range(-7, 22));
   enc->add_option("--threads", args->threads, "encode threads")->check(CLI::Range(1, 256));
+  enc->add_option("--budget", args->budget, "lossy: per-tensor rel_l2 budget of float tensors (0 = lossless)")
+      ->check(CLI::Range(0.0, 1.0));
+  enc->add_option("--opt-budget", args->opt_budget, "lossy: budget of optimizer state (default: --budget)")
+      ->check(CLI::Range(0.0, 1.0));
+  enc->add_option("--schedule", args->schedule, "lossy: budget schedule of delta frames, off or dsq")
+      ->check(CLI::IsMember({"off", "dsq"}));
   enc->callback([args, exit_code] { *exit_code = RunEncode(*args); });
 
   CLI::App* dec = app.add_subcommand("decode", "Decode a blob back into the file");

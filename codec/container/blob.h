@@ -18,6 +18,7 @@
 #include "codec/common/status.h"
 #include "codec/format/layout.h"
 #include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/schedule.h"
 
 namespace ckptfs {
 
@@ -69,6 +70,9 @@ struct EncodeOptions {
   // not shared between threads: lossy chunks are then encoded one at a time.
   lossy::LossyKernels* lossy_kernels = nullptr;
   int lossy_zstd_level = 1;
+  // Dynamic precision: tightens the budget of delta-frame chunks whose
+  // update is small (codec/tensor/lossy/schedule.h). Off by default.
+  lossy::BudgetSchedule budget_schedule;
 };
 
 // The previous version of the file, for delta frames. Tensors are matched by

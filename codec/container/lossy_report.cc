@@ -11,6 +11,7 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
   const auto& tensors = reader.tensors();
   std::vector<TensorLossyReport> all(tensors.size());
   std::vector<double> err2(tensors.size()), ref2(tensors.size());
+  std::vector<double> budget2(tensors.size()), update2(tensors.size()), update_ref2(tensors.size());
   for (uint32_t c = 0; c < reader.chunks().size(); ++c) {
     const ChunkInfo& chunk = reader.chunks()[c];
     if (chunk.segment < 0) continue;
@@ -23,6 +24,11 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
     ++r.lossy_chunks;
     err2[t] += p.err2_sum;
     ref2[t] += p.ref2_sum;
+    budget2[t] += p.budget_rel_l2 * p.budget_rel_l2 * p.ref2_sum;
+    if (p.update_rel > 0) {
+      update2[t] += static_cast<double>(p.update_rel) * p.update_rel * p.ref2_sum;
+      update_ref2[t] += p.ref2_sum;
+    }
     r.max_abs = std::max(r.max_abs, p.max_abs);
     r.max_bits = std::max(r.max_bits, p.bits);
     r.pruned += p.pruned;
@@ -34,6 +40,8 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
     if (all[t].lossy_chunks == 0) continue;
     all[t].tensor = static_cast<int32_t>(t);
     all[t].rel_l2 = ref2[t] > 0 ? std::sqrt(err2[t] / ref2[t]) : (err2[t] > 0 ? 1.0 : 0.0);
+    all[t].budget_rel_l2 = ref2[t] > 0 ? std::sqrt(budget2[t] / ref2[t]) : 0.0;
+    all[t].update_rel = update_ref2[t] > 0 ? std::sqrt(update2[t] / update_ref2[t]) : 0.0;
     out.push_back(all[t]);
   }
   return out;

@@ -18,6 +18,14 @@ struct TensorLossyReport {
   uint32_t lossy_chunks = 0;
   uint32_t chunks = 0;
   uint64_t pruned = 0, quantized = 0, exact = 0;
+  // The budget the tensor was encoded to, sqrt(sum b_c^2 ref2_c / sum ref2_c)
+  // over its lossy chunks c (each chunk keeps err2_c <= b_c^2 ref2_c, so this
+  // bounds rel_l2); below the configured budget where a budget schedule
+  // tightened it. 0 when the blob predates recording it.
+  double budget_rel_l2 = 0.0;
+  // The measured update ||w - base|| / ||w|| aggregated the same way over the
+  // chunks where the schedule measured one; 0 when none did.
+  double update_rel = 0.0;
 };
 
 // One report per tensor that has at least one kLossy chunk, in tensor order.

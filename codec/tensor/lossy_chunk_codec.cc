@@ -31,14 +31,14 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   w.U8(flags);
   w.U8(bits);
   w.U8(0);
-  w.U32(0);
+  w.U32(std::bit_cast<uint32_t>(update_rel));
   w.U64(std::bit_cast<uint64_t>(err2_sum));
   w.U64(std::bit_cast<uint64_t>(ref2_sum));
   w.U64(std::bit_cast<uint64_t>(max_abs));
   w.U64(pruned);
   w.U64(quantized);
   w.U64(exact);
-  w.U64(0);
+  w.U64(std::bit_cast<uint64_t>(budget_rel_l2));
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
@@ -50,18 +50,26 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
   p.flags = r.U8();
   p.bits = r.U8();
   const uint8_t reserved8 = r.U8();
-  const uint32_t reserved32 = r.U32();
+  const uint32_t update_bits = r.U32();
   p.err2_sum = LoadF64(r);
   p.ref2_sum = LoadF64(r);
   p.max_abs = LoadF64(r);
   p.pruned = r.U64();
   p.quantized = r.U64();
   p.exact = r.U64();
-  const uint64_t reserved64 = r.U64();
+  const uint64_t budget_bits = r.U64();
   RETURN_IF_ERROR(r.status());
-  if (version != kVersion) return Status::Corruption(fmt::format("lossy params: version {}, want {}", version, kVersion));
-  if ((p.flags & ~kFlagDelta) != 0 || reserved8 != 0 || reserved32 != 0 || reserved64 != 0)
+  if (version != 1 && version != kVersion)
+    return Status::Corruption(fmt::format("lossy params: version {}, want 1 or {}", version, kVersion));
+  // Version 1 reserved the two fields that version 2 fills.
+  if ((p.flags & ~kFlagDelta) != 0 || reserved8 != 0 || (version == 1 && (update_bits != 0 || budget_bits != 0)))
     return Status::Corruption("lossy params: reserved bits set");
+  p.update_rel = std::bit_cast<float>(update_bits);
+  p.budget_rel_l2 = std::bit_cast<double>(budget_bits);
+  if (!std::isfinite(p.update_rel) || p.update_rel < 0)
+    return Status::Corruption(fmt::format("lossy params: update_rel {} invalid", p.update_rel));
+  if (!std::isfinite(p.budget_rel_l2) || p.budget_rel_l2 < 0)
+    return Status::Corruption(fmt::format("lossy params: budget_rel_l2 {} invalid", p.budget_rel_l2));
   if (p.bits > 8) return Status::Corruption(fmt::format("lossy params: bits {}, want <= 8", p.bits));
   for (double v : {p.err2_sum, p.ref2_sum, p.max_abs})
     if (!std::isfinite(v) || v < 0) return Status::Corruption(fmt::format("lossy params: error sum {} invalid", v));

@@ -15,7 +15,9 @@ namespace ckptfs {
 // The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), 64 bytes LE.
 struct LossyChunkParams {
   static constexpr size_t kEncodedSize = 64;
-  static constexpr uint8_t kVersion = 1;
+  // Version 2 adds update_rel and budget_rel_l2 (version 1 holds zeros
+  // there and still decodes: both then read as 0, "not recorded").
+  static constexpr uint8_t kVersion = 2;
   static constexpr uint8_t kFlagDelta = 1;  // the stream reads the base at base_offset
 
   uint8_t flags = 0;
@@ -26,10 +28,13 @@ struct LossyChunkParams {
   uint64_t pruned = 0;
   uint64_t quantized = 0;
   uint64_t exact = 0;
+  float update_rel = 0.0f;     // measured ||w - base|| / ||w|| the budget schedule saw (0 = none)
+  double budget_rel_l2 = 0.0;  // the rel_l2 budget the chunk was encoded to (0 = not recorded)
 
   bool delta() const { return (flags & kFlagDelta) != 0; }
   void EncodeTo(ByteWriter& w) const;
   // Rejects a wrong size or version, reserved bits, negative or non-finite sums.
+  // Accepts versions 1 and 2.
   static Result<LossyChunkParams> DecodeFrom(ByteSpan bytes);
 };
 

@@ -4,7 +4,11 @@
 # ckptfs codec with zstd -1 and zstd -3 on the same bytes (ratio, encode and
 # decode MB/s on one core, medians). A second JSON object follows with the
 # lossy codec at per-tensor rel_l2 budgets 1e-2 and 5e-2 (ratio vs budget,
-# achieved max rel_l2) on the same files and sequence.
+# achieved max rel_l2) on the same files and sequence. The last object,
+# "lossy_rel_l2_1e-2_dsq", encodes a converging sequence (training continued
+# with a learning rate halved every version, seq-decay/) at budget 1e-2 with
+# the budget schedule off and dsq: per version the ratio, the model's true
+# update from the previous version, the error achieved and the budget applied.
 #   scripts/bench/codec.sh [OUT_JSON]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,7 +17,7 @@ ckptfs_install_deps
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C build checkpoint_bench >/dev/null
 data=${CKPTFS_BENCH_DATA:-build/bench-data}
-if [ ! -f "$data/bf16-model.pt" ]; then
+if [ ! -f "$data/bf16-model.pt" ] || [ ! -d "$data/seq-decay" ]; then
   "$CKPTFS_PYTHON" scripts/bench/make_checkpoints.py "$data"
 fi
 out=${1:-/dev/stdout}
@@ -24,5 +28,9 @@ out=${1:-/dev/stdout}
     echo ", \"lossy_rel_l2_$budget\":"
     build/tests/bench/checkpoint_bench --runs 3 --budget "$budget" "$data/fp32.pt" "$data/bf16.pt" "$data/bf16-model.pt" --seq "$data"/seq/v*.pt
   done
-  echo '}'
+  echo ', "lossy_rel_l2_1e-2_dsq": {"off":'
+  build/tests/bench/checkpoint_bench --runs 3 --budget 1e-2 --schedule off --seq "$data"/seq-decay/v*.pt
+  echo ', "dsq":'
+  build/tests/bench/checkpoint_bench --runs 3 --budget 1e-2 --schedule dsq --seq "$data"/seq-decay/v*.pt
+  echo '}}'
 } > "$out"

@@ -2,16 +2,23 @@
 // bytes, in one process, single-threaded, medians of several runs. Prints
 // JSON (one object) on stdout.
 //
-//   checkpoint_bench [--runs N] [--budget REL_L2] [--opt-budget REL_L2] FILE... [--seq V0 V1 ...]
+//   checkpoint_bench [--runs N] [--clock wall|cpu] [--budget REL_L2] [--opt-budget REL_L2]
+//                    [--schedule off|dsq] FILE... [--seq V0 V1 ...]
 // --budget stores float tensors lossily within that per-tensor relative L2
-// error (the mount's default policy; --opt-budget for optimizer state).
-// --seq encodes each version against the previous one (delta frames).
+// error (the mount's default policy; --opt-budget for optimizer state);
+// --schedule dsq lets the budget of delta frames follow the update size.
+// --seq encodes each version against the previous one (delta frames); each
+// version also reports, over the model's lossy float tensors (not the
+// optimizer state), the true update from the previous version, the error
+// achieved and the budget applied.
 #include <zstd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -20,13 +27,29 @@
 
 #include "codec/common/io.h"
 #include "codec/container/blob.h"
+#include "codec/container/lossy_report.h"
 #include "codec/format/layout.h"
 #include "codec/policy/policy.h"
+#include "codec/tensor/lossy_chunk_codec.h"
 
 namespace ckptfs {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// --clock cpu: the calling thread's CPU time instead of wall time (every
+// measured call runs on the calling thread), so that neighbours on a shared
+// machine do not count.
+bool g_cpu_clock = false;
+
+double NowSeconds() {
+  if (g_cpu_clock) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -37,9 +60,9 @@ template <typename F>
 double MedianSeconds(int runs, F&& f) {
   std::vector<double> t;
   for (int i = 0; i < runs; ++i) {
-    auto t0 = Clock::now();
+    const double t0 = NowSeconds();
     f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    t.push_back(NowSeconds() - t0);
   }
   return Median(t);
 }
@@ -84,11 +107,52 @@ class MapResolver final : public BlobResolver {
 
 // Encodes and decodes `file` (against `base` when given); adds the reader of
 // the result to `resolver` under its id and returns that id via *id_out.
+// Over the model's float tensors that were stored lossily (optimizer state
+// excluded): the relative update from `previous` (same tensor names; empty
+// for the first version), the error of `decoded`, and the budget applied.
+nlohmann::json ModelErrors(ByteSpan file, const Layout& layout, ByteSpan previous, ByteSpan decoded,
+                           const BlobReader& reader) {
+  std::map<std::string, Segment> before;
+  if (!previous.empty()) {
+    Layout prev = DetectLayout(previous);
+    for (const Segment& s : prev.segments)
+      if (s.is_tensor()) before[prev.tensors[s.tensor].name] = s;
+  }
+  auto reports = LossyTensorReports(reader);
+  if (!reports.ok()) return {{"error", reports.status().ToString()}};
+  std::map<std::string, double> budget;
+  for (const TensorLossyReport& r : *reports) budget[reader.tensors()[r.tensor].name] = r.budget_rel_l2;
+  double err2 = 0, ref2 = 0, upd2 = 0, upd_ref2 = 0, budget2 = 0;
+  for (const Segment& s : layout.segments) {
+    if (!s.is_tensor()) continue;
+    const TensorInfo& t = layout.tensors[s.tensor];
+    auto b = budget.find(t.name);
+    if (b == budget.end() || policy::IsOptimizerState(t.name)) continue;
+    ByteSpan now = file.subspan(s.offset, s.length);
+    const ErrorSums e = MeasureError(t.dtype, now, decoded.subspan(s.offset, s.length));
+    err2 += e.err2;
+    ref2 += e.ref2;
+    budget2 += b->second * b->second * e.ref2;
+    if (auto p = before.find(t.name); p != before.end() && p->second.length == s.length) {
+      const ErrorSums u = MeasureError(t.dtype, now, previous.subspan(p->second.offset, s.length));
+      upd2 += u.err2;
+      upd_ref2 += u.ref2;
+    }
+  }
+  nlohmann::json j;
+  j["model_rel_l2"] = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
+  j["model_budget_rel_l2"] = ref2 > 0 ? std::sqrt(budget2 / ref2) : 0.0;
+  j["model_update_rel"] = upd_ref2 > 0 ? nlohmann::json(std::sqrt(upd2 / upd_ref2)) : nlohmann::json(nullptr);
+  return j;
+}
+
 nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, const policy::Policy* policy,
-                           MapResolver* resolver, ObjectId* id_out) {
+                           const lossy::BudgetSchedule& schedule, ByteSpan previous, MapResolver* resolver,
+                           ObjectId* id_out) {
   Layout layout = DetectLayout(file);
   EncodeOptions options;
   options.threads = 1;
+  options.budget_schedule = schedule;
   if (policy != nullptr)
     options.lossy_budget = [policy](FileFormat format, const TensorInfo& t) { return policy->BudgetFor("", format, t); };
   VectorSink sink;
@@ -120,20 +184,27 @@ nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, const p
   j["chunks"] = stats.chunks;
   j["lossy_chunks"] = stats.lossy_chunks;
   j["max_rel_l2"] = stats.max_rel_l2;
+  if (policy != nullptr) j.update(ModelErrors(file, layout, previous, out, **reader));
   return j;
 }
 
 int Main(int argc, char** argv) {
   int runs = 5;
   double budget = 0, opt_budget = -1;
+  lossy::BudgetSchedule schedule;
   std::vector<std::string> files, seq;
   bool in_seq = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--clock" && i + 1 < argc) g_cpu_clock = std::string(argv[++i]) == "cpu";
     else if (a == "--budget" && i + 1 < argc) budget = std::atof(argv[++i]);
     else if (a == "--opt-budget" && i + 1 < argc) opt_budget = std::atof(argv[++i]);
-    else if (a == "--seq") in_seq = true;
+    else if (a == "--schedule" && i + 1 < argc) {
+      auto parsed = lossy::ParseBudgetSchedule(argv[++i]);
+      if (!parsed.ok()) return (std::fprintf(stderr, "--schedule: want off or dsq\n"), 2);
+      schedule = *parsed;
+    } else if (a == "--seq") in_seq = true;
     else (in_seq ? seq : files).push_back(a);
   }
   if (budget < 0 || !(budget < 1)) return (std::fprintf(stderr, "--budget: want [0, 1)\n"), 2);
@@ -146,6 +217,8 @@ int Main(int argc, char** argv) {
   out["budget"] = budget;
   out["opt_budget"] = opt_budget >= 0 ? opt_budget : budget;
   out["threads"] = 1;
+  out["clock"] = g_cpu_clock ? "thread_cpu" : "wall";
+  out["schedule"] = std::string(lossy::BudgetScheduleName(schedule));
   out["files"] = nlohmann::json::array();
   MapResolver resolver;
   for (const auto& path : files) {
@@ -156,7 +229,7 @@ int Main(int argc, char** argv) {
     }
     ObjectId id;
     nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
-    j["ckptfs"] = BenchCkptfs(*bytes, nullptr, runs, policy, &resolver, &id);
+    j["ckptfs"] = BenchCkptfs(*bytes, nullptr, runs, policy, schedule, {}, &resolver, &id);
     j["zstd-1"] = BenchZstd(*bytes, 1, runs);
     j["zstd-3"] = BenchZstd(*bytes, 3, runs);
     out["files"].push_back(j);
@@ -165,12 +238,14 @@ int Main(int argc, char** argv) {
     out["sequence"] = nlohmann::json::array();
     std::optional<BaseRef> base;
     uint64_t logical = 0, stored = 0, zstd_stored = 0;
+    std::vector<std::byte> previous;
     for (const auto& path : seq) {
       auto bytes = ReadWholeFile(path);
       if (!bytes.ok()) return 2;
       ObjectId id;
       nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
-      j["ckptfs"] = BenchCkptfs(*bytes, base ? &*base : nullptr, runs, policy, &resolver, &id);
+      j["ckptfs"] = BenchCkptfs(*bytes, base ? &*base : nullptr, runs, policy, schedule, previous, &resolver, &id);
+      previous = *bytes;
       j["zstd-3"] = BenchZstd(*bytes, 3, 1);
       if (j["ckptfs"].contains("error")) return (std::puts(j.dump(2).c_str()), 3);
       logical += bytes->size();

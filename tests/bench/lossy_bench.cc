@@ -1,6 +1,6 @@
 // Throughput and size of the lossy tensor codec, one thread, printed as JSON.
 //   lossy_bench [--elements N] [--chunks C] [--rel R] [--gpu auto|on|off]
-//               [--input FILE.f32 [--base FILE.f32]] [--wall 0|1]
+//               [--input FILE.f32 [--base FILE.f32]] [--wall 0|1] [--type f32|f16|bf16]
 // Without --input it uses Gaussian weights (key frame) and a drifted copy
 // (delta frame). Per-kernel times come from the selected backend; "encode"
 // and "decode" are whole EncodeChunk/DecodeChunk calls with reused scratch.
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "codec/common/io.h"
+#include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/kernels.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/search.h"
@@ -47,6 +48,22 @@ struct Options {
   std::string input, base;
 };
 
+// The bench's element type (f32 inputs are rounded to it).
+ElementType g_type = ElementType::kF32;
+
+std::vector<std::byte> ConvertF32(const std::vector<std::byte>& f32) {
+  if (g_type == ElementType::kF32) return f32;
+  const size_t n = f32.size() / 4;
+  std::vector<std::byte> out(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, f32.data() + 4 * i, 4);
+    const uint16_t h = g_type == ElementType::kF16 ? FloatToHalf(f) : FloatToBf16(f);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
 std::vector<std::byte> ReadF32(const std::string& path) {
   Result<std::vector<std::byte>> bytes = ReadWholeFile(path);
   if (!bytes.ok()) {
@@ -71,7 +88,7 @@ Frame RunFrame(const std::vector<std::byte>& values, const std::vector<std::byte
   Scratch scratch;
   EncodeOptions opt;
   opt.kernels = kernels;
-  const uint64_t chunk_bytes = chunk_elems * 4;
+  const uint64_t chunk_bytes = chunk_elems * ElementSize(g_type);
   std::vector<EncodedChunk> chunks;
   recon_out->assign(values.size(), std::byte{0});
   auto t0 = Clock::now();
@@ -80,7 +97,7 @@ Frame RunFrame(const std::vector<std::byte>& values, const std::vector<std::byte
     ByteSpan v(values.data() + at, len);
     ByteSpan b = base.empty() ? ByteSpan{} : ByteSpan(base.data() + at, len);
     opt.reconstruction_out = MutableByteSpan(recon_out->data() + at, len);
-    Result<EncodedChunk> e = EncodeChunk(ElementType::kF32, v, b, {rel, 0}, &scratch, opt);
+    Result<EncodedChunk> e = EncodeChunk(g_type, v, b, {rel, 0}, &scratch, opt);
     if (!e.ok()) {
       std::fprintf(stderr, "encode: %s\n", e.status().ToString().c_str());
       std::exit(1);
@@ -95,7 +112,7 @@ Frame RunFrame(const std::vector<std::byte>& values, const std::vector<std::byte
   for (uint64_t at = 0, i = 0; at < values.size(); at += chunk_bytes, ++i) {
     uint64_t len = std::min<uint64_t>(chunk_bytes, values.size() - at);
     ByteSpan b = base.empty() ? ByteSpan{} : ByteSpan(base.data() + at, len);
-    Status st = DecodeChunk(ElementType::kF32, chunks[i].bytes, b, MutableByteSpan(decoded.data() + at, len), &scratch,
+    Status st = DecodeChunk(g_type, chunks[i].bytes, b, MutableByteSpan(decoded.data() + at, len), &scratch,
                             kernels);
     if (!st.ok()) {
       std::fprintf(stderr, "decode: %s\n", st.ToString().c_str());
@@ -115,17 +132,18 @@ Frame RunFrame(const std::vector<std::byte>& values, const std::vector<std::byte
 std::string KernelTimes(const std::vector<std::byte>& values, const std::vector<std::byte>& base, uint64_t n,
                         double rel, LossyKernels& k) {
   const int reps = 5;
-  ByteSpan v(values.data(), n * 4);
-  ByteSpan b = base.empty() ? ByteSpan{} : ByteSpan(base.data(), n * 4);
+  const size_t w = ElementSize(g_type);
+  ByteSpan v(values.data(), n * w);
+  ByteSpan b = base.empty() ? ByteSpan{} : ByteSpan(base.data(), n * w);
   std::vector<float> r(n);
   std::vector<double> p(ReduceBlocks(n));
   std::vector<uint32_t> h(kHistogramBins);
   std::string json;
   auto report = [&](const char* name, double s) {
-    json += "\"" + std::string(name) + "\": {\"gb_per_s\": " + std::to_string(n * 4.0 * reps / s / 1e9) + "}, ";
+    json += "\"" + std::string(name) + "\": {\"gb_per_s\": " + std::to_string(n * double(w) * reps / s / 1e9) + "}, ";
   };
   auto t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) (void)k.Residual(ElementType::kF32, v, b, r, p);
+  for (int i = 0; i < reps; ++i) (void)k.Residual(g_type, v, b, r, p);
   report("residual", Since(t0));
   t0 = Clock::now();
   for (int i = 0; i < reps; ++i) (void)k.Histogram(r, h);
@@ -138,21 +156,21 @@ std::string KernelTimes(const std::vector<std::byte>& values, const std::vector<
   report("search", Since(t0));
   if (!found) return json + "\"search_result\": \"lossless\"";
   const QuantizeTable& t = found->table;
-  std::vector<std::byte> packed(PackedBytes(n, t.bits)), recon(n * 4), raw(n * 4), out(n * 4);
+  std::vector<std::byte> packed(PackedBytes(n, t.bits)), recon(n * w), raw(n * w), out(n * w);
   std::vector<uint32_t> pos(n);
   double mx;
   ClassCounts cc;
   t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) (void)k.QuantizePack(ElementType::kF32, t, v, b, r, packed, recon, p, &mx, &cc);
+  for (int i = 0; i < reps; ++i) (void)k.QuantizePack(g_type, t, v, b, r, packed, recon, p, &mx, &cc);
   report("quantize_pack", Since(t0));
   uint64_t count = 0;
   t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) (void)k.CompactExact(ElementType::kF32, t, v, r, pos, raw, &count);
+  for (int i = 0; i < reps; ++i) (void)k.CompactExact(g_type, t, v, r, pos, raw, &count);
   report("compact_exact", Since(t0));
   uint32_t ms;
   t0 = Clock::now();
   for (int i = 0; i < reps; ++i)
-    (void)k.Dequantize(ElementType::kF32, t.bits, std::span<const float>(t.levels, kMaxLevels), packed, b, out, &ms);
+    (void)k.Dequantize(g_type, t.bits, std::span<const float>(t.levels, kMaxLevels), packed, b, out, &ms);
   report("dequantize", Since(t0));
   return json + "\"bits\": " + std::to_string(t.bits);
 }
@@ -177,6 +195,8 @@ int main(int argc, char** argv) {
       o.base = v;
     else if (a == "--wall")
       g_wall = v == "1";
+    else if (a == "--type")
+      g_type = v == "f16" ? ElementType::kF16 : v == "bf16" ? ElementType::kBF16 : ElementType::kF32;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -189,8 +209,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::byte> key, next;
   if (!o.input.empty()) {
-    key = ReadF32(o.input);
-    if (!o.base.empty()) next = ReadF32(o.base);
+    key = ConvertF32(ReadF32(o.input));
+    if (!o.base.empty()) next = ConvertF32(ReadF32(o.base));
   } else {
     uint64_t n = o.elements * o.chunks;
     std::vector<float> w(n);
@@ -199,22 +219,25 @@ int main(int argc, char** argv) {
     for (float& x : w) x = normal(rng);
     key.resize(n * 4);
     std::memcpy(key.data(), w.data(), n * 4);
+    key = ConvertF32(key);
     for (uint64_t i = 0; i < n; ++i)
       if (i % 4 != 0) w[i] += step(rng);  // a quarter of the elements frozen
     next.resize(n * 4);
     std::memcpy(next.data(), w.data(), n * 4);
+    next = ConvertF32(next);
   }
   std::vector<std::byte> key_recon, next_recon;
   Frame kf = RunFrame(key, {}, o.elements, o.rel, kernels->get(), &key_recon);
-  std::printf("{\"backend\": \"%s\", \"clock\": \"%s\", \"rel_l2\": %g, \"chunk_elements\": %llu,\n",
-              std::string((*kernels)->name()).c_str(), g_wall ? "wall" : "thread_cpu", o.rel,
+  const char* type_name = g_type == ElementType::kF32 ? "f32" : g_type == ElementType::kF16 ? "f16" : "bf16";
+  std::printf("{\"backend\": \"%s\", \"type\": \"%s\", \"clock\": \"%s\", \"rel_l2\": %g, \"chunk_elements\": %llu,\n",
+              std::string((*kernels)->name()).c_str(), type_name, g_wall ? "wall" : "thread_cpu", o.rel,
               static_cast<unsigned long long>(o.elements));
   auto print_frame = [](const char* name, const Frame& f) {
     std::printf(
         " \"%s\": {\"bytes\": %llu, \"encoded\": %llu, \"bits_per_element\": %.4f, \"ratio\": %.2f, "
         "\"worst_rel_l2\": %.3g, \"encode_gb_per_s\": %.3f, \"decode_gb_per_s\": %.3f},\n",
         name, static_cast<unsigned long long>(f.bytes), static_cast<unsigned long long>(f.encoded),
-        f.encoded * 8.0 / (f.bytes / 4.0), static_cast<double>(f.bytes) / f.encoded, f.worst_rel,
+        f.encoded * 8.0 / (f.bytes / double(ElementSize(g_type))), static_cast<double>(f.bytes) / f.encoded, f.worst_rel,
         f.bytes / f.encode_s / 1e9, f.bytes / f.decode_s / 1e9);
   };
   print_frame("key_frame", kf);
@@ -223,9 +246,9 @@ int main(int argc, char** argv) {
     print_frame("delta_frame", df);
     std::printf(
         " \"kernels_delta\": {%s},\n",
-        KernelTimes(next, key_recon, std::min<uint64_t>(o.elements, next.size() / 4), o.rel, **kernels).c_str());
+        KernelTimes(next, key_recon, std::min<uint64_t>(o.elements, next.size() / ElementSize(g_type)), o.rel, **kernels).c_str());
   }
   std::printf(" \"kernels_key\": {%s}}\n",
-              KernelTimes(key, {}, std::min<uint64_t>(o.elements, key.size() / 4), o.rel, **kernels).c_str());
+              KernelTimes(key, {}, std::min<uint64_t>(o.elements, key.size() / ElementSize(g_type)), o.rel, **kernels).c_str());
   return 0;
 }

@@ -1,4 +1,5 @@
 """Lossy storage through the mount: torch checkpoints within their budget."""
+import json
 import os
 import shutil
 import subprocess
@@ -144,8 +145,29 @@ def test_lossy_rotation_closed_loop(store):
     assert "rel_l2" in r.stdout, r.stdout
 
 
+def test_dsq_schedule_tightens_the_budget_of_small_updates(store):
+    store.mount("lossy=on,budget=0.01,schedule=dsq")
+    d = store.path("run")
+    os.makedirs(d)
+    state = model_state(5)
+    for step in range(2):
+        if step:
+            state = model_state(300 + step, drift=1e-3, base=state)  # an update far below the budget
+        name = os.path.join(d, f"ckpt-{step}.pt")
+        torch.save(state, name)
+        wait_committed(store, name)
+    assert int(xattr(name, "chain_depth")) > 0
+    check_within(torch.load(name), state, 0.01)
+    r = store.cli("inspect", "--json", os.path.join(store.backing, "run", "ckpt-1.pt"))
+    tensors = {t["name"]: t for t in json.loads(r.stdout)["blob"]["tensors"]}
+    w = tensors["model.fc1.weight"]["lossy"]
+    assert 0 < w["update_rel"] < 0.02, w
+    assert w["budget_rel_l2"] < 0.01, w  # tightened: the error follows the update
+    assert w["rel_l2"] <= w["budget_rel_l2"] + EPS, w
+
+
 def test_bad_lossy_options_refuse_to_mount(store, tmp_path):
-    for opts in ["budget=-1", "budget=abc", "gpu=maybe", f"policy={tmp_path}/missing.toml"]:
+    for opts in ["budget=-1", "budget=abc", "gpu=maybe", "schedule=fast", f"policy={tmp_path}/missing.toml"]:
         r = store.mount("lossy=on," + opts, check=False)
         assert r.returncode != 0, opts
 

@@ -10,6 +10,7 @@
 #include "codec/common/hash.h"
 #include "codec/tensor/lossy/kernels.h"
 #include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/schedule.h"
 #include "codec/tensor/lossy/scratch.h"
 #include "codec/tensor/lossy/search.h"
 #include "codec/tensor/lossy/stream.h"
@@ -112,8 +113,9 @@ Result<ElementType> ElementTypeOf(DType dtype) {
 Scratch::Scratch() : buffers_(std::make_unique<Buffers>()) {}
 Scratch::~Scratch() = default;
 
-Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan base, const Budget& budget,
+Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan base, const Budget& configured,
                                  Scratch* scratch, const EncodeOptions& options) {
+  Budget budget = configured;
   if (type != ElementType::kF32 && type != ElementType::kF16 && type != ElementType::kBF16)
     return Status::InvalidArgument("lossy encode: element type, want 1..3 have " +
                                    std::to_string(static_cast<int>(type)));
@@ -138,8 +140,12 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   LossyKernels& k = options.kernels ? *options.kernels : *s.cpu_kernels;
 
   const bool lossy_allowed = budget.rel_l2 > 0 || budget.max_abs > 0;
-  if (n == 0 || !lossy_allowed)
-    return EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out);
+  if (n == 0 || !lossy_allowed) {
+    ASSIGN_OR_RETURN(EncodedChunk chunk,
+                     EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out));
+    chunk.stats.budget = budget;
+    return chunk;
+  }
 
   // 1. Residual and the squared norm of the finite values.
   const uint64_t blocks = ReduceBlocks(n);
@@ -155,6 +161,13 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   // 2. Histogram and search targets.
   s.histogram.resize(kHistogramBins);
   RETURN_IF_ERROR(k.Histogram(residual, s.histogram));
+  // 2a. Dynamic precision: the update's size comes from the residual
+  // histogram (integer counts: deterministic, and no extra pass).
+  double update_rel = 0.0;
+  if (options.schedule != nullptr && options.schedule->enabled() && !base.empty() && norm_sq > 0) {
+    update_rel = std::sqrt(EstimateEnergy(s.histogram) / norm_sq);
+    budget = EffectiveBudget(*options.schedule, configured, update_rel);
+  }
   const double inf = std::numeric_limits<double>::infinity();
   const double allowed_sq = budget.rel_l2 > 0 ? budget.rel_l2 * budget.rel_l2 * norm_sq : inf;
   const double allowed_abs = budget.max_abs > 0 ? budget.max_abs : inf;
@@ -258,9 +271,18 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     chunk.stats.exact = counts.exact;
     chunk.stats.max_abs = max_abs;
     chunk.stats.rel_l2 = norm_sq > 0 ? std::sqrt(error_sq / norm_sq) : (error_sq > 0 ? inf : 0.0);
+    chunk.stats.budget = budget;
+    chunk.stats.update_rel = update_rel;
+    chunk.stats.err2_sum = error_sq;
+    chunk.stats.ref2_sum = norm_sq;
     return chunk;
   }
-  return EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out);
+  ASSIGN_OR_RETURN(EncodedChunk lossless,
+                   EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out));
+  lossless.stats.budget = budget;
+  lossless.stats.update_rel = update_rel;
+  lossless.stats.ref2_sum = norm_sq;
+  return lossless;
 }
 
 }  // namespace ckptfs::lossy

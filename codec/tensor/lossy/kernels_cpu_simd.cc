@@ -44,11 +44,12 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
 
 #if defined(__x86_64__)
 
-bool SimdAvailable() { return __builtin_cpu_supports("avx2"); }
+// F16C (half <-> float conversion instructions) comes with every AVX2 CPU.
+bool SimdAvailable() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"); }
 
 namespace {
 
-#define CKPTFS_AVX2 __attribute__((target("avx2"), always_inline)) inline
+#define CKPTFS_AVX2 __attribute__((target("avx2,f16c"), always_inline)) inline
 
 // Vector element traits: 8 elements held as 32-bit lanes (16-bit types
 // zero-extended). ToFloat/FromFloat are the lane-wise versions of the
@@ -86,48 +87,35 @@ struct BF16V : Half16 {
   }
 };
 
+// With F16C: VCVTPH2PS converts every half exactly (subnormals included),
+// like HalfToFloat, except that it quiets a signalling NaN; HalfToFloat keeps
+// NaN payloads bit for bit, so NaN lanes are rebuilt. VCVTPS2PH with
+// round-to-nearest-even equals FloatToHalf: overflow to +-Inf, subnormal
+// results rounded (not flushed: FTZ applies to arithmetic results only, and
+// the codec never sets it), and NaN to a quiet NaN with the top 10 mantissa
+// bits, i.e. 0x7e00 | (bits >> 13 & 0x3ff) with the sign. The exhaustive
+// checks in lossy_kernels_test.cc compare both with element_ops.h.
 struct F16V : Half16 {
   static CKPTFS_AVX2 __m256 ToFloat(__m256i h) {
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16);
-    const __m256i exp = _mm256_and_si256(_mm256_srli_epi32(h, 10), _mm256_set1_epi32(0x1f));
-    const __m256i man = _mm256_and_si256(h, _mm256_set1_epi32(0x3ff));
-    const __m256i normal = _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(exp, _mm256_set1_epi32(112)), 23),
-                                           _mm256_slli_epi32(man, 13));
-    const __m256i special = _mm256_or_si256(_mm256_set1_epi32(0x7f800000), _mm256_slli_epi32(man, 13));
-    // man * 2^-24 is exact in binary32.
-    const __m256i sub =
-        _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(man), _mm256_set1_ps(5.9604644775390625e-8f)));
-    __m256i mag = _mm256_blendv_epi8(normal, special, _mm256_cmpeq_epi32(exp, _mm256_set1_epi32(0x1f)));
-    mag = _mm256_blendv_epi8(mag, sub, _mm256_cmpeq_epi32(exp, _mm256_setzero_si256()));
-    return _mm256_castsi256_ps(_mm256_or_si256(sign, mag));
+    const __m128i halves = _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    const __m256i converted = _mm256_castps_si256(_mm256_cvtph_ps(halves));
+    const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi32(0x7fff));
+    const __m256i is_nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7c00));
+    const __m256i nan = _mm256_or_si256(
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16),
+                        _mm256_set1_epi32(0x7f800000)),
+        _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x3ff)), 13));
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(converted, nan, is_nan));
   }
   static CKPTFS_AVX2 __m256i FromFloat(__m256 f) {
-    const __m256i bits = _mm256_castps_si256(f);
-    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x8000));
-    const __m256i a = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
-    // Normal: rebias, add the half-ulp - 1 and the lowest kept bit, shift.
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 13), _mm256_set1_epi32(1));
-    const __m256i normal = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(static_cast<int32_t>(0xc8000fffu))), odd), 13);
-    // Subnormal: the float adder rounds (see element_ops.h).
-    const __m256i sub =
-        _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(0.5f))),
-                         _mm256_set1_epi32(0x3f000000));
-    const __m256i nan = _mm256_or_si256(_mm256_set1_epi32(0x7e00),
-                                        _mm256_and_si256(_mm256_srli_epi32(a, 13), _mm256_set1_epi32(0x3ff)));
-    const __m256i inf = _mm256_set1_epi32(0x7c00);
-    __m256i out = normal;
-    out = _mm256_blendv_epi8(out, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(0x38800000), a));
-    out = _mm256_blendv_epi8(out, inf, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x477fefff)));
-    out = _mm256_blendv_epi8(out, nan, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(static_cast<int32_t>(kNonFiniteBits))));
-    return _mm256_or_si256(out, sign);
+    return _mm256_cvtepu16_epi32(_mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 };
 
 // kProbes: how many bounds past the bin's start are compared; enough when
 // it is at least the table's max_span (bounds beyond never compare below r).
 template <typename V, typename E, uint32_t kProbes>
-__attribute__((target("avx2"))) void QuantizeBlockAvx2(const QuantizeTable& t, const LevelLookup& lut,
+__attribute__((target("avx2,f16c"))) void QuantizeBlockAvx2(const QuantizeTable& t, const LevelLookup& lut,
                                                        const typename V::Bits* values, const typename V::Bits* base,
                                                        uint64_t start, uint64_t end, const float* residual,
                                                        uint8_t* symbols, typename V::Bits* recon, double* lanes,
@@ -220,7 +208,7 @@ __attribute__((target("avx2"))) void QuantizeBlockAvx2(const QuantizeTable& t, c
 }
 
 template <typename V, typename E>
-__attribute__((target("avx2"))) void ResidualBlockAvx2(const typename V::Bits* values, const typename V::Bits* base,
+__attribute__((target("avx2,f16c"))) void ResidualBlockAvx2(const typename V::Bits* values, const typename V::Bits* base,
                                                        uint64_t start, uint64_t end, float* residual, double* lanes) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   const __m256i non_finite = _mm256_set1_epi32(static_cast<int32_t>(kNonFiniteBits));
@@ -251,7 +239,7 @@ __attribute__((target("avx2"))) void ResidualBlockAvx2(const typename V::Bits* v
 }
 
 template <typename V, typename E>
-__attribute__((target("avx2"))) void DequantizeAvx2(const LevelLookup& lut, uint32_t bits, const uint8_t* packed,
+__attribute__((target("avx2,f16c"))) void DequantizeAvx2(const LevelLookup& lut, uint32_t bits, const uint8_t* packed,
                                                     const typename V::Bits* base, uint64_t g0, uint64_t groups,
                                                     typename V::Bits* out, uint32_t* max_symbol) {
   const int64_t b = bits;
@@ -286,7 +274,7 @@ __attribute__((target("avx2"))) void DequantizeAvx2(const LevelLookup& lut, uint
 }
 
 template <typename Bits>
-__attribute__((target("avx2"))) uint64_t CompactExactAvx2(uint32_t exact_from, const Bits* values,
+__attribute__((target("avx2,f16c"))) uint64_t CompactExactAvx2(uint32_t exact_from, const Bits* values,
                                                           const float* residual, uint64_t n, uint32_t* positions,
                                                           Bits* raw) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);

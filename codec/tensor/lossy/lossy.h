@@ -22,6 +22,7 @@
 namespace ckptfs::lossy {
 
 class LossyKernels;
+struct BudgetSchedule;
 
 // Element types the codec transforms. Values equal the matching DType so the
 // two convert trivially. Stored in the stream: never renumber.
@@ -50,6 +51,16 @@ struct ChunkStats {
   uint64_t pruned = 0;     // elements stored as 0 / unchanged
   uint64_t quantized = 0;  // elements mapped to a level
   uint64_t exact = 0;      // elements stored bit for bit (outliers, NaN, Inf, or all in lossless mode)
+  // The budget the chunk was encoded to (the configured one, or tighter
+  // under a BudgetSchedule), and the measured relative update
+  // ||w - base|| / ||w|| the schedule saw (0 when it did not measure one).
+  Budget budget;
+  double update_rel = 0.0;
+  // The sums behind rel_l2, in the codec's reduction order (LOSSY.md §2):
+  // sum (w_hat - w)^2 and sum w^2 over the finite elements. ref2_sum is 0
+  // only when the budget was lossless (nothing measured).
+  double err2_sum = 0.0;
+  double ref2_sum = 0.0;
 };
 
 struct EncodedChunk {
@@ -84,6 +95,9 @@ struct EncodeOptions {
   // values.size()) and EncodedChunk::reconstruction stays empty: callers
   // that keep reconstructions in their own buffers avoid a fresh allocation.
   MutableByteSpan reconstruction_out;
+  // When set and enabled, a delta frame's budget follows its measured update
+  // (schedule.h); ChunkStats::budget says what was applied.
+  const BudgetSchedule* schedule = nullptr;
 };
 
 // Encodes one chunk. `values` holds n elements of `type`; `base` is empty for

@@ -3,6 +3,7 @@
 // bit. Also the f16/bf16 conversions and the search/codebook basics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -148,6 +149,70 @@ void RunSpecChecks(ElementType type) {
 TEST(LossyKernelsTest, F32PathsMatchSpec) { RunSpecChecks<F32Elem>(ElementType::kF32); }
 TEST(LossyKernelsTest, F16PathsMatchSpec) { RunSpecChecks<F16Elem>(ElementType::kF16); }
 TEST(LossyKernelsTest, BF16PathsMatchSpec) { RunSpecChecks<BF16Elem>(ElementType::kBF16); }
+
+// Every half bit pattern through the vector conversions (the AVX2 path uses
+// the F16C instructions) against the scalar spec: ToFloat via the residual,
+// FromFloat via dequantization against levels that reach overflow, ties,
+// subnormal results and NaN bases.
+TEST(LossyKernelsTest, F16VectorConversionsMatchSpecForEveryHalf) {
+  constexpr uint64_t kN = 0x10000;
+  std::vector<std::byte> values(kN * 2), reversed(kN * 2);
+  for (uint32_t h = 0; h < kN; ++h) {
+    const uint16_t v = static_cast<uint16_t>(h), r = static_cast<uint16_t>(kN - 1 - h);
+    std::memcpy(values.data() + 2 * h, &v, 2);
+    std::memcpy(reversed.data() + 2 * h, &r, 2);
+  }
+  std::unique_ptr<LossyKernels> simd = MakeCpuKernels(true), scalar = MakeCpuKernels(false);
+  for (bool delta : {false, true}) {
+    std::vector<std::byte> base = delta ? reversed : std::vector<std::byte>();
+    std::vector<float> r(kN), r2(kN);
+    std::vector<double> np(ReduceBlocks(kN)), np2(ReduceBlocks(kN));
+    ASSERT_TRUE(simd->Residual(ElementType::kF16, values, base, r, np).ok());
+    ASSERT_TRUE(scalar->Residual(ElementType::kF16, values, base, r2, np2).ok());
+    for (uint64_t i = 0; i < kN; ++i) {
+      const float want = delta ? HalfToFloat(static_cast<uint16_t>(i)) - HalfToFloat(static_cast<uint16_t>(kN - 1 - i))
+                               : HalfToFloat(static_cast<uint16_t>(i));
+      ASSERT_EQ(FloatBits(r[i]), FloatBits(want)) << "half " << i << " delta " << delta;
+    }
+    ASSERT_EQ(std::memcmp(r.data(), r2.data(), kN * 4), 0);
+    ASSERT_EQ(std::memcmp(np.data(), np2.data(), np.size() * 8), 0);
+  }
+  // 255 ascending levels: magnitudes from below the smallest subnormal half
+  // to past the largest finite half, and exact half-ulp ties of small values.
+  std::vector<float> mags;
+  for (int e = -27; e <= 16; ++e) {
+    mags.push_back(std::ldexp(1.0f, e));
+    if (e % 2 == 0) mags.push_back(std::ldexp(1.5f, e));
+    mags.push_back(std::ldexp(1.0f + 1.0f / 2048, e));  // a tie at the half's precision
+  }
+  mags.push_back(65504.0f);
+  mags.push_back(65519.0f);
+  mags.push_back(65520.0f);  // rounds to Inf
+  std::sort(mags.begin(), mags.end());
+  std::vector<float> levels;
+  for (auto it = mags.rbegin(); it != mags.rend(); ++it) levels.push_back(-*it);
+  levels.push_back(0.0f);
+  for (float m : mags) levels.push_back(m);
+  ASSERT_LE(levels.size(), kMaxLevels);
+  while (levels.size() < kMaxLevels) levels.push_back(levels.back() * 1.0001f);
+  for (uint32_t shift : {0u, 7u, 101u}) {
+    std::vector<std::byte> packed(PackedBytes(kN, 8));
+    for (uint64_t i = 0; i < kN; ++i) packed[i] = std::byte((i * 13 + shift + i / 255) % 256);  // 0 = the base
+    std::vector<std::byte> out(kN * 2), out2(kN * 2);
+    uint32_t ms = 0, ms2 = 0;
+    ASSERT_TRUE(simd->Dequantize(ElementType::kF16, 8, levels, packed, values, out, &ms).ok());
+    ASSERT_TRUE(scalar->Dequantize(ElementType::kF16, 8, levels, packed, values, out2, &ms2).ok());
+    for (uint64_t i = 0; i < kN; ++i) {
+      uint16_t got, want_base;
+      std::memcpy(&got, out.data() + 2 * i, 2);
+      std::memcpy(&want_base, values.data() + 2 * i, 2);
+      ASSERT_EQ(got, DequantizeElement<F16Elem>(levels.data(), static_cast<uint32_t>(packed[i]), want_base, true))
+          << "half " << i << " symbol " << static_cast<int>(packed[i]);
+    }
+    ASSERT_EQ(out, out2);
+    ASSERT_EQ(ms, ms2);
+  }
+}
 
 TEST(LossyKernelsTest, HalfConversionsRoundTripAndRoundToNearestEven) {
   for (uint32_t h = 0; h < 0x10000; ++h) {

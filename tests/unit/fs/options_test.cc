@@ -46,6 +46,11 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   EXPECT_EQ(o.budget, 0.02);
   EXPECT_EQ(o.opt_budget, 0.1);
   EXPECT_EQ(o.gpu, lossy::GpuMode::kOff);
+  EXPECT_FALSE(o.schedule.enabled());  // off by default
+  ASSERT_TRUE(ParseMountOptionList("schedule=dsq", &o).ok());
+  EXPECT_EQ(o.schedule.kind, lossy::BudgetSchedule::Kind::kDsq);
+  ASSERT_TRUE(ParseMountOptionList("schedule=off", &o).ok());
+  EXPECT_FALSE(o.schedule.enabled());
   Result<std::shared_ptr<const policy::Policy>> p = BuildLossyPolicy(o);
   ASSERT_TRUE(p.ok());
   TensorInfo w{"model.w", DType::kF32, {4}, false};
@@ -59,7 +64,7 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   EXPECT_EQ((*p)->BudgetFor("a.pt", FileFormat::kTorchZip, w).rel_l2, 0.0);
 
   for (const char* bad : {"budget=-0.1", "budget=2", "budget=x", "opt_budget=", "gpu=maybe", "lossy=perhaps",
-                          "policy="}) {
+                          "policy=", "schedule=", "schedule=fast"}) {
     MountOptions b;
     EXPECT_FALSE(ParseMountOptionList(bad, &b).ok()) << bad;
   }

@@ -1,0 +1,243 @@
+// The dynamic-precision budget schedule: the pure budget function, the
+// encoder following it on a converging sequence (tighter error as the
+// updates shrink), and the container recording the applied budget.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "blob_test_util.h"
+#include "codec/container/lossy_report.h"
+#include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/schedule.h"
+#include "codec/tensor/lossy_chunk_codec.h"
+#include "tests/unit/codec/lossy_test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using lossy::Budget;
+using lossy::BudgetSchedule;
+using lossy::EffectiveBudget;
+
+BudgetSchedule Dsq() {
+  BudgetSchedule s;
+  s.kind = BudgetSchedule::Kind::kDsq;
+  return s;
+}
+
+TEST(BudgetSchedule, ParsesNames) {
+  EXPECT_FALSE(lossy::ParseBudgetSchedule("off")->enabled());
+  EXPECT_EQ(lossy::ParseBudgetSchedule("dsq")->kind, BudgetSchedule::Kind::kDsq);
+  EXPECT_EQ(lossy::BudgetScheduleName(Dsq()), "dsq");
+  EXPECT_EQ(lossy::BudgetScheduleName(BudgetSchedule{}), "off");
+  for (const char* bad : {"", "DSQ", "on", "dsq "}) EXPECT_FALSE(lossy::ParseBudgetSchedule(bad).ok()) << bad;
+}
+
+TEST(BudgetSchedule, OffKeyFrameOrNoRelL2KeepTheConfiguredBudget) {
+  const Budget b{1e-2, 0.5};
+  for (const Budget& got : {EffectiveBudget(BudgetSchedule{}, b, 1e-4), EffectiveBudget(Dsq(), b, std::nullopt),
+                            EffectiveBudget(Dsq(), b, NAN), EffectiveBudget(Dsq(), b, -1.0),
+                            EffectiveBudget(Dsq(), b, INFINITY)}) {
+    EXPECT_EQ(got.rel_l2, b.rel_l2);
+    EXPECT_EQ(got.max_abs, b.max_abs);
+  }
+  const Budget abs_only{0, 0.5};
+  EXPECT_EQ(EffectiveBudget(Dsq(), abs_only, 1e-6).max_abs, 0.5);
+  EXPECT_EQ(EffectiveBudget(Dsq(), abs_only, 1e-6).rel_l2, 0.0);
+  const Budget lossless{};
+  EXPECT_EQ(EffectiveBudget(Dsq(), lossless, 1e-6).rel_l2, 0.0);
+}
+
+TEST(BudgetSchedule, FollowsTheUpdateBetweenFloorAndConfigured) {
+  const BudgetSchedule s = Dsq();
+  const Budget b{1e-2, 0.0};
+  // A large update: the configured budget (never looser).
+  EXPECT_EQ(EffectiveBudget(s, b, 0.5).rel_l2, 1e-2);
+  EXPECT_EQ(EffectiveBudget(s, b, s.update_fraction == 0 ? 1.0 : 1e-2 / s.update_fraction).rel_l2, 1e-2);
+  // In between: a fixed fraction of the update.
+  const double r = 1e-2;
+  EXPECT_DOUBLE_EQ(EffectiveBudget(s, b, r).rel_l2, s.update_fraction * r);
+  EXPECT_LT(EffectiveBudget(s, b, r).rel_l2, 1e-2);
+  // Monotone in the update.
+  double last = 0;
+  for (double u : {0.0, 1e-5, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 1.0}) {
+    const double got = EffectiveBudget(s, b, u).rel_l2;
+    EXPECT_GE(got, last) << u;
+    EXPECT_LE(got, b.rel_l2);
+    EXPECT_GE(got, s.min_fraction * b.rel_l2 * (1 - 1e-12));
+    last = got;
+  }
+  // A vanishing update: the floor, never lossless.
+  EXPECT_DOUBLE_EQ(EffectiveBudget(s, b, 0.0).rel_l2, s.min_fraction * 1e-2);
+  BudgetSchedule no_floor = s;
+  no_floor.min_fraction = 0;
+  EXPECT_GT(EffectiveBudget(no_floor, b, 0.0).rel_l2, 0.0);
+  // max_abs shrinks by the same factor.
+  const Budget both{1e-2, 0.4};
+  const Budget got = EffectiveBudget(s, both, r);
+  EXPECT_DOUBLE_EQ(got.max_abs / both.max_abs, got.rel_l2 / both.rel_l2);
+}
+
+// A converging sequence: weights drift with steps that halve every version
+// (a decaying learning rate). Each version is a delta frame against the
+// previous reconstruction (closed loop), with and without the schedule.
+TEST(BudgetSchedule, EncoderTightensTheErrorAsUpdatesShrink) {
+  constexpr size_t kN = 1 << 16;
+  constexpr double kBudget = 1e-2;
+  const BudgetSchedule dsq = Dsq();
+  std::vector<float> w = lossy::testing::Generate(lossy::testing::Dist::kNormal, kN, 3);
+  std::vector<std::byte> base_off, base_dsq;
+  lossy::Scratch scratch;
+  double last_budget = INFINITY;
+  for (int v = 0; v < 7; ++v) {
+    std::vector<float> step = lossy::testing::Generate(lossy::testing::Dist::kNormal, kN, 100 + v);
+    const float scale = 2e-2f * std::ldexp(1.0f, -v);  // relative step 2e-2 * 2^-v (w and step share sigma)
+    for (size_t i = 0; i < kN; ++i) w[i] += scale * step[i];
+    const std::vector<std::byte> values = lossy::testing::ToElements(lossy::ElementType::kF32, w);
+    lossy::EncodeOptions with;
+    with.schedule = &dsq;
+    Result<lossy::EncodedChunk> off = lossy::EncodeChunk(lossy::ElementType::kF32, values, base_off, {kBudget, 0}, &scratch);
+    Result<lossy::EncodedChunk> on =
+        lossy::EncodeChunk(lossy::ElementType::kF32, values, base_dsq, {kBudget, 0}, &scratch, with);
+    ASSERT_TRUE(off.ok() && on.ok());
+    const lossy::testing::NaiveError e_off = lossy::testing::Measure(lossy::ElementType::kF32, values, off->reconstruction);
+    const lossy::testing::NaiveError e_on = lossy::testing::Measure(lossy::ElementType::kF32, values, on->reconstruction);
+    const double rel_off = std::sqrt(e_off.err_sq / e_off.norm_sq), rel_on = std::sqrt(e_on.err_sq / e_on.norm_sq);
+    EXPECT_LE(rel_off, kBudget) << v;
+    EXPECT_EQ(off->stats.budget.rel_l2, kBudget);
+    EXPECT_EQ(off->stats.update_rel, 0.0);
+    // The decoder reproduces the scheduled reconstruction.
+    std::vector<std::byte> decoded(values.size());
+    ASSERT_TRUE(lossy::DecodeChunk(lossy::ElementType::kF32, on->bytes, base_dsq, decoded, &scratch).ok());
+    EXPECT_EQ(decoded, on->reconstruction) << v;
+    if (v == 0) {
+      EXPECT_EQ(on->bytes, off->bytes) << "a key frame is not scheduled";
+    } else {
+      // The measured update is the true one, within the histogram's resolution.
+      double d2 = 0, n2 = 0;
+      for (size_t i = 0; i < kN; ++i) {
+        float b;
+        std::memcpy(&b, base_dsq.data() + 4 * i, 4);
+        d2 += (double(w[i]) - b) * (double(w[i]) - b);
+        n2 += double(w[i]) * w[i];
+      }
+      EXPECT_NEAR(on->stats.update_rel, std::sqrt(d2 / n2), 0.05 * std::sqrt(d2 / n2)) << v;
+      const Budget want = EffectiveBudget(dsq, {kBudget, 0}, on->stats.update_rel);
+      EXPECT_EQ(on->stats.budget.rel_l2, want.rel_l2) << v;
+      EXPECT_LE(rel_on, want.rel_l2) << v;
+      EXPECT_LE(want.rel_l2, last_budget) << v << ": the budget follows the shrinking update";
+      last_budget = want.rel_l2;
+      if (v >= 3) {
+        EXPECT_LT(want.rel_l2, kBudget) << v;
+        EXPECT_LT(rel_on, 0.6 * rel_off) << v << ": tighter than the fixed budget once updates are small";
+      }
+    }
+    base_off = off->reconstruction;
+    base_dsq = on->reconstruction;
+  }
+}
+
+EncodeOptions LossyOptions(double rel_l2, bool dsq) {
+  EncodeOptions o;
+  o.chunk_bytes = 64 << 10;
+  o.lossy_budget = [rel_l2](FileFormat, const TensorInfo&) { return lossy::Budget{rel_l2, 0}; };
+  if (dsq) o.budget_schedule = Dsq();
+  return o;
+}
+
+// Two versions of one tensor, the second a small step from the first.
+struct TwoVersions {
+  testing::FileBuilder v0, v1;
+};
+TwoVersions SmallStep() {
+  std::vector<std::byte> w = testing::NormalF32(60000, 11, 0.05f);
+  TwoVersions t;
+  t.v0.Verbatim(testing::RandomBytes(64, 1)).Tensor("w", DType::kF32, {60000}, w);
+  std::vector<std::byte> step = testing::NormalF32(60000, 12, 0.05f * 2e-3f);
+  for (size_t i = 0; i < 60000; ++i) {
+    float a, d;
+    std::memcpy(&a, w.data() + 4 * i, 4);
+    std::memcpy(&d, step.data() + 4 * i, 4);
+    a += d;
+    std::memcpy(w.data() + 4 * i, &a, 4);
+  }
+  t.v1.Verbatim(testing::RandomBytes(64, 1)).Tensor("w", DType::kF32, {60000}, w);
+  return t;
+}
+
+TEST(BudgetSchedule, BlobRecordsTheAppliedBudgetPerTensor) {
+  TwoVersions t = SmallStep();
+  for (bool dsq : {false, true}) {
+    SCOPED_TRACE(dsq ? "dsq" : "off");
+    testing::MapResolver resolver;
+    const EncodeOptions options = LossyOptions(1e-2, dsq);
+    ObjectId id0 = resolver.Add(testing::Encode(t.v0.bytes, t.v0.layout, options));
+    BaseRef base{id0, *resolver.OpenBlob(id0)};
+    EncodeStats stats;
+    std::vector<std::byte> blob = testing::Encode(t.v1.bytes, t.v1.layout, options, &base, &stats);
+    ASSERT_TRUE(stats.uses_base);
+    ObjectId id1 = resolver.Add(blob);
+    auto reader = resolver.OpenBlob(id1);
+    ASSERT_TRUE(reader.ok());
+    Result<std::vector<TensorLossyReport>> reports = LossyTensorReports(**reader);
+    ASSERT_TRUE(reports.ok());
+    ASSERT_EQ(reports->size(), 1u);
+    const TensorLossyReport& r = reports->front();
+    EXPECT_LE(r.rel_l2, r.budget_rel_l2 * (1 + 1e-9));
+    if (dsq) {
+      // The update is measured against the base's reconstruction: the step
+      // plus the base's own quantization error.
+      Result<std::vector<std::byte>> base_recon = DecodeAll(*base.reader);
+      ASSERT_TRUE(base_recon.ok());
+      const Segment& s = t.v1.layout.segments[1];
+      ErrorSums u = MeasureError(DType::kF32, ByteSpan(t.v1.bytes).subspan(s.offset, s.length),
+                                 ByteSpan(*base_recon).subspan(s.offset, s.length));
+      const double update = std::sqrt(u.err2 / u.ref2);
+      EXPECT_NEAR(r.update_rel, update, 0.05 * update);
+      const double want = EffectiveBudget(Dsq(), {1e-2, 0}, update).rel_l2;
+      EXPECT_NEAR(r.budget_rel_l2, want, 0.05 * want);
+      EXPECT_LT(r.budget_rel_l2, 1e-2);
+    } else {
+      EXPECT_NEAR(r.budget_rel_l2, 1e-2, 1e-12);
+      EXPECT_EQ(r.update_rel, 0.0);
+    }
+    // Decoding is unaffected: within the recorded budget.
+    Result<std::vector<std::byte>> got = DecodeAll(**reader);
+    ASSERT_TRUE(got.ok());
+    const Segment& s = t.v1.layout.segments[1];
+    ErrorSums e = MeasureError(DType::kF32, ByteSpan(t.v1.bytes).subspan(s.offset, s.length),
+                               ByteSpan(*got).subspan(s.offset, s.length));
+    EXPECT_LE(std::sqrt(e.err2 / e.ref2), r.budget_rel_l2 * (1 + 1e-9));
+  }
+}
+
+TEST(BudgetSchedule, VersionOneParamsStillDecode) {
+  TwoVersions t = SmallStep();
+  std::vector<std::byte> blob = testing::Encode(t.v0.bytes, t.v0.layout, LossyOptions(1e-2, false));
+  // What a version-1 writer produced: version 1, zeros in the new fields.
+  auto as_v1 = [](std::vector<std::byte>& p, bool keep_budget) {
+    p[0] = std::byte{1};
+    std::fill(p.begin() + 4, p.begin() + 8, std::byte{0});
+    if (!keep_budget) std::fill(p.begin() + 56, p.end(), std::byte{0});
+  };
+  auto rewrite = [&](bool keep_budget) {
+    return testing::RewriteBlob(blob, [&](BlobIndex& index, auto&) {
+      for (size_t c = 0; c < index.chunks.size(); ++c)
+        if (index.chunks[c].codec == ChunkCodec::kLossy) as_v1(index.params[c], keep_budget);
+    });
+  };
+  auto v1 = testing::OpenBytes(rewrite(false));
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  Result<std::vector<TensorLossyReport>> reports = LossyTensorReports(**v1);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 1u);
+  EXPECT_EQ(reports->front().budget_rel_l2, 0.0) << "not recorded in version 1";
+  EXPECT_TRUE(DecodeAll(**v1).ok());
+  // Version 1 with the (then reserved) budget field set is corrupt.
+  EXPECT_FALSE(testing::OpenBytes(rewrite(true)).ok());
+}
+
+}  // namespace
+}  // namespace ckptfs
