@@ -1,6 +1,8 @@
 // EncodeBlob with a lossy budget: round trips, achieved error per tensor,
 // closed-loop delta chains, zip CRCs of reconstructed torch files, exact
 // non-float bytes, hostile parameters.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -162,7 +164,7 @@ bool HaveTool(const char* path) { return std::filesystem::exists(path); }
 
 TEST(ContainerLossy, TorchZipCrcsOfTheReconstructionAreValid) {
   // A larger npz than the fixture (whose arrays are too small to quantize).
-  const std::string big_npz = ::testing::TempDir() + "/lossy_big.npz";
+  const std::string big_npz = ::testing::TempDir() + "/lossy_big_" + std::to_string(::getpid()) + ".npz";
   const bool have_numpy =
       HaveTool("/usr/bin/python3") &&
       std::system(("/usr/bin/python3 -c \"import numpy as n; r = n.random.RandomState(0); n.savez('" + big_npz +
@@ -217,7 +219,7 @@ TEST(ContainerLossy, TorchZipCrcsOfTheReconstructionAreValid) {
     }
     Layout again = DetectLayout(*got);
     EXPECT_EQ(again.format, format) << again.fallback_reason;
-    const std::string path = ::testing::TempDir() + "/lossy_" + name;
+    const std::string path = ::testing::TempDir() + "/lossy_" + std::to_string(::getpid()) + "_" + name;
     { std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(got->data()), got->size()); }
     if (HaveTool("/usr/bin/python3")) {
       EXPECT_EQ(std::system(("/usr/bin/python3 -m zipfile -t " + path + " >/dev/null 2>&1").c_str()), 0);

@@ -1,5 +1,7 @@
 // The zip directory parser and CRC rewriting, on real torch.save files and
 // on small archives built here to lie in specific ways.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -247,7 +249,7 @@ void CheckRewrite(const char* fixture) {
   for (const Segment& s : layout.segments)
     if (s.is_tensor())
       for (uint64_t i = 0; i < s.length; ++i) file[s.offset + i] ^= std::byte{0x11};
-  std::string path = ::testing::TempDir() + "/rewrite_" + fixture;
+  std::string path = ::testing::TempDir() + "/rewrite_" + std::to_string(::getpid()) + "_" + fixture;
   std::string python =
       "/usr/bin/python3 -c \"import zipfile,sys; assert zipfile.ZipFile(sys.argv[1]).testzip() is None\" ";
   WriteFile(path, file);
