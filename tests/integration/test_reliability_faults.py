@@ -141,13 +141,25 @@ def test_read_only_backing_store_mounts_read_only(tmpfs_store):
     m.mount()
     data = os.urandom(2 << 20)
     write(m.path("a"), data)
-    m.umount()
+    m.wait_idle()
+    # A file a killed daemon left in staging (fsynced, never committed).
+    synced = os.urandom(1 << 20)
+    f = open(m.path("synced"), "wb")
+    f.write(synced)
+    f.flush()
+    os.fsync(f.fileno())
+    m.kill9()
+    try:
+        f.close()
+    except OSError:
+        pass
     subprocess.run(["mount", "-o", "remount,ro", m.backing], check=True)
     r = m.mount(check=False)
     assert r.returncode == 0, r.stderr
     m.pid = int(os.getxattr(m.mnt, "user.ckptfs.pid"))
     assert "read-only" in open(m.log).read()
     assert read(m.path("a")) == data
+    assert read(m.path("synced")) == synced  # from its staging file: no recovery on a read-only store
     with pytest.raises(OSError) as e:
         write(m.path("b"), b"x")
     assert e.value.errno == errno.EROFS
@@ -156,8 +168,10 @@ def test_read_only_backing_store_mounts_read_only(tmpfs_store):
     assert e.value.errno == errno.EROFS
     m.umount()
     subprocess.run(["mount", "-o", "remount,rw", m.backing], check=True)
-    m.mount()
+    m.mount()  # writable again: recovery commits the staged file
     assert read(m.path("a")) == data
+    assert read(m.path("synced")) == synced
+    assert state(m.path("synced")) == "committed"
 
 
 def test_objects_damaged_under_a_running_daemon(store):
