@@ -6,6 +6,7 @@ import json
 import mmap
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -48,6 +49,17 @@ def free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
+def wait_free(path, at_least, timeout=20):
+    """Deleting returns the space once the kernel forgets the inode (FORGET
+    comes asynchronously): poll."""
+    deadline = time.time() + timeout
+    while free_bytes(path) < at_least:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_full_backing_store_fails_writes_and_recovers(tmpfs_store):
     m = tmpfs_store
     m.mount()
@@ -71,6 +83,7 @@ def test_full_backing_store_fails_writes_and_recovers(tmpfs_store):
     # the bytes stay readable from the fsynced staging file.
     os.unlink(m.path("huge"))
     m.wait_idle()
+    assert wait_free(m.mnt, empty_free - (1 << 20)), "deleting the failed file did not free its space"
     mid = os.urandom(int(free_bytes(m.mnt) * 0.6))
     write(m.path("mid"), mid)
     m.wait_idle()
@@ -88,7 +101,7 @@ def test_full_backing_store_fails_writes_and_recovers(tmpfs_store):
     os.unlink(m.path("keep"))
     m.wait_idle()
     m.cli("gc", m.backing, "--grace", "0")
-    assert free_bytes(m.mnt) > empty_free + (6 << 20), "deleting did not free the space"
+    assert wait_free(m.mnt, empty_free + (6 << 20)), "deleting did not free the space"
     again = os.urandom(20 << 20)
     write(m.path("again"), again)
     m.wait_idle()
@@ -110,9 +123,11 @@ def test_commit_retries_once_space_is_back(tmpfs_store):
     write(m.path("mid"), mid)  # its object does not fit
     m.wait_idle()
     assert state(m.path("mid")) == "staging"
+    before = free_bytes(m.mnt)
     os.unlink(m.path("filler"))
     m.wait_idle()
     m.cli("gc", m.backing, "--grace", "0")
+    assert wait_free(m.mnt, before + len(filler) // 2)
     m.umount()  # the remount retries the commit (recovery)
     m.mount()
     assert state(m.path("mid")) == "committed"
@@ -126,13 +141,25 @@ def test_read_only_backing_store_mounts_read_only(tmpfs_store):
     m.mount()
     data = os.urandom(2 << 20)
     write(m.path("a"), data)
-    m.umount()
+    m.wait_idle()
+    # A file a killed daemon left in staging (fsynced, never committed).
+    synced = os.urandom(1 << 20)
+    f = open(m.path("synced"), "wb")
+    f.write(synced)
+    f.flush()
+    os.fsync(f.fileno())
+    m.kill9()
+    try:
+        f.close()
+    except OSError:
+        pass
     subprocess.run(["mount", "-o", "remount,ro", m.backing], check=True)
     r = m.mount(check=False)
     assert r.returncode == 0, r.stderr
     m.pid = int(os.getxattr(m.mnt, "user.ckptfs.pid"))
     assert "read-only" in open(m.log).read()
     assert read(m.path("a")) == data
+    assert read(m.path("synced")) == synced  # from its staging file: no recovery on a read-only store
     with pytest.raises(OSError) as e:
         write(m.path("b"), b"x")
     assert e.value.errno == errno.EROFS
@@ -141,8 +168,10 @@ def test_read_only_backing_store_mounts_read_only(tmpfs_store):
     assert e.value.errno == errno.EROFS
     m.umount()
     subprocess.run(["mount", "-o", "remount,rw", m.backing], check=True)
-    m.mount()
+    m.mount()  # writable again: recovery commits the staged file
     assert read(m.path("a")) == data
+    assert read(m.path("synced")) == synced
+    assert state(m.path("synced")) == "committed"
 
 
 def test_objects_damaged_under_a_running_daemon(store):

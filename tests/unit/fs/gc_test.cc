@@ -2,7 +2,12 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <ctime>
+#include <string>
 
 #include "fs/commit_pipeline.h"
 #include "tests/unit/fs/test_util.h"
@@ -90,6 +95,107 @@ TEST(GcTest, GracePeriodProtectsYoungObjects) {
   report = CollectGarbage(store, options, nullptr);
   ASSERT_TRUE(report.ok());
   EXPECT_TRUE(ObjectExists(store, junk.version.fields.object));
+}
+
+void Age(Store& store, const ObjectId& id, time_t seconds) {
+  struct timespec times[2] = {{::time(nullptr) - seconds, 0}, {::time(nullptr) - seconds, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, store.ObjectPath(id).c_str(), times, 0), 0);
+}
+
+// A float32 .npy of `n` values: the codec deltas one version against another.
+std::vector<std::byte> Npy(size_t n, uint32_t seed, float shift) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string head = std::string("\x93NUMPY\x01\x00", 8);
+  head += static_cast<char>(header.size() & 0xff);
+  head += static_cast<char>(header.size() >> 8);
+  head += header;
+  std::vector<std::byte> out(head.size() + 4 * n);
+  std::memcpy(out.data(), head.data(), head.size());
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    float v = static_cast<float>(x >> 8) / 16777216.0f - 0.5f + (i % 64 == 0 ? shift : 0.0f);
+    std::memcpy(out.data() + head.size() + 4 * i, &v, 4);
+  }
+  return out;
+}
+
+// A young unreferenced delta (a commit in flight may be about to name it)
+// keeps the old blob below it.
+TEST(GcTest, KeepsTheChainBelowAYoungBlob) {
+  TempDir dir;
+  auto opened = Store::Open(dir.path(), StoreOptions{});
+  ASSERT_TRUE(opened.ok());
+  Store& store = **opened;
+  ASSERT_TRUE(store.ClaimStagingArea().ok());
+  auto v1_bytes = Npy(200000, 3, 0.0f);
+  auto v2_bytes = Npy(200000, 3, 0.001f);
+  Committed v1 = Commit(store, dir.path() + "/v1", v1_bytes, {});
+  Committed v2 = Commit(store, dir.path() + "/v2", v2_bytes, {*v1.version.as_base});
+  ASSERT_TRUE(v2.version.fields.base.has_value()) << "the codec did not delta v2 against v1";
+  ASSERT_EQ(::unlink(v1.path.c_str()), 0);
+  ASSERT_EQ(::unlink(v2.path.c_str()), 0);
+  Age(store, v1.version.fields.object, 7200);
+  auto report = CollectGarbage(store, GcOptions{}, nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(ObjectExists(store, v2.version.fields.object));
+  EXPECT_TRUE(ObjectExists(store, v1.version.fields.object));
+  EXPECT_EQ(report->removed, 0u);
+  Age(store, v2.version.fields.object, 7200);  // once the top is old too, both go
+  report = CollectGarbage(store, GcOptions{}, nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->removed, 2u);
+}
+
+// A GC that died between renaming an object to <hex>.gc and unlinking it:
+// the next run puts it back and decides anew.
+TEST(GcTest, RestoresAnObjectLeftRenamedByAnInterruptedSweep) {
+  TempDir dir;
+  auto opened = Store::Open(dir.path(), StoreOptions{});
+  ASSERT_TRUE(opened.ok());
+  Store& store = **opened;
+  ASSERT_TRUE(store.ClaimStagingArea().ok());
+  Committed kept = Commit(store, dir.path() + "/kept", RandomBytes(300000, 4), {});
+  std::string path = store.ObjectPath(kept.version.fields.object);
+  ASSERT_EQ(::rename(path.c_str(), (path + ".gc").c_str()), 0);
+  auto report = CollectGarbage(store, GcOptions{}, nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->problems.empty());
+  EXPECT_TRUE(ObjectExists(store, kept.version.fields.object));
+  EXPECT_NE(::access((path + ".gc").c_str(), F_OK), 0);
+}
+
+// A delta base GC removed while its reader is still cached is not used: the
+// new version becomes a key frame instead of naming a missing base.
+TEST(GcTest, ABaseRemovedByGcIsNotUsed) {
+  TempDir dir;
+  auto opened = Store::Open(dir.path(), StoreOptions{});
+  ASSERT_TRUE(opened.ok());
+  Store& store = **opened;
+  ASSERT_TRUE(store.ClaimStagingArea().ok());
+  auto v1_bytes = Npy(200000, 5, 0.0f);
+  auto v2_bytes = Npy(200000, 5, 0.001f);
+  Committed v1 = Commit(store, dir.path() + "/v1", v1_bytes, {});
+  // The same pair deltas while the base exists (so the test below can fail).
+  Committed probe = Commit(store, dir.path() + "/probe", v2_bytes, {*v1.version.as_base});
+  ASSERT_TRUE(probe.version.fields.base.has_value()) << "the codec did not delta v2 against v1";
+  ASSERT_EQ(::unlink(probe.path.c_str()), 0);
+  Age(store, probe.version.fields.object, 7200);
+  ASSERT_TRUE(store.OpenBlob(v1.version.fields.object).ok());  // cached reader, open fd
+  ASSERT_EQ(::unlink(v1.path.c_str()), 0);
+  Age(store, v1.version.fields.object, 7200);
+  auto report = CollectGarbage(store, GcOptions{}, nullptr);
+  ASSERT_TRUE(report.ok());
+  ASSERT_FALSE(ObjectExists(store, v1.version.fields.object));
+  Committed v2 = Commit(store, dir.path() + "/v2", v2_bytes, {*v1.version.as_base});
+  EXPECT_FALSE(v2.version.fields.base.has_value());
+  auto content = FileContent::Open(store, v2.version.fields);
+  ASSERT_TRUE(content.ok());
+  std::vector<std::byte> out(content->size());
+  ASSERT_TRUE(content->ReadAt(0, out).ok());
+  EXPECT_EQ(out, v2_bytes);
 }
 
 }  // namespace
