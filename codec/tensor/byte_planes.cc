@@ -1,6 +1,7 @@
 #include "codec/tensor/byte_planes.h"
 
 #include <cstdint>
+#include <cstring>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -132,6 +133,73 @@ void MergeBytePlanes(const std::byte* const* planes, size_t count, size_t width,
   auto* dst = reinterpret_cast<uint8_t*>(out);
   if (width == 4) Merge4(src[0], src[1], src[2], src[3], count, dst);
   else Merge2(src[0], src[1], count, dst);
+}
+
+namespace {
+
+// Per element width: W is uint16_t or uint32_t. Branch-free: the store is
+// unconditional and only the write position depends on the element.
+template <typename W>
+size_t CountZeros(const std::byte* in, size_t count) {
+  size_t zeros = 0;
+  for (size_t i = 0; i < count; ++i) {
+    W v;
+    std::memcpy(&v, in + i * sizeof(W), sizeof(W));
+    zeros += v == 0;
+  }
+  return zeros;
+}
+
+template <typename W>
+size_t Pack(const std::byte* in, size_t count, std::byte* packed, std::byte* mask) {
+  size_t kept = 0;
+  for (size_t i = 0; i < count; i += 8) {
+    const size_t end = count - i < 8 ? count - i : 8;
+    uint32_t bits = 0;
+    for (size_t k = 0; k < end; ++k) {
+      W v;
+      std::memcpy(&v, in + (i + k) * sizeof(W), sizeof(W));
+      std::memcpy(packed + kept * sizeof(W), &v, sizeof(W));
+      const uint32_t zero = v == 0;
+      bits |= zero << k;
+      kept += 1 - zero;
+    }
+    mask[i / 8] = std::byte(bits);
+  }
+  return kept;
+}
+
+template <typename W>
+void Unpack(const std::byte* packed, const std::byte* mask, size_t count, std::byte* out) {
+  size_t taken = 0;
+  for (size_t i = 0; i < count; i += 8) {
+    const size_t end = count - i < 8 ? count - i : 8;
+    const uint32_t bits = static_cast<uint8_t>(mask[i / 8]);
+    for (size_t k = 0; k < end; ++k) {
+      const uint32_t zero = (bits >> k) & 1;
+      W v;
+      std::memcpy(&v, packed + taken * sizeof(W), sizeof(W));
+      v = zero ? W{0} : v;
+      std::memcpy(out + (i + k) * sizeof(W), &v, sizeof(W));
+      taken += 1 - zero;
+    }
+  }
+}
+
+}  // namespace
+
+size_t CountZeroElements(const std::byte* in, size_t count, size_t width) {
+  return width == 4 ? CountZeros<uint32_t>(in, count) : CountZeros<uint16_t>(in, count);
+}
+
+size_t PackNonZeroElements(const std::byte* in, size_t count, size_t width, std::byte* packed, std::byte* mask) {
+  return width == 4 ? Pack<uint32_t>(in, count, packed, mask) : Pack<uint16_t>(in, count, packed, mask);
+}
+
+void UnpackNonZeroElements(const std::byte* packed, const std::byte* mask, size_t count, size_t width,
+                           std::byte* out) {
+  if (width == 4) Unpack<uint32_t>(packed, mask, count, out);
+  else Unpack<uint16_t>(packed, mask, count, out);
 }
 
 void XorBytes(const std::byte* a, const std::byte* b, size_t n, std::byte* out) {
