@@ -72,8 +72,10 @@ ByteHistogram CountBytes(const uint8_t* p, size_t n) {
   return out;
 }
 
-Result<size_t> RansEncode(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
-                          size_t capacity) {
+namespace {
+
+Result<size_t> Encode(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out, size_t capacity,
+                      bool use_avx2) {
   const rans::Freqs freqs = rans::NormalizeFreqs(hist, n);
   const size_t table_size = rans::WriteFreqs(freqs, out, capacity);
   if (table_size == 0 || capacity - table_size < kStateBytes) return Status::Unsupported("rANS: no room");
@@ -99,10 +101,19 @@ Result<size_t> RansEncode(const uint8_t* in, size_t n, const ByteHistogram& hist
     }
     s = EncodeStep(s, e);
   }
+  if (use_avx2) {
+    rans::EncodeTables tables;
+    for (size_t s = 0; s < 256; ++s) {
+      tables.rcp[s] = symbols[s].rcp;
+      tables.info[s] = freqs[s] | uint32_t{symbols[s].start} << 13 | symbols[s].shift << 25;
+    }
+    w = rans::EncodeGroupsAvx2(in, whole, tables, x.data(), w, lowest);
+    if (w == nullptr) return Status::Unsupported("rANS: no room");
+  }
   // Whole groups, last first. A group writes at most kStates words, so one
   // room check covers it and the word store can be unconditional (only the
   // pointer move depends on the branch-free renormalisation test).
-  for (size_t g = whole; g > 0; g -= kStates) {
+  for (size_t g = use_avx2 ? 0 : whole; g > 0; g -= kStates) {
     if (w - lowest < static_cast<ptrdiff_t>(2 * kStates)) return Status::Unsupported("rANS: no room");
     const uint8_t* sym = in + g - kStates;
     for (size_t j = kStates; j-- > 0;) {
@@ -121,6 +132,18 @@ Result<size_t> RansEncode(const uint8_t* in, size_t n, const ByteHistogram& hist
   const size_t words = static_cast<size_t>(top - w);
   std::memmove(lowest, w, words);
   return table_size + kStateBytes + words;
+}
+
+}  // namespace
+
+Result<size_t> RansEncode(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
+                          size_t capacity) {
+  return Encode(in, n, hist, out, capacity, rans::HaveAvx2());
+}
+
+Result<size_t> RansEncodeScalar(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
+                                size_t capacity) {
+  return Encode(in, n, hist, out, capacity, false);
 }
 
 namespace {

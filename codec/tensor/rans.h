@@ -29,6 +29,11 @@ ByteHistogram CountBytes(const uint8_t* p, size_t n);
 Result<size_t> RansEncode(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
                           size_t capacity);
 
+// The portable encoder, which RansEncode uses where AVX2 is missing; the
+// two write identical bytes.
+Result<size_t> RansEncodeScalar(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
+                                size_t capacity);
+
 // Decodes `stored` into out[0, n). Every field is checked: a stream that is
 // not exactly what RansEncode writes for n bytes is Corruption.
 Status RansDecode(ByteSpan stored, uint8_t* out, size_t n, std::string_view what);

@@ -81,4 +81,18 @@ namespace ckptfs::rans {
 size_t DecodeGroupsAvx2(const DecodeTable& table, StreamStart& s, uint8_t* out, size_t n);
 bool HaveAvx2();
 
+// The encoder's per-symbol values for the AVX2 path: the division
+// multiplier (see rans.cc) and freq | start << 13 | shift << 25.
+struct EncodeTables {
+  std::array<uint32_t, 256> rcp;
+  std::array<uint32_t, 256> info;
+};
+
+// Encodes the whole groups in[0, whole) (whole a multiple of kStates) last
+// first, as the scalar encoder does, updating `states` and writing words
+// down from w. Returns the new w, or nullptr when a group might not fit
+// above `lowest`. REQUIRES: HaveAvx2().
+std::byte* EncodeGroupsAvx2(const uint8_t* in, size_t whole, const EncodeTables& tables, uint32_t* states,
+                            std::byte* w, const std::byte* lowest);
+
 }  // namespace ckptfs::rans

@@ -16,6 +16,13 @@ std::vector<std::byte> Encode(const std::vector<uint8_t>& in, size_t capacity = 
   Result<size_t> n = RansEncode(in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
   EXPECT_TRUE(n.ok()) << n.status().ToString();
   out.resize(n.ok() ? *n : 0);
+  // The portable encoder writes the same bytes as the vector one.
+  std::vector<std::byte> scalar(capacity != 0 ? capacity : in.size() + 1024);
+  Result<size_t> m =
+      RansEncodeScalar(in.data(), in.size(), CountBytes(in.data(), in.size()), scalar.data(), scalar.size());
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  scalar.resize(m.ok() ? *m : 0);
+  EXPECT_EQ(out, scalar);
   return out;
 }
 
@@ -100,6 +107,9 @@ TEST(Rans, EncodeRefusesWhenCapacityIsShort) {
   const size_t full = Encode(in).size();
   std::vector<std::byte> out(full - 1);
   Result<size_t> n = RansEncode(in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), StatusCode::kUnsupported);
+  n = RansEncodeScalar(in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
   ASSERT_FALSE(n.ok());
   EXPECT_EQ(n.status().code(), StatusCode::kUnsupported);
 }
