@@ -52,9 +52,9 @@ constexpr RefillPermutes kEmitPermutes = MakeEmitPermutes();
 
 }  // namespace
 
-bool HaveAvx2() { return __builtin_cpu_supports("avx2"); }
+bool HaveAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt"); }
 
-__attribute__((target("avx2"))) size_t DecodeGroupsAvx2(const DecodeTable& table, StreamStart& s, uint8_t* out,
+__attribute__((target("avx2,popcnt"))) size_t DecodeGroupsAvx2(const DecodeTable& table, StreamStart& s, uint8_t* out,
                                                         size_t n) {
   static_assert(kStates == 32, "four vectors of eight states");
   __m256i x[4];
@@ -94,7 +94,7 @@ __attribute__((target("avx2"))) size_t DecodeGroupsAvx2(const DecodeTable& table
   return i;
 }
 
-__attribute__((target("avx2"))) std::byte* EncodeGroupsAvx2(const uint8_t* in, size_t whole,
+__attribute__((target("avx2,popcnt"))) std::byte* EncodeGroupsAvx2(const uint8_t* in, size_t whole,
                                                            const EncodeTables& tables, uint32_t* states,
                                                            std::byte* w, const std::byte* lowest) {
   static_assert(kStates == 32, "four vectors of eight states");
