@@ -225,6 +225,36 @@ TEST(ChunkCodec, HostileSparsePayloadsFailCleanly) {
   }
 }
 
+TEST(ChunkCodec, PayloadsOfTheFirstEncoderStillDecode) {
+  // A dense payload as the encoder wrote it before rANS planes and sparse
+  // payloads: planes raw, raw, zstd (literal settings then), constant.
+  const size_t count = 1000;
+  std::vector<std::byte> data(4 * count);
+  std::vector<std::vector<std::byte>> planes(4, std::vector<std::byte>(count));
+  for (size_t i = 0; i < count; ++i) {
+    planes[0][i] = std::byte(i * 7);
+    planes[1][i] = std::byte(i * 13 + 1);
+    planes[2][i] = std::byte(0x40 + i % 3);
+    planes[3][i] = std::byte{0x3c};
+    for (size_t k = 0; k < 4; ++k) data[4 * i + k] = planes[k][i];
+  }
+  std::vector<std::byte> zstd(ZSTD_compressBound(count));
+  zstd.resize(ZSTD_compress(zstd.data(), zstd.size(), planes[2].data(), count, 1));
+  std::vector<std::byte> payload = {std::byte{4}};
+  const std::vector<std::pair<uint8_t, size_t>> entries = {{0, count}, {0, count}, {1, zstd.size()}, {2, 1}};
+  for (auto [mode, length] : entries) {
+    payload.push_back(std::byte{mode});
+    ByteWriter(&payload).U32(static_cast<uint32_t>(length));
+  }
+  payload.insert(payload.end(), planes[0].begin(), planes[0].end());
+  payload.insert(payload.end(), planes[1].begin(), planes[1].end());
+  payload.insert(payload.end(), zstd.begin(), zstd.end());
+  payload.push_back(std::byte{0x3c});
+  std::vector<std::byte> back(data.size());
+  ASSERT_TRUE(DecodeWith(ChunkCodec::kBytePlaneZstd, payload, ChunkContext{DType::kF32, 3, {}}, back).ok());
+  EXPECT_EQ(back, data);
+}
+
 TEST(ChunkEncoder, PicksTheFittingCodec) {
   CodecScratch scratch;
   ScratchBuffer out;
