@@ -274,6 +274,45 @@ __attribute__((target("avx2,popcnt"))) void Unpack4Avx2(const std::byte* packed,
   Unpack<uint32_t>(packed + 4 * taken, mask + i / 8, count - i, out + 4 * i);
 }
 
+// Two-byte elements: eight per step, widened to 32-bit lanes for the same
+// permutations, then narrowed back (values below 2^16 pass packus as they are).
+__attribute__((target("avx2,popcnt"))) inline __m128i Narrow16(__m256i v) {
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08));
+}
+
+__attribute__((target("avx2,popcnt"))) size_t Pack2Avx2(const std::byte* in, size_t count, std::byte* packed,
+                                                        std::byte* mask) {
+  const __m256i zero = _mm256_setzero_si256();
+  size_t kept = 0, i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i)));
+    const int m = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, zero)));
+    const __m256i lanes = _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.lanes[m]));
+    // A whole 16-byte store: kept + 8 <= i + 8 <= count elements.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + 2 * kept), Narrow16(_mm256_permutevar8x32_epi32(v, lanes)));
+    kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
+    mask[i / 8] = std::byte(static_cast<uint8_t>(m));
+  }
+  return kept + Pack<uint16_t>(in + 2 * i, count - i, packed + 2 * kept, mask + i / 8);
+}
+
+__attribute__((target("avx2,popcnt"))) void Unpack2Avx2(const std::byte* packed, const std::byte* mask,
+                                                        size_t count, std::byte* out) {
+  const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  size_t taken = 0, i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const int m = static_cast<uint8_t>(mask[i / 8]);
+    // A whole 16-byte load: taken + 8 <= i + 8 <= count elements of room.
+    const __m256i p = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + 2 * taken)));
+    const __m256i lanes = _mm256_load_si256(reinterpret_cast<const __m256i*>(kExpand.lanes[m]));
+    const __m256i is_zero = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(m), lane_bits), lane_bits);
+    const __m256i e = _mm256_andnot_si256(is_zero, _mm256_permutevar8x32_epi32(p, lanes));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), Narrow16(e));
+    taken += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
+  }
+  Unpack<uint16_t>(packed + 2 * taken, mask + i / 8, count - i, out + 2 * i);
+}
+
 }  // namespace
 #endif
 
@@ -286,7 +325,7 @@ size_t CountZeroElements(const std::byte* in, size_t count, size_t width) {
 
 size_t PackNonZeroElements(const std::byte* in, size_t count, size_t width, std::byte* packed, std::byte* mask) {
 #if defined(__x86_64__)
-  if (width == 4 && HaveAvx2()) return Pack4Avx2(in, count, packed, mask);
+  if (HaveAvx2()) return width == 4 ? Pack4Avx2(in, count, packed, mask) : Pack2Avx2(in, count, packed, mask);
 #endif
   return width == 4 ? Pack<uint32_t>(in, count, packed, mask) : Pack<uint16_t>(in, count, packed, mask);
 }
@@ -294,7 +333,7 @@ size_t PackNonZeroElements(const std::byte* in, size_t count, size_t width, std:
 void UnpackNonZeroElements(const std::byte* packed, const std::byte* mask, size_t count, size_t width,
                            std::byte* out) {
 #if defined(__x86_64__)
-  if (width == 4 && HaveAvx2()) return Unpack4Avx2(packed, mask, count, out);
+  if (HaveAvx2()) return width == 4 ? Unpack4Avx2(packed, mask, count, out) : Unpack2Avx2(packed, mask, count, out);
 #endif
   if (width == 4) Unpack<uint32_t>(packed, mask, count, out);
   else Unpack<uint16_t>(packed, mask, count, out);
