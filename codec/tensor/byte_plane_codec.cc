@@ -14,6 +14,7 @@
 #include "codec/tensor/byte_planes.h"
 #include "codec/tensor/codecs.h"
 #include "codec/tensor/rans.h"
+#include "codec/tensor/zero_elements.h"
 
 namespace ckptfs {
 namespace {
