@@ -1,15 +1,20 @@
 // kBytePlaneZstd and kBytePlaneXorZstd. Payload (FORMAT.md, "Byte-plane
-// payload"): u8 width, then per plane {u8 mode, u32 LE stored length}, then
-// the planes' stored bytes in plane order.
+// payload"): u8 width (bit 7: sparse), then per plane {u8 mode, u32 LE
+// stored length}, then the planes' stored bytes in plane order; a sparse
+// payload has the zero-element mask as an extra first plane.
 #include <fmt/format.h>
 #include <zstd.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "codec/tensor/byte_planes.h"
 #include "codec/tensor/codecs.h"
+#include "codec/tensor/rans.h"
+#include "codec/tensor/zero_elements.h"
 
 namespace ckptfs {
 namespace {
@@ -19,22 +24,44 @@ enum class PlaneMode : uint8_t {
   kRaw = 0,       // the plane's bytes as they are
   kZstd = 1,      // one zstd frame
   kConstant = 2,  // one byte, repeated for every element
+  kRans = 3,      // a static order-0 rANS stream (rans.h)
 };
 
 constexpr size_t kMaxWidth = 4;
 constexpr size_t kPlaneEntrySize = 5;
-size_t HeaderSize(size_t width) { return 1 + kPlaneEntrySize * width; }
+// The first payload byte is the plane count; with this bit set the payload
+// is sparse: a zero-element mask comes first and the planes hold only the
+// non-zero elements.
+constexpr uint8_t kSparseFlag = 0x80;
+size_t HeaderSize(size_t entries) { return 1 + kPlaneEntrySize * entries; }
+size_t MaskBytes(size_t count) { return (count + 7) / 8; }
+
+// A chunk with at least this share of all-zero elements is stored sparse.
+// Trained Adam states hold 5-15% exact zeros (parameters whose gradient
+// was always zero); a zero inflates the order-0 statistics of every plane,
+// while the mask costs about the binary entropy of the share (0.2 bits per
+// element at 3%) and lets the low mantissa planes of the rest go raw. XOR
+// residuals of barely changed tensors are mostly zero elements.
+constexpr size_t kSparseMinZeroShareInverse = 32;
+// ~4200 samples per 4 MiB f32 chunk (each a cache miss: the chunk is still
+// cold). Prime: zeros often sit in columns (a dead input unit), which a
+// power-of-two stride would hit or miss whole.
+constexpr size_t kZeroSampleStride = 251;
 
 // A plane whose sampled byte entropy is above this many bits per byte is
-// stored raw: zstd would save under 1.5% and cost most of the encode time
-// (the low mantissa bytes of trained floats sit at 7.97-8.0).
-constexpr double kRawEntropyBits = 7.88;
+// stored raw: rANS would save under 1.3% of it for a full coding pass (the
+// high mantissa byte of trained f32 sits at ~7.96, the low ones at 7.99-8.0;
+// on the benchmark checkpoint's f32 tensors 7.9 instead of 7.97 costs 0.1%
+// of the ratio and saves a second coding pass per chunk).
+constexpr double kRawEntropyBits = 7.9;
 // Sampling every kSampleStride-th byte estimates the entropy within a few
-// hundredths of a bit for 1 MiB planes at a sixteenth of the cost.
-constexpr size_t kSampleStride = 16;
+// hundredths of a bit for 1 MiB planes (32768 samples; a uniform plane reads
+// about 0.006 bits low) at a thirty-second of the cost.
+constexpr size_t kSampleStride = 32;
 // Planes below this entropy (long zero runs: XOR residuals of barely
 // changed tensors) get zstd at the caller's level, where LZ matches pay;
-// the others are order-0 data and get the literal-only settings.
+// the others are order-0 data and get rANS, which is faster than zstd's
+// Huffman literals and closer to the entropy.
 constexpr double kMatchingEntropyBits = 1.0;
 
 struct PlaneStats {
@@ -68,33 +95,55 @@ PlaneStats SamplePlane(const uint8_t* p, size_t n) {
   return stats;
 }
 
-// Encodes the `width` planes (each `count` bytes) into `out`; returns the
-// stored size. REQUIRES: out holds HeaderSize(width) + width * count bytes.
-Result<size_t> EncodePlanes(const std::byte* const* planes, size_t count, size_t width, int level,
-                            CodecScratch& scratch, std::byte* out) {
-  out[0] = std::byte(width);
-  size_t at = HeaderSize(width);
-  for (size_t k = 0; k < width; ++k) {
-    const auto* plane = reinterpret_cast<const uint8_t*>(planes[k]);
-    PlaneStats stats = SamplePlane(plane, count);
-    PlaneMode mode = PlaneMode::kRaw;
-    size_t stored = count;
-    if (count > 0 && stats.constant) {
-      mode = PlaneMode::kConstant;
-      stored = 1;
-      out[at] = planes[k][0];
-    } else if (count > 0 && stats.entropy_bits < kRawEntropyBits) {
-      // Capacity one byte short of raw: zstd fails unless it saves space.
-      ByteSpan plane_bytes(planes[k], count);
-      Result<size_t> z = stats.entropy_bits < kMatchingEntropyBits
-                             ? ZstdCompressFrame(scratch, level, plane_bytes, out + at, count - 1)
-                             : ZstdCompressLiterals(scratch, plane_bytes, out + at, count - 1);
-      if (z.ok()) {
-        mode = PlaneMode::kZstd;
-        stored = *z;
-      }
+// Stores one plane of `count` bytes at `out` (room for `count` bytes);
+// returns its mode and stored length.
+std::pair<PlaneMode, size_t> EncodePlane(const std::byte* plane_bytes, size_t count, int level,
+                                         CodecScratch& scratch, std::byte* out) {
+  if (count == 0) return {PlaneMode::kRaw, 0};
+  const auto* plane = reinterpret_cast<const uint8_t*>(plane_bytes);
+  PlaneStats stats = SamplePlane(plane, count);
+  if (stats.constant) {
+    out[0] = plane_bytes[0];
+    return {PlaneMode::kConstant, 1};
+  }
+  if (stats.entropy_bits < kRawEntropyBits) {
+    // Capacity one byte short of raw: either coder fails unless it saves space.
+    if (stats.entropy_bits < kMatchingEntropyBits) {
+      Result<size_t> z = ZstdCompressFrame(scratch, level, ByteSpan(plane_bytes, count), out, count - 1);
+      if (z.ok()) return {PlaneMode::kZstd, *z};
+    } else {
+      Result<size_t> r = RansEncode(plane, count, CountBytes(plane, count), out, count - 1);
+      if (r.ok()) return {PlaneMode::kRans, *r};
     }
-    if (mode == PlaneMode::kRaw && count > 0) std::memcpy(out + at, planes[k], count);
+  }
+  std::memcpy(out, plane_bytes, count);
+  return {PlaneMode::kRaw, count};
+}
+
+// Zero elements come in runs (a parameter row whose gradient is always
+// zero), so the mask is LZ data: zstd level 1 stores the benchmark's masks
+// in a quarter to a half of what order-0 rANS needs, at the same speed.
+constexpr int kMaskZstdLevel = 1;
+
+std::pair<PlaneMode, size_t> EncodeMask(const std::byte* mask, size_t count, CodecScratch& scratch, std::byte* out) {
+  if (count > 1) {
+    Result<size_t> z = ZstdCompressFrame(scratch, kMaskZstdLevel, ByteSpan(mask, count), out, count - 1);
+    if (z.ok()) return {PlaneMode::kZstd, *z};
+  }
+  std::memcpy(out, mask, count);
+  return {PlaneMode::kRaw, count};
+}
+
+// Writes the payload header's first byte and then one entry per plane
+// (planes[k] of counts[k] bytes) followed by the stored planes; returns the
+// payload size. REQUIRES: out holds HeaderSize(n) + the sum of counts.
+size_t EncodePlanes(uint8_t first, const std::byte* const* planes, const size_t* counts, size_t n, int level,
+                    CodecScratch& scratch, std::byte* out) {
+  out[0] = std::byte(first);
+  size_t at = HeaderSize(n);
+  for (size_t k = 0; k < n; ++k) {
+    auto [mode, stored] = k == 0 && (first & kSparseFlag) != 0 ? EncodeMask(planes[k], counts[k], scratch, out + at)
+                                                               : EncodePlane(planes[k], counts[k], level, scratch, out + at);
     std::byte* entry = out + 1 + kPlaneEntrySize * k;
     entry[0] = std::byte(static_cast<uint8_t>(mode));
     StoreLE32(entry + 1, static_cast<uint32_t>(stored));
@@ -103,7 +152,48 @@ Result<size_t> EncodePlanes(const std::byte* const* planes, size_t count, size_t
   return at;
 }
 
-// Decodes the planes of `stored` and interleaves them into `out`.
+// Decodes one stored plane to `count` bytes; returns where they are (in
+// `target`, or in `data` itself for a raw plane).
+Result<const std::byte*> DecodePlane(uint8_t mode, ByteSpan data, size_t count, std::byte* target,
+                                     CodecScratch& scratch, std::string_view what, size_t k) {
+  switch (static_cast<PlaneMode>(mode)) {
+    case PlaneMode::kRaw:
+      if (data.size() != count)
+        return Status::Corruption(fmt::format("{}: raw plane {} is {} bytes, want {}", what, k, data.size(), count));
+      return data.data();
+    case PlaneMode::kConstant:
+      if (data.size() != 1)
+        return Status::Corruption(fmt::format("{}: constant plane {} is {} bytes, want 1", what, k, data.size()));
+      std::memset(target, static_cast<int>(data[0]), count);
+      return static_cast<const std::byte*>(target);
+    case PlaneMode::kZstd:
+      RETURN_IF_ERROR(ZstdDecompressFrame(scratch, data, MutableByteSpan(target, count),
+                                          fmt::format("{}: plane {}", what, k)));
+      return static_cast<const std::byte*>(target);
+    case PlaneMode::kRans:
+      RETURN_IF_ERROR(RansDecode(data, reinterpret_cast<uint8_t*>(target), count, fmt::format("{}: plane {}", what, k)));
+      return static_cast<const std::byte*>(target);
+  }
+  return Status::Corruption(fmt::format("{}: plane {} has unknown mode {}", what, k, mode));
+}
+
+// The number of set bits in p[0, n). Word-wide bit counting: std::popcount
+// becomes a library call per byte without -mpopcnt.
+size_t CountSetBits(const std::byte* p, size_t n) {
+  size_t bits = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x;
+    std::memcpy(&x, p + i, 8);
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    bits += static_cast<size_t>((x * 0x0101010101010101ull) >> 56);
+  }
+  for (; i < n; ++i) bits += static_cast<size_t>(std::popcount(static_cast<uint8_t>(p[i])));
+  return bits;
+}
+
+// Decodes the payload `stored` of a chunk of out.size() bytes into `out`.
 Status DecodePlanes(ByteSpan stored, DType dtype, CodecScratch& scratch, MutableByteSpan out,
                     std::string_view what) {
   const size_t width = DTypeSize(dtype);
@@ -114,67 +204,112 @@ Status DecodePlanes(ByteSpan stored, DType dtype, CodecScratch& scratch, Mutable
                                           out.size(), width));
   const size_t count = out.size() / width;
   ByteReader header(stored, what);
-  uint8_t stored_width = header.U8();
+  const uint8_t first = header.U8();
+  const bool sparse = (first & kSparseFlag) != 0;
+  const uint8_t stored_width = first & static_cast<uint8_t>(~kSparseFlag);
   if (header.ok() && stored_width != width)
     return Status::Corruption(fmt::format("{}: plane count want={} have={}", what, width, stored_width));
-  std::array<PlaneMode, kMaxWidth> modes{};
-  std::array<uint32_t, kMaxWidth> lengths{};
-  for (size_t k = 0; k < width; ++k) {
-    uint8_t mode = header.U8();
+  const size_t entries = width + (sparse ? 1 : 0);
+  std::array<uint8_t, kMaxWidth + 1> modes{};
+  std::array<uint32_t, kMaxWidth + 1> lengths{};
+  for (size_t k = 0; k < entries; ++k) {
+    modes[k] = header.U8();
     lengths[k] = header.U32();
-    if (mode > static_cast<uint8_t>(PlaneMode::kConstant))
-      return Status::Corruption(fmt::format("{}: plane {} has unknown mode {}", what, k, mode));
-    modes[k] = static_cast<PlaneMode>(mode);
   }
   RETURN_IF_ERROR(header.status());
-
-  std::byte* buffer = scratch.planes.Reserve(width * count);
-  std::array<const std::byte*, kMaxWidth> planes{};
-  for (size_t k = 0; k < width; ++k) {
-    ByteSpan data = header.Bytes(lengths[k]);
+  std::array<ByteSpan, kMaxWidth + 1> bodies{};
+  for (size_t k = 0; k < entries; ++k) {
+    bodies[k] = header.Bytes(lengths[k]);
     if (!header.ok())
       return Status::Corruption(fmt::format("{}: plane {} declares {} bytes, {} remain", what, k, lengths[k],
                                             header.remaining()));
-    std::byte* target = buffer + k * count;
-    switch (modes[k]) {
-      case PlaneMode::kRaw:
-        if (data.size() != count)
-          return Status::Corruption(fmt::format("{}: raw plane {} is {} bytes, want {}", what, k, data.size(), count));
-        planes[k] = data.data();
-        break;
-      case PlaneMode::kConstant:
-        if (data.size() != 1)
-          return Status::Corruption(fmt::format("{}: constant plane {} is {} bytes, want 1", what, k, data.size()));
-        std::memset(target, static_cast<int>(data[0]), count);
-        planes[k] = target;
-        break;
-      case PlaneMode::kZstd:
-        RETURN_IF_ERROR(ZstdDecompressFrame(scratch, data, MutableByteSpan(target, count),
-                                            fmt::format("{}: plane {}", what, k)));
-        planes[k] = target;
-        break;
-    }
   }
   if (header.remaining() != 0)
     return Status::Corruption(fmt::format("{}: {} bytes after the last plane", what, header.remaining()));
-  MergeBytePlanes(planes.data(), count, width, out.data());
+
+  // A sparse payload's first entry is the zero-element mask; the planes
+  // then hold only the non-zero elements.
+  size_t kept = count;
+  const std::byte* mask = nullptr;
+  if (sparse) {
+    const size_t mask_bytes = MaskBytes(count);
+    std::byte* target = scratch.zero_mask.Reserve(mask_bytes);
+    ASSIGN_OR_RETURN(mask, DecodePlane(modes[0], bodies[0], mask_bytes, target, scratch, what, 0));
+    const size_t zeros = CountSetBits(mask, mask_bytes);
+    if (count % 8 != 0 && (static_cast<uint8_t>(mask[mask_bytes - 1]) >> (count % 8)) != 0)
+      return Status::Corruption(fmt::format("{}: zero mask has bits past the last element", what));
+    kept = count - zeros;
+  }
+  const size_t first_plane = sparse ? 1 : 0;
+  std::byte* buffer = scratch.planes.Reserve(width * kept);
+  std::array<const std::byte*, kMaxWidth> planes{};
+  for (size_t k = 0; k < width; ++k) {
+    ASSIGN_OR_RETURN(planes[k], DecodePlane(modes[first_plane + k], bodies[first_plane + k], kept,
+                                            buffer + k * kept, scratch, what, first_plane + k));
+  }
+  if (!sparse) {
+    MergeBytePlanes(planes.data(), count, width, out.data());
+    return Status::Ok();
+  }
+  // Unpacking may read one element past the kept ones: room for count.
+  std::byte* packed = scratch.packed.Reserve(width * count);
+  MergeBytePlanes(planes.data(), kept, width, packed);
+  UnpackNonZeroElements(packed, mask, count, width, out.data());
   return Status::Ok();
 }
 
 Result<size_t> SplitAndEncode(ByteSpan data, DType dtype, int level, CodecScratch& scratch, std::byte* out) {
   const size_t width = DTypeSize(dtype);
   const size_t count = data.size() / width;
-  std::byte* buffer = scratch.planes.Reserve(width * count);
-  std::array<std::byte*, kMaxWidth> planes{};
-  for (size_t k = 0; k < width; ++k) planes[k] = buffer + k * count;
-  SplitBytePlanes(data.data(), count, width, planes.data());
-  return EncodePlanes(planes.data(), count, width, level, scratch, out);
+  const std::byte* elements = data.data();
+  size_t kept = count;
+  // The zero share is estimated on every kZeroSampleStride-th element (a
+  // full count costs as much as the packing). All-zero chunks (unchanged
+  // tensors' residuals) are smaller as constant planes: a sample of only
+  // zeros is confirmed by a full count.
+  const size_t sampled = (count + kZeroSampleStride - 1) / kZeroSampleStride;
+  size_t zeros = 0;
+  for (size_t i = 0; i < count; i += kZeroSampleStride) {
+    const std::byte* e = elements + i * width;
+    zeros += (width == 4 ? LoadLE32(e) : LoadLE16(e)) == 0;
+  }
+  size_t of = sampled;
+  if (zeros == sampled) {
+    zeros = CountZeroElements(elements, count, width);
+    of = count;
+  }
+  const bool sparse = zeros < of && zeros * kSparseMinZeroShareInverse >= of;
+  std::array<const std::byte*, kMaxWidth + 1> planes{};
+  std::array<size_t, kMaxWidth + 1> counts{};
+  size_t first_plane = 0;
+  if (sparse) {
+    std::byte* packed = scratch.packed.Reserve(width * count);
+    std::byte* mask = scratch.zero_mask.Reserve(MaskBytes(count));
+    kept = PackNonZeroElements(elements, count, width, packed, mask);
+    elements = packed;
+    planes[0] = mask;
+    counts[0] = MaskBytes(count);
+    first_plane = 1;
+  }
+  std::byte* buffer = scratch.planes.Reserve(width * kept);
+  std::array<std::byte*, kMaxWidth> split{};
+  for (size_t k = 0; k < width; ++k) {
+    split[k] = buffer + k * kept;
+    planes[first_plane + k] = split[k];
+    counts[first_plane + k] = kept;
+  }
+  SplitBytePlanes(elements, kept, width, split.data());
+  const uint8_t first = static_cast<uint8_t>(width) | (sparse ? kSparseFlag : 0);
+  return EncodePlanes(first, planes.data(), counts.data(), first_plane + width, level, scratch, out);
 }
 
 }  // namespace
 
 size_t BytePlaneCodec::MaxEncodedSize(size_t raw_size, const ChunkContext& ctx) const {
-  return HeaderSize(DTypeSize(ctx.dtype)) + raw_size;
+  // The sparse form adds one entry and the mask and drops at least
+  // count / kSparseMinZeroShareInverse elements; plainly bounded by both.
+  const size_t width = DTypeSize(ctx.dtype);
+  return HeaderSize(width + 1) + raw_size + MaskBytes(raw_size / width);
 }
 
 Result<size_t> BytePlaneCodec::DoEncode(ByteSpan data, const ChunkContext& ctx, CodecScratch& scratch,

@@ -8,10 +8,6 @@ namespace ckptfs {
 // One zstd frame of `src` at `level` into dst[0, capacity); returns its size.
 Result<size_t> ZstdCompressFrame(CodecScratch& scratch, int level, ByteSpan src, std::byte* dst,
                                  size_t capacity);
-// One zstd frame of `src` tuned for order-0 data (a float's exponent byte,
-// the high mantissa bytes): minimal match finding, Huffman-coded literals.
-// Several times faster than level 1 and closer to the entropy there.
-Result<size_t> ZstdCompressLiterals(CodecScratch& scratch, ByteSpan src, std::byte* dst, size_t capacity);
 // Decodes `src`, which must be exactly one zstd frame declaring out.size()
 // bytes of content (checked before decompressing: no bomb gets to inflate).
 Status ZstdDecompressFrame(CodecScratch& scratch, ByteSpan src, MutableByteSpan out, std::string_view what);

@@ -59,6 +59,8 @@ class CodecScratch {
   ScratchBuffer candidate; // a second encoding when codecs compete
   ScratchBuffer decoded;   // a decoded chunk not wholly wanted by a read
   ScratchBuffer stored;    // a chunk's stored bytes read from a file
+  ScratchBuffer packed;    // a chunk's non-zero elements (sparse byte planes)
+  ScratchBuffer zero_mask; // which elements are zero (sparse byte planes)
 
  private:
   ZSTD_CCtx_s* cctx_;

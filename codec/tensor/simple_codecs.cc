@@ -1,6 +1,5 @@
 // kRaw, kZstd and kZeros, and the zstd frame helpers the other codecs share.
 #include <fmt/format.h>
-#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_literalCompressionMode
 #include <zstd.h>
 
 #include <cstring>
@@ -15,24 +14,6 @@ Result<size_t> ZstdCompressFrame(CodecScratch& scratch, int level, ByteSpan src,
   // Reset parameters: a context may carry settings from another chunk.
   ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
-  size_t n = ZSTD_compress2(cctx, dst, capacity, src.data(), src.size());
-  if (ZSTD_isError(n)) return Status::Internal(fmt::format("zstd compress: {}", ZSTD_getErrorName(n)));
-  return n;
-}
-
-Result<size_t> ZstdCompressLiterals(CodecScratch& scratch, ByteSpan src, std::byte* dst, size_t capacity) {
-  ZSTD_CCtx* cctx = scratch.cctx();
-  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
-  // Measured on trained f32/bf16 exponent planes (1-2 MiB): level 1 stores
-  // 2.90 bits/byte at ~220 MB/s; these settings 2.63 bits/byte (entropy
-  // 2.61) at ~700 MB/s: matches of 7+ bytes only, a 64-entry hash table,
-  // and a large search step so that almost every byte becomes a literal.
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_strategy, ZSTD_fast);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, 17);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, 6);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, 7);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_targetLength, 1024);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_literalCompressionMode, ZSTD_ps_enable);
   size_t n = ZSTD_compress2(cctx, dst, capacity, src.data(), src.size());
   if (ZSTD_isError(n)) return Status::Internal(fmt::format("zstd compress: {}", ZSTD_getErrorName(n)));
   return n;

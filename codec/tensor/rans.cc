@@ -1,0 +1,186 @@
+// Stream (FORMAT.md, "rANS plane"): frequency table, kStates little-endian
+// u32 decoder start states, then little-endian u16 renormalisation words in
+// the order the decoder reads them. The encoder runs backwards from the last
+// byte, so it writes the words from the end of its buffer down and moves
+// them into place at the end.
+#include "codec/tensor/rans.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "codec/tensor/rans_model.h"
+
+namespace ckptfs {
+
+using rans::kLower;
+using rans::kProbBits;
+using rans::kProbScale;
+using rans::kStateBytes;
+using rans::kStates;
+
+namespace {
+
+// What the encoder needs per symbol to avoid a division: with
+// q = floor(x / freq) computed as ((x * rcp >> 32) + x) >> shift, the step
+// x -> (q << kProbBits) + x % freq + start is x + start + q * (kProbScale -
+// freq). rcp and shift are the Granlund-Montgomery multiplier for 32-bit
+// dividends: m = ceil(2^(32 + shift) / freq), shift = ceil(log2(freq)),
+// rcp = m - 2^32 (which fits 32 bits because freq > 2^(shift - 1)).
+struct EncodeSymbol {
+  uint32_t rcp;
+  uint32_t shift;
+  uint32_t limit;  // renormalise while x > limit (freq << 20, minus 1)
+  uint16_t start;
+  uint16_t complement;
+};
+
+EncodeSymbol MakeEncodeSymbol(uint32_t freq, uint32_t start) {
+  EncodeSymbol e{};
+  uint32_t shift = 0;
+  while ((1u << shift) < freq) ++shift;
+  const uint64_t m = ((uint64_t{1} << (32 + shift)) + freq - 1) / freq;
+  e.rcp = static_cast<uint32_t>(m - (uint64_t{1} << 32));
+  e.shift = shift;
+  e.limit = static_cast<uint32_t>((uint64_t{freq} << (32 - kProbBits)) - 1);
+  e.start = static_cast<uint16_t>(start);
+  e.complement = static_cast<uint16_t>(kProbScale - freq);
+  return e;
+}
+
+inline uint32_t EncodeStep(uint32_t x, const EncodeSymbol& e) {
+  const uint32_t q = static_cast<uint32_t>(((static_cast<uint64_t>(x) * e.rcp >> 32) + x) >> e.shift);
+  return x + e.start + q * e.complement;
+}
+
+}  // namespace
+
+ByteHistogram CountBytes(const uint8_t* p, size_t n) {
+  // Four tables: consecutive equal bytes would otherwise serialise on one
+  // counter (store-to-load forwarding), which planes of skewed bytes hit.
+  std::array<std::array<uint32_t, 256>, 4> h{};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ++h[0][p[i]];
+    ++h[1][p[i + 1]];
+    ++h[2][p[i + 2]];
+    ++h[3][p[i + 3]];
+  }
+  for (; i < n; ++i) ++h[0][p[i]];
+  ByteHistogram out;
+  for (size_t s = 0; s < 256; ++s) out[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
+  return out;
+}
+
+namespace {
+
+Result<size_t> Encode(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out, size_t capacity,
+                      bool use_avx2) {
+  const rans::Freqs freqs = rans::NormalizeFreqs(hist, n);
+  const size_t table_size = rans::WriteFreqs(freqs, out, capacity);
+  if (table_size == 0 || capacity - table_size < kStateBytes) return Status::Unsupported("rANS: no room");
+  std::array<EncodeSymbol, 256> symbols{};
+  for (uint32_t s = 0, start = 0; s < 256; start += freqs[s], ++s)
+    if (freqs[s] != 0) symbols[s] = MakeEncodeSymbol(freqs[s], start);
+
+  std::byte* const lowest = out + table_size + kStateBytes;
+  std::byte* const top = out + capacity;
+  std::byte* w = top;
+  std::array<uint32_t, kStates> x;
+  x.fill(kLower);
+  // The last n % kStates bytes first, each word write checked.
+  const size_t whole = n / kStates * kStates;
+  for (size_t i = n; i-- > whole;) {
+    const EncodeSymbol& e = symbols[in[i]];
+    uint32_t& s = x[i % kStates];
+    if (s > e.limit) {
+      if (w - lowest < 2) return Status::Unsupported("rANS: no room");
+      w -= 2;
+      StoreLE16(w, static_cast<uint16_t>(s));
+      s >>= 16;
+    }
+    s = EncodeStep(s, e);
+  }
+  if (use_avx2) {
+    rans::EncodeTables tables;
+    for (size_t s = 0; s < 256; ++s) {
+      tables.rcp[s] = symbols[s].rcp;
+      tables.info[s] = freqs[s] | uint32_t{symbols[s].start} << 13 | symbols[s].shift << 25;
+    }
+    w = rans::EncodeGroupsAvx2(in, whole, tables, x.data(), w, lowest);
+    if (w == nullptr) return Status::Unsupported("rANS: no room");
+  }
+  // Whole groups, last first. A group writes at most kStates words, so one
+  // room check covers it and the word store can be unconditional (only the
+  // pointer move depends on the branch-free renormalisation test).
+  for (size_t g = use_avx2 ? 0 : whole; g > 0; g -= kStates) {
+    if (w - lowest < static_cast<ptrdiff_t>(2 * kStates)) return Status::Unsupported("rANS: no room");
+    const uint8_t* sym = in + g - kStates;
+    for (size_t j = kStates; j-- > 0;) {
+      const EncodeSymbol& e = symbols[sym[j]];
+      uint32_t s = x[j];
+      // Shift arithmetic rather than a condition: GCC turns a condition
+      // into a branch, which mispredicts on near-random planes.
+      const uint32_t shift = static_cast<uint32_t>(s > e.limit) << 4;
+      StoreLE16(w - 2, static_cast<uint16_t>(s));
+      w -= shift >> 3;
+      x[j] = EncodeStep(s >> shift, e);
+    }
+  }
+  std::byte* states = out + table_size;
+  for (size_t j = 0; j < kStates; ++j) StoreLE32(states + 4 * j, x[j]);
+  const size_t words = static_cast<size_t>(top - w);
+  std::memmove(lowest, w, words);
+  return table_size + kStateBytes + words;
+}
+
+}  // namespace
+
+Result<size_t> RansEncode(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
+                          size_t capacity) {
+  return Encode(in, n, hist, out, capacity, rans::HaveAvx2());
+}
+
+Result<size_t> RansEncodeScalar(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
+                                size_t capacity) {
+  return Encode(in, n, hist, out, capacity, false);
+}
+
+namespace {
+
+Status Decode(ByteSpan stored, uint8_t* out, size_t n, bool use_avx2, std::string_view what) {
+  rans::Freqs freqs;
+  size_t used = 0;
+  RETURN_IF_ERROR(rans::ReadFreqs(stored, &freqs, &used, what));
+  rans::DecodeTable table;
+  rans::BuildDecodeTable(freqs, &table);
+  rans::StreamStart s;
+  RETURN_IF_ERROR(rans::ReadStreamStart(stored.subspan(used), &s, what));
+  if (use_avx2) return rans::DecodeTail(table, s, rans::DecodeGroupsAvx2(table, s, out, n), out, n, what);
+  size_t i = 0;
+  // Whole groups while a group's worst case (one word per state) is
+  // surely there: no per-word checks, branch-free renormalisation.
+  for (; i + kStates <= n && s.end - s.words >= static_cast<ptrdiff_t>(2 * kStates); i += kStates) {
+    for (size_t j = 0; j < kStates; ++j) {
+      uint32_t x = s.states[j];
+      out[i + j] = rans::DecodeStep(table, x);
+      const bool refill = x < kLower;
+      const uint32_t word = LoadLE16(s.words);
+      s.states[j] = refill ? x << 16 | word : x;
+      s.words += refill ? 2 : 0;
+    }
+  }
+  return rans::DecodeTail(table, s, i, out, n, what);
+}
+
+}  // namespace
+
+Status RansDecodeScalar(ByteSpan stored, uint8_t* out, size_t n, std::string_view what) {
+  return Decode(stored, out, n, false, what);
+}
+
+Status RansDecode(ByteSpan stored, uint8_t* out, size_t n, std::string_view what) {
+  return Decode(stored, out, n, rans::HaveAvx2(), what);
+}
+
+}  // namespace ckptfs

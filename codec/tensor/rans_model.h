@@ -1,0 +1,98 @@
+// The parts of the rANS plane coder (rans.h) that the scalar and the AVX2
+// paths share: constants, the frequency table and its stored form, and the
+// decode step. Internal to codec/tensor.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "codec/common/bytes.h"
+#include "codec/common/status.h"
+
+namespace ckptfs::rans {
+
+// Frequencies sum to 2^kProbBits. 12 bits keep the decode table (4096
+// entries of 4 bytes) in L1 and cost under 0.01 bits/byte against exact
+// probabilities on trained float planes.
+constexpr uint32_t kProbBits = 12;
+constexpr uint32_t kProbScale = 1u << kProbBits;
+// States live in [kLower, 2^32); renormalisation moves 16-bit words.
+constexpr uint32_t kLower = 1u << 16;
+// Byte i of a plane goes through state i % kStates. 32 states give the
+// AVX2 decoder four independent 8-lane vectors to hide gather latency.
+constexpr size_t kStates = 32;
+constexpr size_t kStateBytes = 4 * kStates;
+constexpr size_t kBitmapBytes = 32;
+
+using Freqs = std::array<uint32_t, 256>;
+
+// Slot -> packed decode entry: symbol in bits 0-7, frequency - 1 in bits
+// 8-19, slot - symbol start in bits 20-31.
+using DecodeTable = std::array<uint32_t, kProbScale>;
+
+// Frequencies summing to kProbScale, at least 1 for each byte value that
+// occurs, close to the counts' proportions. REQUIRES: n = sum of hist > 0.
+Freqs NormalizeFreqs(const std::array<uint32_t, 256>& hist, size_t n);
+
+// Writes the stored form of `freqs` to out[0, capacity); returns its size,
+// or 0 if it does not fit.
+size_t WriteFreqs(const Freqs& freqs, std::byte* out, size_t capacity);
+
+// Parses a stored frequency table from the front of `in`: every present
+// frequency in [1, kProbScale], their sum exactly kProbScale. Sets *used to
+// the bytes it took.
+Status ReadFreqs(ByteSpan in, Freqs* freqs, size_t* used, std::string_view what);
+
+void BuildDecodeTable(const Freqs& freqs, DecodeTable* table);
+
+// One decode step of state x (in [kLower, 2^32)): returns the symbol and
+// leaves x before renormalisation.
+inline uint8_t DecodeStep(const DecodeTable& table, uint32_t& x) {
+  const uint32_t e = table[x & (kProbScale - 1)];
+  x = (((e >> 8) & (kProbScale - 1)) + 1) * (x >> kProbBits) + (e >> 20);
+  return static_cast<uint8_t>(e);
+}
+
+// The stream after the frequency table: the kStates initial decoder states
+// and the renormalisation words. Checks that the states are in range and
+// the words a whole number.
+struct StreamStart {
+  std::array<uint32_t, kStates> states;
+  const std::byte* words;
+  const std::byte* end;
+};
+Status ReadStreamStart(ByteSpan stored, StreamStart* start, std::string_view what);
+
+// Decodes symbols [from, n) one by one with every word read checked, then
+// checks the stream ends exactly with every state back at kLower.
+Status DecodeTail(const DecodeTable& table, StreamStart& s, size_t from, uint8_t* out, size_t n,
+                  std::string_view what);
+
+}  // namespace ckptfs::rans
+
+namespace ckptfs::rans {
+
+// Decodes whole groups of kStates symbols with AVX2 from s, starting at
+// symbol 0, while a group's worst case of words is surely there; returns
+// the symbols done (a multiple of kStates; the caller finishes with
+// DecodeTail). Returns 0 where AVX2 is not available.
+size_t DecodeGroupsAvx2(const DecodeTable& table, StreamStart& s, uint8_t* out, size_t n);
+bool HaveAvx2();
+
+// The encoder's per-symbol values for the AVX2 path: the division
+// multiplier (see rans.cc) and freq | start << 13 | shift << 25.
+struct EncodeTables {
+  std::array<uint32_t, 256> rcp;
+  std::array<uint32_t, 256> info;
+};
+
+// Encodes the whole groups in[0, whole) (whole a multiple of kStates) last
+// first, as the scalar encoder does, updating `states` and writing words
+// down from w. Returns the new w, or nullptr when a group might not fit
+// above `lowest`. REQUIRES: HaveAvx2().
+std::byte* EncodeGroupsAvx2(const uint8_t* in, size_t whole, const EncodeTables& tables, uint32_t* states,
+                            std::byte* w, const std::byte* lowest);
+
+}  // namespace ckptfs::rans

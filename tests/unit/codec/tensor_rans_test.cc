@@ -1,0 +1,195 @@
+#include "codec/tensor/rans.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "codec/tensor/rans_model.h"
+
+namespace ckptfs {
+namespace {
+
+std::vector<std::byte> Encode(const std::vector<uint8_t>& in, size_t capacity = 0) {
+  std::vector<std::byte> out(capacity != 0 ? capacity : in.size() + 1024);
+  Result<size_t> n = RansEncode(in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  out.resize(n.ok() ? *n : 0);
+  // The portable encoder writes the same bytes as the vector one.
+  std::vector<std::byte> scalar(capacity != 0 ? capacity : in.size() + 1024);
+  Result<size_t> m =
+      RansEncodeScalar(in.data(), in.size(), CountBytes(in.data(), in.size()), scalar.data(), scalar.size());
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  scalar.resize(m.ok() ? *m : 0);
+  EXPECT_EQ(out, scalar);
+  return out;
+}
+
+// Decodes with both the dispatching and the scalar decoder; they must agree
+// on the status and the bytes.
+Status Decode(ByteSpan stored, size_t n, std::vector<uint8_t>* out) {
+  out->assign(n, 0xcc);
+  std::vector<uint8_t> scalar(n, 0xcc);
+  Status fast = RansDecode(stored, out->data(), n, "test");
+  Status slow = RansDecodeScalar(stored, scalar.data(), n, "test");
+  EXPECT_EQ(fast.code(), slow.code()) << fast.ToString() << " vs " << slow.ToString();
+  if (fast.ok() && slow.ok()) {
+    EXPECT_EQ(*out, scalar);
+  }
+  return fast;
+}
+
+std::vector<uint8_t> Skewed(size_t n, double spread, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, spread);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(static_cast<int>(std::lround(120 + normal(rng))) & 0xff);
+  return v;
+}
+
+double EntropyBytes(const std::vector<uint8_t>& v) {
+  ByteHistogram h = CountBytes(v.data(), v.size());
+  double bits = 0;
+  for (uint32_t c : h)
+    if (c != 0) bits -= c * std::log2(static_cast<double>(c) / v.size());
+  return bits / 8;
+}
+
+TEST(Rans, RoundTripsEveryLengthAroundTheGroupSize) {
+  for (size_t n = 1; n <= 3 * rans::kStates + 1; ++n) {
+    std::vector<uint8_t> in = Skewed(n, 3.0, static_cast<uint32_t>(n));
+    std::vector<uint8_t> out;
+    ASSERT_TRUE(Decode(Encode(in), n, &out).ok()) << n;
+    EXPECT_EQ(out, in) << n;
+  }
+}
+
+TEST(Rans, RoundTripsDistributionsAndStaysNearTheEntropy) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> uniform(100000);
+  for (auto& b : uniform) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> two(100000);
+  for (auto& b : two) b = (rng() % 100) < 3 ? 200 : 17;
+  std::vector<uint8_t> every_value(256 * 7 + 5);
+  for (size_t i = 0; i < every_value.size(); ++i) every_value[i] = static_cast<uint8_t>(i * 37);
+  for (const auto& in : {Skewed(1 << 20, 2.0, 1), Skewed(300001, 20.0, 2), uniform, two, every_value}) {
+    std::vector<std::byte> stored = Encode(in);
+    std::vector<uint8_t> out;
+    ASSERT_TRUE(Decode(stored, in.size(), &out).ok());
+    EXPECT_EQ(out, in);
+    // Table (at most 32 + 512 bytes), states, and 0.3% over the entropy:
+    // 12-bit frequencies lose little.
+    EXPECT_LE(static_cast<double>(stored.size()), EntropyBytes(in) * 1.003 + 32 + 512 + rans::kStateBytes + 8)
+        << in.size();
+  }
+}
+
+TEST(Rans, AllSameSymbolAndOneElement) {
+  for (size_t n : {size_t{1}, size_t{31}, size_t{32}, size_t{100000}}) {
+    std::vector<uint8_t> in(n, 0x7f);
+    std::vector<std::byte> stored = Encode(in);
+    // One symbol of frequency 4096 codes to no words at all.
+    EXPECT_EQ(stored.size(), 32 + 2 + rans::kStateBytes);
+    std::vector<uint8_t> out;
+    ASSERT_TRUE(Decode(stored, n, &out).ok());
+    EXPECT_EQ(out, in);
+  }
+}
+
+TEST(Rans, SameInputSameBytes) {
+  std::vector<uint8_t> in = Skewed(50000, 5.0, 3);
+  EXPECT_EQ(Encode(in), Encode(in));
+}
+
+TEST(Rans, EncodeRefusesWhenCapacityIsShort) {
+  std::vector<uint8_t> in = Skewed(10000, 40.0, 4);
+  const size_t full = Encode(in).size();
+  std::vector<std::byte> out(full - 1);
+  Result<size_t> n = RansEncode(in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), StatusCode::kUnsupported);
+  n = RansEncodeScalar(in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), StatusCode::kUnsupported);
+}
+
+TEST(Rans, TruncatedOrExtendedStreamsAreCorruption) {
+  std::vector<uint8_t> in = Skewed(5000, 6.0, 5);
+  std::vector<std::byte> stored = Encode(in);
+  std::vector<uint8_t> out;
+  for (size_t cut = 0; cut < stored.size(); ++cut)
+    EXPECT_EQ(Decode(ByteSpan(stored).first(cut), in.size(), &out).code(), StatusCode::kCorruption) << cut;
+  std::vector<std::byte> longer = stored;
+  longer.push_back(std::byte{0});
+  longer.push_back(std::byte{0});
+  EXPECT_EQ(Decode(longer, in.size(), &out).code(), StatusCode::kCorruption);
+  // The wrong element count does not end in the start state.
+  EXPECT_EQ(Decode(stored, in.size() - 1, &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(Decode(stored, in.size() + 1, &out).code(), StatusCode::kCorruption);
+}
+
+TEST(Rans, HostileTablesAndStatesAreCorruption) {
+  std::vector<uint8_t> in = Skewed(2000, 4.0, 6);
+  const std::vector<std::byte> stored = Encode(in);
+  std::vector<uint8_t> out;
+  // Frequencies that do not sum to 4096.
+  std::vector<std::byte> bad = stored;
+  bad[32] = std::byte(static_cast<uint8_t>(bad[32]) ^ 1);
+  EXPECT_EQ(Decode(bad, in.size(), &out).code(), StatusCode::kCorruption);
+  // A two-byte frequency above 4096.
+  bad = stored;
+  bad[32] = std::byte{0x9f};
+  EXPECT_EQ(Decode(bad, in.size(), &out).code(), StatusCode::kCorruption);
+  // No symbol present at all.
+  bad.assign(32 + rans::kStateBytes, std::byte{0});
+  EXPECT_EQ(Decode(bad, in.size(), &out).code(), StatusCode::kCorruption);
+  // A state below the lower bound.
+  size_t used = 0;
+  rans::Freqs freqs;
+  ASSERT_TRUE(rans::ReadFreqs(stored, &freqs, &used, "test").ok());
+  bad = stored;
+  StoreLE32(bad.data() + used + 4 * 5, 12);
+  EXPECT_EQ(Decode(bad, in.size(), &out).code(), StatusCode::kCorruption);
+}
+
+TEST(Rans, RandomDamageNeverCrashesAndBothDecodersAgree) {
+  std::vector<uint8_t> in = Skewed(4000, 8.0, 8);
+  const std::vector<std::byte> stored = Encode(in);
+  std::mt19937 rng(9);
+  std::vector<uint8_t> out;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<std::byte> bad = stored;
+    for (int k = 0; k < 1 + trial % 4; ++k) bad[rng() % bad.size()] ^= std::byte(1 + rng() % 255);
+    Status s = Decode(bad, in.size(), &out);
+    EXPECT_TRUE(s.ok() || s.code() == StatusCode::kCorruption) << s.ToString();
+  }
+  // Random bytes as a stream.
+  for (int trial = 0; trial < 100; ++trial) {
+    std::vector<std::byte> junk(rng() % 600);
+    for (auto& b : junk) b = std::byte(rng());
+    Status s = Decode(junk, rng() % 300, &out);
+    EXPECT_TRUE(s.ok() || s.code() == StatusCode::kCorruption) << s.ToString();
+  }
+}
+
+TEST(Rans, NormalizedFrequenciesSumExactlyAndKeepEverySymbol) {
+  // Many rare symbols force the rounding to take from the common ones.
+  std::array<uint32_t, 256> hist{};
+  for (size_t s = 0; s < 256; ++s) hist[s] = 1;
+  hist[3] = 1000000;
+  hist[4] = 700000;
+  size_t n = 0;
+  for (uint32_t c : hist) n += c;
+  rans::Freqs f = rans::NormalizeFreqs(hist, n);
+  uint32_t sum = 0;
+  for (size_t s = 0; s < 256; ++s) {
+    EXPECT_GE(f[s], 1u) << s;
+    sum += f[s];
+  }
+  EXPECT_EQ(sum, rans::kProbScale);
+  EXPECT_GT(f[3], f[4]);
+}
+
+}  // namespace
+}  // namespace ckptfs
