@@ -74,6 +74,10 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
       j["tensors"].back()["lossy"] = {{"rel_l2", l.rel_l2},       {"max_abs", l.max_abs},
                                       {"bits", l.max_bits},       {"pruned", l.pruned},
                                       {"quantized", l.quantized}, {"exact", l.exact}};
+      if (l.log_chunks > 0) {
+        j["tensors"].back()["lossy"]["max_rel"] = l.max_rel;
+        j["tensors"].back()["lossy"]["log_chunks"] = l.log_chunks;
+      }
     }
   }
   j["verbatim"] = {{"logical_bytes", verbatim_logical}, {"stored_bytes", verbatim_stored}};
@@ -103,8 +107,11 @@ void PrintBlobReport(const std::string& title, const nlohmann::json& j) {
   for (const auto& t : j["tensors"]) {
     std::string lossy;
     if (t.contains("lossy"))
-      lossy = fmt::format("  rel_l2 {:.3g} max_abs {:.3g} bits {}", t["lossy"]["rel_l2"].get<double>(),
-                          t["lossy"]["max_abs"].get<double>(), t["lossy"]["bits"].get<int>());
+      lossy = fmt::format("  rel_l2 {:.3g} max_abs {:.3g} bits {}{}", t["lossy"]["rel_l2"].get<double>(),
+                          t["lossy"]["max_abs"].get<double>(), t["lossy"]["bits"].get<int>(),
+                          t["lossy"].contains("max_rel")
+                              ? fmt::format(" log max_rel {:.3g}", t["lossy"]["max_rel"].get<double>())
+                              : std::string());
     std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}  {}{}\n", t["name"].get<std::string>(),
                              t["dtype"].get<std::string>(),
                              fmt::format("[{}]", fmt::join(t["shape"].get<std::vector<uint64_t>>(), ", ")),

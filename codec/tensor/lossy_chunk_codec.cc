@@ -27,10 +27,11 @@ float ElementAt(DType dtype, const std::byte* p, size_t i) {
 }  // namespace
 
 void LossyChunkParams::EncodeTo(ByteWriter& w) const {
-  w.U8(kVersion);
+  const bool v2 = mode == 2;
+  w.U8(v2 ? kVersionLog : kVersion);
   w.U8(flags);
   w.U8(bits);
-  w.U8(0);
+  w.U8(v2 ? mode : 0);
   w.U32(0);
   w.U64(std::bit_cast<uint64_t>(err2_sum));
   w.U64(std::bit_cast<uint64_t>(ref2_sum));
@@ -38,7 +39,7 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   w.U64(pruned);
   w.U64(quantized);
   w.U64(exact);
-  w.U64(0);
+  w.U64(v2 ? std::bit_cast<uint64_t>(max_rel) : 0);
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
@@ -59,11 +60,21 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
   p.exact = r.U64();
   const uint64_t reserved64 = r.U64();
   RETURN_IF_ERROR(r.status());
-  if (version != kVersion) return Status::Corruption(fmt::format("lossy params: version {}, want {}", version, kVersion));
-  if ((p.flags & ~kFlagDelta) != 0 || reserved8 != 0 || reserved32 != 0 || reserved64 != 0)
+  if (version != kVersion && version != kVersionLog)
+    return Status::Corruption(fmt::format("lossy params: version {}, want {} or {}", version, kVersion, kVersionLog));
+  const bool v2 = version == kVersionLog;
+  if ((p.flags & ~kFlagDelta) != 0 || (!v2 && reserved8 != 0) || reserved32 != 0 || (!v2 && reserved64 != 0))
     return Status::Corruption("lossy params: reserved bits set");
-  if (p.bits > 8) return Status::Corruption(fmt::format("lossy params: bits {}, want <= 8", p.bits));
-  for (double v : {p.err2_sum, p.ref2_sum, p.max_abs})
+  if (v2) {
+    p.mode = reserved8;
+    p.max_rel = std::bit_cast<double>(reserved64);
+    if (p.mode != 2) return Status::Corruption(fmt::format("lossy params: version 2 mode {}, want 2", p.mode));
+    if (p.bits < 1 || p.bits > 24) return Status::Corruption(fmt::format("lossy params: log bits {}, want 1..24", p.bits));
+  } else {
+    p.mode = p.bits == 0 ? 0 : 1;
+    if (p.bits > 8) return Status::Corruption(fmt::format("lossy params: bits {}, want <= 8", p.bits));
+  }
+  for (double v : {p.err2_sum, p.ref2_sum, p.max_abs, p.max_rel})
     if (!std::isfinite(v) || v < 0) return Status::Corruption(fmt::format("lossy params: error sum {} invalid", v));
   return p;
 }

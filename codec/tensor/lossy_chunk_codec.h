@@ -16,10 +16,14 @@ namespace ckptfs {
 struct LossyChunkParams {
   static constexpr size_t kEncodedSize = 64;
   static constexpr uint8_t kVersion = 1;
+  // Version 2 (written only for log-mode streams) adds `mode` and `max_rel`.
+  static constexpr uint8_t kVersionLog = 2;
   static constexpr uint8_t kFlagDelta = 1;  // the stream reads the base at base_offset
 
   uint8_t flags = 0;
   uint8_t bits = 0;           // symbol width, 0 = lossless mode
+  uint8_t mode = 0;           // the stream's mode: 0 lossless, 1 quantized, 2 log (version 2 only)
+  double max_rel = 0.0;       // log mode: max |w_hat - w| / |w| over its quantized elements (version 2 only)
   double err2_sum = 0.0;      // sum over finite elements of (w_hat - w)^2
   double ref2_sum = 0.0;      // sum over finite elements of w^2
   double max_abs = 0.0;       // max |w_hat - w| over finite elements

@@ -2,9 +2,12 @@
 // bytes, in one process, single-threaded, medians of several runs. Prints
 // JSON (one object) on stdout.
 //
-//   checkpoint_bench [--runs N] [--budget REL_L2] [--opt-budget REL_L2] FILE... [--seq V0 V1 ...]
+//   checkpoint_bench [--runs N] [--budget REL_L2] [--opt-budget REL_L2] [--policy FILE.toml] FILE...
+//                    [--seq V0 V1 ...]
 // --budget stores float tensors lossily within that per-tensor relative L2
-// error (the mount's default policy; --opt-budget for optimizer state).
+// error (the mount's default policy; --opt-budget for optimizer state);
+// --policy puts a policy file's rules before those defaults (e.g. update
+// denominators lossless, to compare with their log mode in the same run).
 // --seq encodes each version against the previous one (delta frames).
 #include <zstd.h>
 
@@ -127,24 +130,34 @@ int Main(int argc, char** argv) {
   int runs = 5;
   double budget = 0, opt_budget = -1;
   std::vector<std::string> files, seq;
+  std::string policy_file;
   bool in_seq = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
     else if (a == "--budget" && i + 1 < argc) budget = std::atof(argv[++i]);
     else if (a == "--opt-budget" && i + 1 < argc) opt_budget = std::atof(argv[++i]);
+    else if (a == "--policy" && i + 1 < argc) policy_file = argv[++i];
     else if (a == "--seq") in_seq = true;
     else (in_seq ? seq : files).push_back(a);
   }
   if (budget < 0 || !(budget < 1)) return (std::fprintf(stderr, "--budget: want [0, 1)\n"), 2);
   std::optional<policy::Policy> lossy_policy;
-  if (budget > 0 || opt_budget > 0)
+  if (!policy_file.empty()) {
+    Result<policy::Policy> p = policy::Policy::FromTomlFile(policy_file);
+    if (!p.ok()) return (std::fprintf(stderr, "%s\n", p.status().ToString().c_str()), 2);
+    p->SetDefaultBudget(budget);
+    p->SetOptimizerBudget(opt_budget >= 0 ? opt_budget : budget);
+    lossy_policy = std::move(*p);
+  } else if (budget > 0 || opt_budget > 0) {
     lossy_policy = policy::Policy::Defaults(budget, opt_budget >= 0 ? opt_budget : budget);
+  }
   const policy::Policy* policy = lossy_policy ? &*lossy_policy : nullptr;
   nlohmann::json out;
   out["runs"] = runs;
   out["budget"] = budget;
   out["opt_budget"] = opt_budget >= 0 ? opt_budget : budget;
+  out["policy"] = policy_file;
   out["threads"] = 1;
   out["files"] = nlohmann::json::array();
   MapResolver resolver;
