@@ -291,26 +291,43 @@ Result<LogGrid> LogGrid::FromRatio(double ratio) {
       return Status::InvalidArgument("log grid: ratio " + std::to_string(ratio) + " needs over 2^16 levels per octave");
     g.mantissa_.push_back(next);
   }
+  g.per_octave_ = static_cast<uint32_t>(g.mantissa_.size());
+  g.mantissa_.push_back(2.0);
+  uint32_t log2_buckets = 1;
+  while ((1u << log2_buckets) < 2 * g.per_octave_) ++log2_buckets;
+  g.bucket_shift_ = 52 - log2_buckets;
+  g.bucket_level_.resize(size_t{1} << log2_buckets);
+  uint32_t j = 0;
+  for (size_t b = 0; b < g.bucket_level_.size(); ++b) {
+    const double lower = 1.0 + std::ldexp(static_cast<double>(b), -static_cast<int>(log2_buckets));  // exact
+    while (j + 1 < g.per_octave_ && g.mantissa_[j + 1] <= lower) ++j;
+    g.bucket_level_[b] = j;
+  }
   return g;
 }
 
 int64_t LogGrid::Index(double x) const {
-  int e = 0;
-  const double m = 2.0 * std::frexp(x, &e);  // exact: m in [1, 2), x = m * 2^(e-1)
-  --e;
-  const size_t j = static_cast<size_t>(std::upper_bound(mantissa_.begin(), mantissa_.end(), m) - mantissa_.begin()) - 1;
+  // x is a positive finite float, so a normal double: split its bits exactly
+  // into x = m * 2^e with m in [1, 2).
+  const uint64_t bits = std::bit_cast<uint64_t>(x);
+  const int64_t e = static_cast<int64_t>(bits >> 52) - 1023;
+  const uint64_t fraction = bits & ((uint64_t{1} << 52) - 1);
+  const double m = std::bit_cast<double>(fraction | (uint64_t{1023} << 52));
+  // j = the last level <= m (the bucket's level, or at most one further).
+  uint32_t j = bucket_level_[fraction >> bucket_shift_];
+  while (j + 1 < per_octave_ && mantissa_[j + 1] <= m) ++j;
   const double below = mantissa_[j];
-  const double above = j + 1 < mantissa_.size() ? mantissa_[j + 1] : 2.0;
-  const int64_t q = static_cast<int64_t>(e) * static_cast<int64_t>(mantissa_.size()) + static_cast<int64_t>(j);
+  const double above = mantissa_[j + 1];  // 2.0 after the last level
+  const int64_t q = e * per_octave_ + j;
   return above - m < m - below ? q + 1 : q;  // both differences are exact (operands in [1, 2])
 }
 
 double LogGrid::Value(int64_t q) const {
-  const int64_t k = static_cast<int64_t>(mantissa_.size());
-  int64_t e = q >= 0 ? q / k : -((-q + k - 1) / k);  // floor(q / k)
-  const int64_t j = q - e * k;
-  e = std::clamp<int64_t>(e, -4000, 4000);  // beyond the double range either way
-  return std::ldexp(mantissa_[static_cast<size_t>(j)], static_cast<int>(e));
+  const int64_t k = per_octave_;
+  const int64_t e = q >= 0 ? q / k : -((-q + k - 1) / k);  // floor(q / k)
+  const double m = mantissa_[static_cast<size_t>(q - e * k)];
+  if (e >= -1022 && e <= 1023) return m * std::bit_cast<double>(static_cast<uint64_t>(e + 1023) << 52);  // exact
+  return std::ldexp(m, static_cast<int>(std::clamp<int64_t>(e, -4000, 4000)));  // beyond the float range anyway
 }
 
 Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan values, ByteSpan base, double max_rel,

@@ -35,7 +35,7 @@ class LogGrid {
   static double RatioFor(double max_rel);
 
   double ratio() const { return ratio_; }
-  uint32_t per_octave() const { return static_cast<uint32_t>(mantissa_.size()); }
+  uint32_t per_octave() const { return per_octave_; }
   // The index of the grid point nearest to x (ties to the lower point).
   // REQUIRES: x finite and > 0.
   int64_t Index(double x) const;
@@ -44,7 +44,13 @@ class LogGrid {
 
  private:
   double ratio_ = 2.0;
-  std::vector<double> mantissa_;  // m_0..m_{K-1}, ascending in [1, 2)
+  uint32_t per_octave_ = 1;
+  std::vector<double> mantissa_;  // m_0..m_{K-1}, ascending in [1, 2), then 2.0 (the next octave's m_0)
+  // For a speed-up only (results equal a binary search): bucket b covers
+  // mantissas [1 + b/B, 1 + (b+1)/B) and holds the last level <= 1 + b/B.
+  // B >= 2K, so a bucket holds at most one level boundary.
+  std::vector<uint32_t> bucket_level_;
+  uint32_t bucket_shift_ = 52;  // 52 - log2(B): mantissa bits >> shift = bucket
 };
 
 // Encodes a chunk in log mode with |w_hat - w| <= max_rel * |w| for every

@@ -4,6 +4,7 @@
 // closed-loop chain does not drift and its delta frames are small.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -126,6 +127,22 @@ TEST(LossyLog, GridIndexIsNearestAndRoundTrips) {
     EXPECT_EQ(g->Index(g->Value(q)), q) << q;
   EXPECT_EQ(g->Value(0), 1.0);
   EXPECT_EQ(g->Value(37), 2.0);
+  // Nearest on random values over the whole float range, for several grids.
+  std::mt19937_64 rng(9);
+  std::uniform_int_distribution<uint32_t> finite_bits(1, 0x7f7fffffu);
+  for (double ratio : {LogGrid::RatioFor(1e-4), LogGrid::RatioFor(1e-2), LogGrid::RatioFor(0.3), 2.0}) {
+    Result<LogGrid> grid = LogGrid::FromRatio(ratio);
+    ASSERT_TRUE(grid.ok());
+    for (int i = 0; i < 20000; ++i) {
+      const double x = std::bit_cast<float>(finite_bits(rng));
+      const int64_t q = grid->Index(x);
+      const double here = std::fabs(grid->Value(q) - x);
+      ASSERT_LE(grid->Value(q - 1), x) << "ratio " << ratio << " x " << x;
+      ASSERT_GE(grid->Value(q + 1), x) << "ratio " << ratio << " x " << x;
+      ASSERT_LE(here, std::fabs(grid->Value(q - 1) - x)) << "ratio " << ratio << " x " << x;
+      ASSERT_LT(here, std::fabs(grid->Value(q + 1) - x)) << "ratio " << ratio << " x " << x;  // ties go down
+    }
+  }
   EXPECT_FALSE(LogGrid::FromRatio(1.0).ok());
   EXPECT_FALSE(LogGrid::FromRatio(2.5).ok());
   EXPECT_FALSE(LogGrid::FromRatio(1.0 + 1e-9).ok());  // over 2^16 levels per octave
