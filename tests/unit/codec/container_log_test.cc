@@ -29,7 +29,7 @@ std::vector<std::byte> AsBytes(const std::vector<float>& v) {
 }
 
 TEST(ContainerLog, SecondMomentChainKeepsEveryElementWithinItsBound) {
-  constexpr size_t kN = 50000;
+  constexpr size_t kN = 20000;
   constexpr double kBudget = 1e-2;
   const policy::Policy policy = policy::Policy::Defaults(kBudget, kBudget);
   EncodeOptions options;

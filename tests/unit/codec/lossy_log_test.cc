@@ -151,7 +151,7 @@ TEST(LossyLog, GridIndexIsNearestAndRoundTrips) {
 // Adam's second moment between checkpoints: v <- b2 v + (1 - b2) g^2, a few
 // steps per version, encoded against the previous reconstruction.
 TEST(LossyLog, FiftyVersionChainDoesNotDriftAndDeltasAreSmall) {
-  const size_t n = 1 << 15;
+  const size_t n = 1 << 14;
   const double max_rel = 1e-2;
   std::mt19937_64 rng(7);
   std::lognormal_distribution<float> scale(-6.0f, 2.0f);
@@ -165,7 +165,7 @@ TEST(LossyLog, FiftyVersionChainDoesNotDriftAndDeltasAreSmall) {
         v[i] = 0.999f * v[i] + 0.001f * g * g;
       }
   };
-  steps(200);
+  steps(100);
   Scratch scratch;
   std::vector<std::byte> base;
   size_t key_bytes = 0, delta_bytes = 0;
