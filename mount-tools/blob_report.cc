@@ -75,6 +75,10 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
                                       {"bits", l.max_bits},       {"pruned", l.pruned},
                                       {"quantized", l.quantized}, {"exact", l.exact},
                                       {"budget_rel_l2", l.budget_rel_l2}, {"update_rel", l.update_rel}};
+      if (l.log_chunks > 0) {
+        j["tensors"].back()["lossy"]["max_rel"] = l.max_rel;
+        j["tensors"].back()["lossy"]["log_chunks"] = l.log_chunks;
+      }
     }
   }
   j["verbatim"] = {{"logical_bytes", verbatim_logical}, {"stored_bytes", verbatim_stored}};
@@ -107,6 +111,7 @@ void PrintBlobReport(const std::string& title, const nlohmann::json& j) {
       const auto& l = t["lossy"];
       lossy = fmt::format("  rel_l2 {:.3g} max_abs {:.3g} bits {}", l["rel_l2"].get<double>(),
                           l["max_abs"].get<double>(), l["bits"].get<int>());
+      if (l.contains("max_rel")) lossy += fmt::format(" log max_rel {:.3g}", l["max_rel"].get<double>());
       if (l["budget_rel_l2"].get<double>() > 0) lossy += fmt::format(" budget {:.3g}", l["budget_rel_l2"].get<double>());
       if (l["update_rel"].get<double>() > 0) lossy += fmt::format(" update {:.3g}", l["update_rel"].get<double>());
     }

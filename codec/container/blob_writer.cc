@@ -24,9 +24,9 @@ struct PlannedChunk {
   uint64_t length = 0;
   DType dtype = DType::kU8;
   std::optional<uint64_t> base_offset;  // set when the base holds this range
-  lossy::Budget budget;                 // both 0: lossless
+  lossy::Budget budget;                 // all 0: lossless
   int32_t tensor = -1;
-  bool lossy() const { return budget.rel_l2 > 0 || budget.max_abs > 0; }
+  bool lossy() const { return budget.lossy(); }
 };
 
 // A chunk encoded lossily before the main pass (its reconstruction decides
@@ -148,6 +148,8 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
   LossyChunkParams& p = result->params;
   p.flags = (header.flags & lossy::kFlagDelta) != 0 ? LossyChunkParams::kFlagDelta : 0;
   p.bits = encoded.stats.bits;
+  p.mode = encoded.stats.mode;
+  p.max_rel = encoded.stats.max_rel;
   p.err2_sum = encoded.stats.err2_sum;
   p.ref2_sum = encoded.stats.ref2_sum;
   p.max_abs = encoded.stats.max_abs;
@@ -270,7 +272,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     lossy::Budget budget;
     if (s.is_tensor() && options.lossy_budget && IsCodecFloat(dtype) && !layout.tensors[s.tensor].big_endian)
       budget = options.lossy_budget(layout.format, layout.tensors[s.tensor]);
-    if (!(budget.rel_l2 >= 0 && budget.max_abs >= 0))
+    if (!(budget.rel_l2 >= 0 && budget.max_abs >= 0 && budget.max_rel >= 0))
       return Status::InvalidArgument(fmt::format("encode: lossy budget rel_l2={} max_abs={}, want >= 0",
                                                  budget.rel_l2, budget.max_abs));
     for (uint64_t at = 0; at < s.length; at += step) {

@@ -31,6 +31,10 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
     }
     r.max_abs = std::max(r.max_abs, p.max_abs);
     r.max_bits = std::max(r.max_bits, p.bits);
+    if (p.mode == 2) {
+      ++r.log_chunks;
+      r.max_rel = std::max(r.max_rel, p.max_rel);
+    }
     r.pruned += p.pruned;
     r.quantized += p.quantized;
     r.exact += p.exact;

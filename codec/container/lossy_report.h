@@ -15,6 +15,8 @@ struct TensorLossyReport {
   double rel_l2 = 0.0;        // sqrt(sum err^2 / sum w^2) over the tensor's finite elements
   double max_abs = 0.0;       // max |w_hat - w|
   uint8_t max_bits = 0;       // widest symbol width of its chunks
+  double max_rel = 0.0;       // log-mode chunks: max |w_hat - w| / |w| (0 when none is in log mode)
+  uint32_t log_chunks = 0;    // chunks in log mode (per-element relative bound)
   uint32_t lossy_chunks = 0;
   uint32_t chunks = 0;
   uint64_t pruned = 0, quantized = 0, exact = 0;

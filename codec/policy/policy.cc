@@ -116,13 +116,17 @@ Result<Policy> Policy::FromToml(std::string_view text, std::string_view source) 
             ASSIGN_OR_RETURN(rule.budget.rel_l2, ReadBudgetValue(source, v, "rel_l2"));
           } else if (k == "max_abs") {
             ASSIGN_OR_RETURN(rule.budget.max_abs, ReadBudgetValue(source, v, "max_abs"));
+          } else if (k == "max_rel") {
+            ASSIGN_OR_RETURN(rule.budget.max_rel, ReadBudgetValue(source, v, "max_rel"));
           } else {
             return Bad(source, v.source(), fmt::format("unknown key '{}' in [[rule]]", k.str()));
           }
         }
         if (!have_mode) return Bad(source, r.source(), "a rule needs mode = \"lossy\" or \"lossless\"");
-        if (rule.mode == Mode::kLossy && rule.budget.rel_l2 == 0 && rule.budget.max_abs == 0)
-          return Bad(source, r.source(), "a lossy rule needs rel_l2 or max_abs > 0");
+        if (rule.mode == Mode::kLossy && !rule.budget.lossy())
+          return Bad(source, r.source(), "a lossy rule needs rel_l2, max_abs or max_rel > 0");
+        if (rule.budget.max_rel > 0 && (rule.budget.rel_l2 > 0 || rule.budget.max_abs > 0))
+          return Bad(source, r.source(), "max_rel (per-element relative bound) is used alone");
         if (rule.mode == Mode::kLossless) rule.budget = {};
         p.rules_.push_back(std::move(rule));
       }
@@ -146,12 +150,14 @@ lossy::Budget Policy::BudgetFor(std::string_view path, FileFormat format, const 
   for (const Rule& r : rules_)
     if (FileMatches(r.files, path) && GlobMatch(r.tensors, t.name)) return r.budget;
   if (!enabled_) return {};
-  // A lossy codec may prune a small positive element to 0 within any L2
-  // budget; in a denominator such as Adam's sqrt(exp_avg_sq) + eps that
-  // turns the next update into m / eps and training diverges after a
-  // restore (measured: NaN loss). These stay lossless unless a rule above
-  // names them explicitly.
-  if (IsOptimizerDenominator(t.name)) return {};
+  // The L2-budget codec may prune a small positive element to 0; in a
+  // denominator such as Adam's sqrt(exp_avg_sq) + eps that turns the next
+  // update into m / eps and training diverges after a restore (measured:
+  // NaN loss). Denominators therefore get the log mode, which bounds every
+  // element's relative error (zeros stay zeros): max_rel = the optimizer
+  // budget, so each element's step size m / sqrt(v) moves by at most about
+  // half of it.
+  if (IsOptimizerDenominator(t.name)) return lossy::Budget{0, 0, optimizer_rel_l2_};
   return lossy::Budget{IsOptimizerState(t.name) ? optimizer_rel_l2_ : default_rel_l2_, 0};
 }
 

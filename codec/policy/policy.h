@@ -22,7 +22,7 @@ struct Rule {
   std::string files = "*";
   std::string tensors = "*";
   Mode mode = Mode::kLossy;
-  lossy::Budget budget;  // for kLossy; rel_l2 or max_abs > 0
+  lossy::Budget budget;  // for kLossy; rel_l2 or max_abs > 0, or max_rel > 0 alone
 };
 
 inline constexpr double kDefaultRelL2 = 1e-2;
@@ -34,7 +34,9 @@ class Policy {
   static Policy Lossless();
   // The defaults: float tensors of detected checkpoints lossy with
   // `rel_l2`, optimizer state (names "optimizer.state.*" or "state.*" in
-  // a file whose name says optim) with `optimizer_rel_l2`, all else lossless.
+  // a file whose name says optim) with `optimizer_rel_l2`, update
+  // denominators (IsOptimizerDenominator) in log mode with max_rel =
+  // `optimizer_rel_l2`, all else lossless.
   // REQUIRES: both >= 0 (0 = lossless).
   static Policy Defaults(double rel_l2 = kDefaultRelL2, double optimizer_rel_l2 = kDefaultRelL2);
   // Parses a policy file (format in docs/policy.md). Its rules come before
@@ -69,7 +71,8 @@ bool IsOptimizerState(std::string_view name);
 
 // True if `name` is optimizer state used as a denominator of the update
 // (Adam's exp_avg_sq, RMSprop's square_avg, Adagrad's sum, ...). The default
-// policy keeps these lossless: zeroing one small element blows up the step.
+// policy never prunes these (zeroing one small element blows up the step):
+// it stores them in log mode, with a per-element relative bound.
 bool IsOptimizerDenominator(std::string_view name);
 
 }  // namespace ckptfs::policy

@@ -30,7 +30,7 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   w.U8(kVersion);
   w.U8(flags);
   w.U8(bits);
-  w.U8(0);
+  w.U8(mode);
   w.U32(std::bit_cast<uint32_t>(update_rel));
   w.U64(std::bit_cast<uint64_t>(err2_sum));
   w.U64(std::bit_cast<uint64_t>(ref2_sum));
@@ -38,7 +38,9 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   w.U64(pruned);
   w.U64(quantized);
   w.U64(exact);
-  w.U64(std::bit_cast<uint64_t>(budget_rel_l2));
+  // Offset 56: modes 0/1 the rel_l2 budget it was encoded to, log mode its
+  // achieved per-element relative error.
+  w.U64(std::bit_cast<uint64_t>(mode == 2 ? max_rel : budget_rel_l2));
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
@@ -61,17 +63,25 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
   RETURN_IF_ERROR(r.status());
   if (version != 1 && version != kVersion)
     return Status::Corruption(fmt::format("lossy params: version {}, want 1 or {}", version, kVersion));
-  // Version 1 reserved the two fields that version 2 fills.
-  if ((p.flags & ~kFlagDelta) != 0 || reserved8 != 0 || (version == 1 && (update_bits != 0 || budget_bits != 0)))
+  // Version 1 reserved the fields that version 2 fills.
+  if ((p.flags & ~kFlagDelta) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)))
     return Status::Corruption("lossy params: reserved bits set");
+  p.mode = version == 1 ? (p.bits == 0 ? 0 : 1) : reserved8;
   p.update_rel = std::bit_cast<float>(update_bits);
-  p.budget_rel_l2 = std::bit_cast<double>(budget_bits);
   if (!std::isfinite(p.update_rel) || p.update_rel < 0)
     return Status::Corruption(fmt::format("lossy params: update_rel {} invalid", p.update_rel));
-  if (!std::isfinite(p.budget_rel_l2) || p.budget_rel_l2 < 0)
-    return Status::Corruption(fmt::format("lossy params: budget_rel_l2 {} invalid", p.budget_rel_l2));
-  if (p.bits > 8) return Status::Corruption(fmt::format("lossy params: bits {}, want <= 8", p.bits));
-  for (double v : {p.err2_sum, p.ref2_sum, p.max_abs})
+  if (p.mode == 2) {
+    p.max_rel = std::bit_cast<double>(budget_bits);
+    if (p.bits < 1 || p.bits > 24) return Status::Corruption(fmt::format("lossy params: log bits {}, want 1..24", p.bits));
+  } else if (p.mode <= 1) {
+    p.budget_rel_l2 = std::bit_cast<double>(budget_bits);
+    if (p.bits > 8) return Status::Corruption(fmt::format("lossy params: bits {}, want <= 8", p.bits));
+    if ((p.mode == 0) != (p.bits == 0))
+      return Status::Corruption(fmt::format("lossy params: mode {} with bits {}", p.mode, p.bits));
+  } else {
+    return Status::Corruption(fmt::format("lossy params: mode {}, want 0, 1 or 2", p.mode));
+  }
+  for (double v : {p.err2_sum, p.ref2_sum, p.max_abs, p.max_rel, p.budget_rel_l2})
     if (!std::isfinite(v) || v < 0) return Status::Corruption(fmt::format("lossy params: error sum {} invalid", v));
   return p;
 }

@@ -15,13 +15,16 @@ namespace ckptfs {
 // The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), 64 bytes LE.
 struct LossyChunkParams {
   static constexpr size_t kEncodedSize = 64;
-  // Version 2 adds update_rel and budget_rel_l2 (version 1 holds zeros
-  // there and still decodes: both then read as 0, "not recorded").
+  // Version 2 adds the stream mode, the measured update (budget schedule)
+  // and the bound the chunk was encoded to; version 1 holds zeros there
+  // and still decodes (mode from bits, nothing recorded).
   static constexpr uint8_t kVersion = 2;
   static constexpr uint8_t kFlagDelta = 1;  // the stream reads the base at base_offset
 
   uint8_t flags = 0;
   uint8_t bits = 0;           // symbol width, 0 = lossless mode
+  uint8_t mode = 0;           // the stream's mode: 0 lossless, 1 quantized, 2 log
+  double max_rel = 0.0;       // log mode: achieved max |w_hat - w| / |w| over its quantized elements
   double err2_sum = 0.0;      // sum over finite elements of (w_hat - w)^2
   double ref2_sum = 0.0;      // sum over finite elements of w^2
   double max_abs = 0.0;       // max |w_hat - w| over finite elements
@@ -29,7 +32,7 @@ struct LossyChunkParams {
   uint64_t quantized = 0;
   uint64_t exact = 0;
   float update_rel = 0.0f;     // measured ||w - base|| / ||w|| the budget schedule saw (0 = none)
-  double budget_rel_l2 = 0.0;  // the rel_l2 budget the chunk was encoded to (0 = not recorded)
+  double budget_rel_l2 = 0.0;  // modes 0/1: the rel_l2 budget it was encoded to (0 = not recorded)
 
   bool delta() const { return (flags & kFlagDelta) != 0; }
   void EncodeTo(ByteWriter& w) const;

@@ -4,7 +4,8 @@
 # ckptfs codec with zstd -1 and zstd -3 on the same bytes (ratio, encode and
 # decode MB/s on one core, medians). A second JSON object follows with the
 # lossy codec at per-tensor rel_l2 budgets 1e-2 and 5e-2 (ratio vs budget,
-# achieved max rel_l2) on the same files and sequence. The last object,
+# achieved max rel_l2) on the same files and sequence, and at 1e-2 with
+# Adam's second moments lossless instead of in log mode. The last object,
 # "lossy_rel_l2_1e-2_dsq", encodes a converging sequence (training continued
 # with a learning rate halved every version, seq-decay/) at budget 1e-2 with
 # the budget schedule off and dsq: per version the ratio, the model's true
@@ -28,6 +29,11 @@ out=${1:-/dev/stdout}
     echo ", \"lossy_rel_l2_$budget\":"
     build/tests/bench/checkpoint_bench --runs 3 --budget "$budget" "$data/fp32.pt" "$data/bf16.pt" "$data/bf16-model.pt" --seq "$data"/seq/v*.pt
   done
+  # The same at 1e-2 with Adam's second moments lossless (the policy before
+  # the log mode), for the side-by-side comparison.
+  echo ', "lossy_rel_l2_1e-2_denominators_lossless":'
+  build/tests/bench/checkpoint_bench --runs 3 --budget 1e-2 --policy scripts/bench/denominators-lossless.toml \
+    "$data/fp32.pt" "$data/bf16.pt" "$data/bf16-model.pt" --seq "$data"/seq/v*.pt
   echo ', "lossy_rel_l2_1e-2_dsq": {"off":'
   build/tests/bench/checkpoint_bench --runs 3 --budget 1e-2 --schedule off --seq "$data"/seq-decay/v*.pt
   echo ', "dsq":'

@@ -3,9 +3,11 @@
 // JSON (one object) on stdout.
 //
 //   checkpoint_bench [--runs N] [--clock wall|cpu] [--budget REL_L2] [--opt-budget REL_L2]
-//                    [--schedule off|dsq] FILE... [--seq V0 V1 ...]
+//                    [--policy FILE.toml] [--schedule off|dsq] FILE... [--seq V0 V1 ...]
 // --budget stores float tensors lossily within that per-tensor relative L2
 // error (the mount's default policy; --opt-budget for optimizer state);
+// --policy puts a policy file's rules before those defaults (e.g. update
+// denominators lossless, to compare with their log mode in the same run);
 // --schedule dsq lets the budget of delta frames follow the update size.
 // --seq encodes each version against the previous one (delta frames); each
 // version also reports, over the model's lossy float tensors (not the
@@ -193,6 +195,7 @@ int Main(int argc, char** argv) {
   double budget = 0, opt_budget = -1;
   lossy::BudgetSchedule schedule;
   std::vector<std::string> files, seq;
+  std::string policy_file;
   bool in_seq = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -204,18 +207,27 @@ int Main(int argc, char** argv) {
       auto parsed = lossy::ParseBudgetSchedule(argv[++i]);
       if (!parsed.ok()) return (std::fprintf(stderr, "--schedule: want off or dsq\n"), 2);
       schedule = *parsed;
-    } else if (a == "--seq") in_seq = true;
+    } else if (a == "--policy" && i + 1 < argc) policy_file = argv[++i];
+    else if (a == "--seq") in_seq = true;
     else (in_seq ? seq : files).push_back(a);
   }
   if (budget < 0 || !(budget < 1)) return (std::fprintf(stderr, "--budget: want [0, 1)\n"), 2);
   std::optional<policy::Policy> lossy_policy;
-  if (budget > 0 || opt_budget > 0)
+  if (!policy_file.empty()) {
+    Result<policy::Policy> p = policy::Policy::FromTomlFile(policy_file);
+    if (!p.ok()) return (std::fprintf(stderr, "%s\n", p.status().ToString().c_str()), 2);
+    p->SetDefaultBudget(budget);
+    p->SetOptimizerBudget(opt_budget >= 0 ? opt_budget : budget);
+    lossy_policy = std::move(*p);
+  } else if (budget > 0 || opt_budget > 0) {
     lossy_policy = policy::Policy::Defaults(budget, opt_budget >= 0 ? opt_budget : budget);
+  }
   const policy::Policy* policy = lossy_policy ? &*lossy_policy : nullptr;
   nlohmann::json out;
   out["runs"] = runs;
   out["budget"] = budget;
   out["opt_budget"] = opt_budget >= 0 ? opt_budget : budget;
+  out["policy"] = policy_file;
   out["threads"] = 1;
   out["clock"] = g_cpu_clock ? "thread_cpu" : "wall";
   out["schedule"] = std::string(lossy::BudgetScheduleName(schedule));

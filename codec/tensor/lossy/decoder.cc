@@ -6,6 +6,7 @@
 
 #include "codec/common/hash.h"
 #include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/log_codec.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/scratch.h"
 #include "codec/tensor/lossy/stream.h"
@@ -16,18 +17,6 @@ namespace {
 Status Corrupt(const std::string& what, uint64_t want, uint64_t have) {
   return Status::Corruption("lossy chunk: " + what + ", want=" + std::to_string(want) +
                             " have=" + std::to_string(have));
-}
-
-// Decompresses exactly `want` bytes of zstd from `src` into `dst`.
-Status Unzstd(ZSTD_DCtx* dctx, ByteSpan src, std::byte* dst, size_t want, const char* what) {
-  unsigned long long declared = ZSTD_getFrameContentSize(src.data(), src.size());
-  if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN)
-    return Status::Corruption(std::string("lossy chunk: ") + what + ": not a zstd frame with a content size");
-  if (declared != want) return Corrupt(std::string(what) + " size", want, declared);
-  size_t got = ZSTD_decompressDCtx(dctx, dst, want, src.data(), src.size());
-  if (ZSTD_isError(got)) return Status::Corruption(std::string("lossy chunk: ") + what + ": " + ZSTD_getErrorName(got));
-  if (got != want) return Corrupt(std::string(what) + " size", want, got);
-  return Status::Ok();
 }
 
 }  // namespace
@@ -60,6 +49,8 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   if (!s.cpu_kernels) s.cpu_kernels = MakeCpuKernels();
   LossyKernels& k = kernels ? *kernels : *s.cpu_kernels;
 
+  if (h.mode == StreamMode::kLog)
+    return DecodeLogBody(type, h, encoded.subspan(StreamHeader::kEncodedSize), base, out, s);
   ByteReader r(encoded, "lossy chunk");
   r.Skip(StreamHeader::kEncodedSize);
   if (h.mode == StreamMode::kLossless) {
@@ -97,28 +88,7 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   RETURN_IF_ERROR(k.Dequantize(type, h.bits, levels, ByteSpan(s.packed.data(), packed_bytes), base, out, &max_symbol));
   if (max_symbol > h.num_levels) return Corrupt("symbols <= levels", h.num_levels, max_symbol);
 
-  if (h.exact_count == 0) return Status::Ok();
-  // The list holds at least 1 byte of varint and `width` raw bytes per entry.
-  if (h.exact_raw_size < h.exact_count * (1 + width) || h.exact_raw_size > h.exact_count * (5 + width))
-    return Corrupt("exact list size", h.exact_count * (1 + width), h.exact_raw_size);
-  EnsureSize(&s.exact_list, h.exact_raw_size);
-  RETURN_IF_ERROR(Unzstd(s.dctx.get(), exact_z, s.exact_list.data(), h.exact_raw_size, "exact list"));
-  ByteSpan list(s.exact_list.data(), h.exact_raw_size);
-  const size_t raw_at = h.exact_raw_size - h.exact_count * width;
-  ByteSpan gaps = list.first(raw_at);
-  size_t pos = 0;
-  uint64_t next = 0;
-  for (uint64_t e = 0; e < h.exact_count; ++e) {
-    uint32_t gap = 0;
-    if (!GetVarint32(gaps, &pos, &gap))
-      return Status::Corruption("lossy chunk: exact list position " + std::to_string(e));
-    uint64_t p = next + gap;
-    if (p >= n) return Corrupt("exact position < element count", n, p);
-    std::memcpy(out.data() + p * width, list.data() + raw_at + e * width, width);
-    next = p + 1;
-  }
-  if (pos != gaps.size()) return Corrupt("exact list gap bytes", gaps.size(), pos);
-  return Status::Ok();
+  return ApplyExactStream(s.dctx.get(), exact_z, h, width, &s.exact_list, out);
 }
 
 }  // namespace ckptfs::lossy

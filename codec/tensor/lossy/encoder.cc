@@ -9,6 +9,7 @@
 
 #include "codec/common/hash.h"
 #include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/log_codec.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/schedule.h"
 #include "codec/tensor/lossy/scratch.h"
@@ -37,22 +38,6 @@ double SumInOrder(std::span<const double> partials) {
   return s;
 }
 
-// Compresses `src` into one zstd frame held in the reused `staging` buffer
-// (sizing the output vector to the worst case instead would zero-fill and
-// fault in fresh memory on every chunk, and leave it oversized).
-Result<ByteSpan> CompressZstd(ZSTD_CCtx* cctx, int level, ByteSpan src, std::vector<std::byte>* staging) {
-  EnsureSize(staging, ZSTD_compressBound(src.size()));
-  size_t got = ZSTD_compressCCtx(cctx, staging->data(), staging->size(), src.data(), src.size(), level);
-  if (ZSTD_isError(got)) return Status::Internal(std::string("zstd compress: ") + ZSTD_getErrorName(got));
-  return ByteSpan(staging->data(), got);
-}
-
-// Appends the trailer: XXH3-64 of every byte before it.
-void AppendChecksum(std::vector<std::byte>* out) {
-  uint64_t sum = Checksum64(*out);
-  ByteWriter(out).U64(sum);
-}
-
 Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan base, Scratch::Buffers& s, int level,
                                     MutableByteSpan reconstruction_out) {
   EncodedChunk chunk;
@@ -79,20 +64,6 @@ Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan 
   chunk.stats.bits = 0;
   chunk.stats.exact = h.element_count;
   return chunk;
-}
-
-// Appends the exact list: varint position gaps (position - previous - 1,
-// the first relative to -1), then the raw element bits.
-void BuildExactList(std::span<const uint32_t> positions, ByteSpan raw, std::vector<std::byte>* out) {
-  out->resize(positions.size() * 5 + raw.size());
-  size_t at = 0;
-  uint64_t next = 0;
-  for (uint32_t p : positions) {
-    at += PutVarint32(out->data() + at, static_cast<uint32_t>(p - next));
-    next = uint64_t{p} + 1;
-  }
-  if (!raw.empty()) std::memcpy(out->data() + at, raw.data(), raw.size());
-  out->resize(at + raw.size());
 }
 
 }  // namespace
@@ -128,8 +99,10 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
                                    " have=" + std::to_string(base.size()));
   const uint64_t n = values.size() / width;
   if (n > UINT32_MAX) return Status::InvalidArgument("lossy encode: chunk over 2^32 - 1 elements");
-  if (!(budget.rel_l2 >= 0) || !(budget.max_abs >= 0))
+  if (!(budget.rel_l2 >= 0) || !(budget.max_abs >= 0) || !(budget.max_rel >= 0))
     return Status::InvalidArgument("lossy encode: budget fields must be >= 0");
+  if (budget.max_rel > 0 && (budget.rel_l2 > 0 || budget.max_abs > 0))
+    return Status::InvalidArgument("lossy encode: max_rel (log mode) is used alone, without rel_l2 or max_abs");
   if (!options.reconstruction_out.empty() && options.reconstruction_out.size() != values.size())
     return Status::InvalidArgument("lossy encode: reconstruction_out size, want=" + std::to_string(values.size()) +
                                    " have=" + std::to_string(options.reconstruction_out.size()));
@@ -139,10 +112,23 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   if (!s.cpu_kernels) s.cpu_kernels = MakeCpuKernels();
   LossyKernels& k = options.kernels ? *options.kernels : *s.cpu_kernels;
 
-  const bool lossy_allowed = budget.rel_l2 > 0 || budget.max_abs > 0;
-  if (n == 0 || !lossy_allowed) {
+  if (n == 0 || !budget.lossy()) {
     ASSIGN_OR_RETURN(EncodedChunk chunk,
                      EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out));
+    chunk.stats.budget = budget;
+    return chunk;
+  }
+  if (budget.max_rel > 0) {
+    // Log mode runs on the host for either backend (one pass per element);
+    // the budget schedule does not apply to it (its bound is per element).
+    ASSIGN_OR_RETURN(std::optional<EncodedChunk> log, EncodeLogChunk(type, values, base, budget.max_rel, s,
+                                                                     options.zstd_level, options.reconstruction_out));
+    EncodedChunk chunk;
+    if (log) {
+      chunk = std::move(*log);
+    } else {
+      ASSIGN_OR_RETURN(chunk, EncodeLossless(type, values, base, s, options.zstd_level, options.reconstruction_out));
+    }
     chunk.stats.budget = budget;
     return chunk;
   }
@@ -266,6 +252,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     if (chunk.bytes.size() >= values.size()) break;
 
     chunk.stats.bits = h.bits;
+    chunk.stats.mode = static_cast<uint8_t>(StreamMode::kQuantized);
     chunk.stats.pruned = counts.pruned;
     chunk.stats.quantized = counts.quantized;
     chunk.stats.exact = counts.exact;

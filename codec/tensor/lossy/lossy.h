@@ -40,17 +40,26 @@ Result<ElementType> ElementTypeOf(DType dtype);
 // squared errors and squared norms both add over chunks).
 struct Budget {
   double rel_l2 = 0.0;   // max ||w_hat - w|| / ||w|| over finite elements (0 = unused)
-  double max_abs = 0.0;  // max |w_hat - w| (0 = unused). Both 0: lossless.
+  double max_abs = 0.0;  // max |w_hat - w| (0 = unused)
+  // Per-element relative bound |w_hat - w| <= max_rel * |w| (0 = unused).
+  // Selects the log-domain mode (LOSSY.md section 9), meant for update
+  // denominators such as Adam's exp_avg_sq; it is used alone (the other two
+  // fields 0). All three 0: lossless.
+  double max_rel = 0.0;
+
+  bool lossy() const { return rel_l2 > 0 || max_abs > 0 || max_rel > 0; }
 };
 
 // What the encoder did, measured on the actual reconstruction.
 struct ChunkStats {
   double rel_l2 = 0.0;     // achieved ||w_hat - w|| / ||w|| (0 when ||w|| = 0 and exact)
   double max_abs = 0.0;    // achieved max |w_hat - w| over finite elements
-  uint8_t bits = 0;        // symbol width; 0 = lossless mode
+  double max_rel = 0.0;    // log mode: achieved max |w_hat - w| / |w| over its quantized elements
+  uint8_t bits = 0;        // symbol width; 0 = lossless mode (log mode: up to 24)
+  uint8_t mode = 0;        // the stream's mode (StreamMode): 0 lossless, 1 quantized, 2 log
   uint64_t pruned = 0;     // elements stored as 0 / unchanged
   uint64_t quantized = 0;  // elements mapped to a level
-  uint64_t exact = 0;      // elements stored bit for bit (outliers, NaN, Inf, or all in lossless mode)
+  uint64_t exact = 0;      // elements stored bit for bit (outliers, NaN, Inf, log mode's zeros, or all in lossless mode)
   // The budget the chunk was encoded to (the configured one, or tighter
   // under a BudgetSchedule), and the measured relative update
   // ||w - base|| / ||w|| the schedule saw (0 when it did not measure one).

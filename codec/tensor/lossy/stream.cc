@@ -1,6 +1,9 @@
 #include "codec/tensor/lossy/stream.h"
 
+#include <cstring>
 #include <string>
+
+#include "codec/common/hash.h"
 
 namespace ckptfs::lossy {
 
@@ -40,11 +43,12 @@ Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {
     return Status::Corruption("lossy chunk header: " + what + ", want=" + std::to_string(want) +
                               " have=" + std::to_string(have));
   };
-  if (h.version != kStreamVersion) {
-    return Status::Unsupported("lossy chunk header: unsupported version, want=" + std::to_string(kStreamVersion) +
+  if (h.version != kStreamVersion && h.version != kStreamVersionLog) {
+    return Status::Unsupported("lossy chunk header: unsupported version, want<=" + std::to_string(kStreamVersionLog) +
                                " have=" + std::to_string(h.version));
   }
-  if (mode > 1) return bad("mode <= 1", 1, mode);
+  if (mode > 2) return bad("mode <= 2", 2, mode);
+  if ((mode == 2) != (h.version == kStreamVersionLog)) return bad("version of mode", mode == 2 ? 2 : 1, h.version);
   h.mode = static_cast<StreamMode>(mode);
   if (type < 1 || type > 3) return bad("element type 1..3", 1, type);
   h.type = static_cast<ElementType>(type);
@@ -58,13 +62,96 @@ Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {
     if (h.exact_count != 0 || h.exact_raw_size != 0 || h.exact_size != 0)
       return bad("no exact list in lossless mode", 0, h.exact_count);
   } else {
-    if (h.bits < 1 || h.bits > 8) return bad("bits 1..8", 8, h.bits);
-    if (h.num_levels > (1u << h.bits) - 1) return bad("levels <= 2^bits - 1", (1u << h.bits) - 1, h.num_levels);
+    if (h.mode == StreamMode::kLog) {
+      if (h.bits < 1 || h.bits > kMaxLogBits) return bad("log bits 1..24", kMaxLogBits, h.bits);
+      if (h.num_levels < 1 || h.num_levels > kMaxLogLevels)
+        return bad("log levels per octave 1..2^16", kMaxLogLevels, h.num_levels);
+    } else {
+      if (h.bits < 1 || h.bits > 8) return bad("bits 1..8", 8, h.bits);
+      if (h.num_levels > (1u << h.bits) - 1) return bad("levels <= 2^bits - 1", (1u << h.bits) - 1, h.num_levels);
+    }
     if (h.exact_count > h.element_count) return bad("exact count <= element count", h.element_count, h.exact_count);
     if ((h.exact_count == 0) != (h.exact_raw_size == 0) || (h.exact_raw_size == 0) != (h.exact_size == 0))
       return bad("empty exact list has no bytes", 0, h.exact_size);
   }
   return h;
+}
+
+Result<ByteSpan> CompressZstd(ZSTD_CCtx* cctx, int level, ByteSpan src, std::vector<std::byte>* staging) {
+  // Sizing the output vector to the worst case instead would zero-fill and
+  // fault in fresh memory on every chunk, and leave it oversized.
+  if (staging->size() < ZSTD_compressBound(src.size())) staging->resize(ZSTD_compressBound(src.size()));
+  size_t got = ZSTD_compressCCtx(cctx, staging->data(), staging->size(), src.data(), src.size(), level);
+  if (ZSTD_isError(got)) return Status::Internal(std::string("zstd compress: ") + ZSTD_getErrorName(got));
+  return ByteSpan(staging->data(), got);
+}
+
+Status Unzstd(ZSTD_DCtx* dctx, ByteSpan src, std::byte* dst, size_t want, const char* what) {
+  auto corrupt = [what](const char* field, uint64_t w, uint64_t have) {
+    return Status::Corruption(std::string("lossy chunk: ") + what + " " + field + ", want=" + std::to_string(w) +
+                              " have=" + std::to_string(have));
+  };
+  unsigned long long declared = ZSTD_getFrameContentSize(src.data(), src.size());
+  if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN)
+    return Status::Corruption(std::string("lossy chunk: ") + what + ": not a zstd frame with a content size");
+  if (declared != want) return corrupt("size", want, declared);
+  size_t got = ZSTD_decompressDCtx(dctx, dst, want, src.data(), src.size());
+  if (ZSTD_isError(got)) return Status::Corruption(std::string("lossy chunk: ") + what + ": " + ZSTD_getErrorName(got));
+  if (got != want) return corrupt("size", want, got);
+  return Status::Ok();
+}
+
+void AppendChecksum(std::vector<std::byte>* out) {
+  uint64_t sum = Checksum64(*out);
+  ByteWriter(out).U64(sum);
+}
+
+// The varint gaps are position - previous - 1, the first relative to -1.
+void BuildExactList(std::span<const uint32_t> positions, ByteSpan raw, std::vector<std::byte>* out) {
+  out->resize(positions.size() * 5 + raw.size());
+  size_t at = 0;
+  uint64_t next = 0;
+  for (uint32_t p : positions) {
+    at += PutVarint32(out->data() + at, static_cast<uint32_t>(p - next));
+    next = uint64_t{p} + 1;
+  }
+  if (!raw.empty()) std::memcpy(out->data() + at, raw.data(), raw.size());
+  out->resize(at + raw.size());
+}
+
+Status PatchExactList(ByteSpan list, uint64_t count, size_t width, MutableByteSpan out) {
+  const uint64_t n = out.size() / width;
+  const size_t raw_at = list.size() - count * width;
+  ByteSpan gaps = list.first(raw_at);
+  size_t pos = 0;
+  uint64_t next = 0;
+  for (uint64_t e = 0; e < count; ++e) {
+    uint32_t gap = 0;
+    if (!GetVarint32(gaps, &pos, &gap))
+      return Status::Corruption("lossy chunk: exact list position " + std::to_string(e));
+    uint64_t p = next + gap;
+    if (p >= n)
+      return Status::Corruption("lossy chunk: exact position < element count, want=" + std::to_string(n) +
+                                " have=" + std::to_string(p));
+    std::memcpy(out.data() + p * width, list.data() + raw_at + e * width, width);
+    next = p + 1;
+  }
+  if (pos != gaps.size())
+    return Status::Corruption("lossy chunk: exact list gap bytes, want=" + std::to_string(gaps.size()) +
+                              " have=" + std::to_string(pos));
+  return Status::Ok();
+}
+
+Status ApplyExactStream(ZSTD_DCtx* dctx, ByteSpan exact_z, const StreamHeader& h, size_t width,
+                        std::vector<std::byte>* list, MutableByteSpan out) {
+  if (h.exact_count == 0) return Status::Ok();
+  // The list holds at least 1 byte of varint and `width` raw bytes per entry.
+  if (h.exact_raw_size < h.exact_count * (1 + width) || h.exact_raw_size > h.exact_count * (5 + width))
+    return Status::Corruption("lossy chunk: exact list size, want=" + std::to_string(h.exact_count * (1 + width)) +
+                              " have=" + std::to_string(h.exact_raw_size));
+  if (list->size() < h.exact_raw_size) list->resize(h.exact_raw_size);
+  RETURN_IF_ERROR(Unzstd(dctx, exact_z, list->data(), h.exact_raw_size, "exact list"));
+  return PatchExactList(ByteSpan(list->data(), h.exact_raw_size), h.exact_count, width, out);
 }
 
 void SplitPlanes(ByteSpan values, ByteSpan base, size_t width, MutableByteSpan out) {

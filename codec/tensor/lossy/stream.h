@@ -8,19 +8,30 @@
 #include <span>
 #include <vector>
 
+#include <zstd.h>
+
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
 #include "codec/tensor/lossy/lossy.h"
 
 namespace ckptfs::lossy {
 
+// Version 1 streams hold modes 0 and 1; version 2 adds mode 2. The encoder
+// writes version 1 for modes 0 and 1 (their bytes are unchanged) and
+// version 2 only for mode 2, so a version-1 decoder reports Unsupported.
 inline constexpr uint8_t kStreamVersion = 1;
+inline constexpr uint8_t kStreamVersionLog = 2;
 
 // How the chunk is stored. Stored: never renumber.
 enum class StreamMode : uint8_t {
   kLossless = 0,   // byte planes (of values XOR base in a delta frame), zstd
   kQuantized = 1,  // levels + packed symbols (zstd) + exact list (zstd)
+  kLog = 2,        // log-domain indices (delta-coded against the base), zstd + exact list
 };
+
+// Log mode: symbol widths 1..kMaxLogBits, at most kMaxLogLevels levels per octave.
+inline constexpr uint32_t kMaxLogBits = 24;
+inline constexpr uint32_t kMaxLogLevels = 1u << 16;
 
 // Every stream ends with XXH3-64 (seed 0) of all bytes before it, LE.
 inline constexpr size_t kTrailerSize = 8;
@@ -34,9 +45,9 @@ struct StreamHeader {
   uint8_t version = kStreamVersion;
   StreamMode mode = StreamMode::kLossless;
   ElementType type = ElementType::kF32;
-  uint8_t bits = 0;         // symbol width 1..8 (kQuantized), 0 (kLossless)
+  uint8_t bits = 0;         // symbol width 1..8 (kQuantized), 1..24 (kLog), 0 (kLossless)
   uint8_t flags = 0;        // kFlagDelta when a base was used
-  uint32_t num_levels = 0;  // <= 2^bits - 1 (kQuantized), 0 (kLossless)
+  uint32_t num_levels = 0;  // <= 2^bits - 1 (kQuantized), levels per octave (kLog), 0 (kLossless)
   uint64_t element_count = 0;
   uint64_t exact_count = 0;     // entries in the exact list (kQuantized)
   uint64_t main_size = 0;       // zstd bytes of the symbols / byte planes
@@ -48,6 +59,22 @@ struct StreamHeader {
   // Parses and checks every field that can be checked alone.
   static Result<StreamHeader> DecodeFrom(ByteSpan data);
 };
+
+// Compresses `src` into one zstd frame held in the reused `staging` buffer.
+Result<ByteSpan> CompressZstd(ZSTD_CCtx* cctx, int level, ByteSpan src, std::vector<std::byte>* staging);
+// Decompresses exactly `want` bytes of zstd from `src` into `dst`.
+Status Unzstd(ZSTD_DCtx* dctx, ByteSpan src, std::byte* dst, size_t want, const char* what);
+// Appends the trailer: XXH3-64 of every byte before it.
+void AppendChecksum(std::vector<std::byte>* out);
+// Writes the exact list (LOSSY.md 5.4): varint position gaps, then the raw bits.
+void BuildExactList(std::span<const uint32_t> positions, ByteSpan raw, std::vector<std::byte>* out);
+// Parses a decompressed exact list of `count` elements of `width` bytes and
+// writes each raw element at its position in `out` (n = out.size() / width).
+Status PatchExactList(ByteSpan list, uint64_t count, size_t width, MutableByteSpan out);
+// Decompresses the exact stream `exact_z` of a stream with header `h` (into
+// `list`) and patches its elements into `out`; nothing when exact_count = 0.
+Status ApplyExactStream(ZSTD_DCtx* dctx, ByteSpan exact_z, const StreamHeader& h, size_t width,
+                        std::vector<std::byte>* list, MutableByteSpan out);
 
 // LEB128 unsigned varint (7 bits per byte, low first, at most 5 bytes here).
 inline size_t PutVarint32(std::byte* out, uint32_t v) {

@@ -219,7 +219,7 @@ TEST(BudgetSchedule, VersionOneParamsStillDecode) {
   // What a version-1 writer produced: version 1, zeros in the new fields.
   auto as_v1 = [](std::vector<std::byte>& p, bool keep_budget) {
     p[0] = std::byte{1};
-    std::fill(p.begin() + 4, p.begin() + 8, std::byte{0});
+    std::fill(p.begin() + 3, p.begin() + 8, std::byte{0});
     if (!keep_budget) std::fill(p.begin() + 56, p.end(), std::byte{0});
   };
   auto rewrite = [&](bool keep_budget) {

@@ -45,17 +45,34 @@ max_abs = 0.5
   EXPECT_EQ(b.max_abs, 0.5);
   EXPECT_EQ(p->BudgetFor("other/x.pt", FileFormat::kTorchZip, T("layer.0.bias")).rel_l2, 0.02);
   EXPECT_EQ(p->BudgetFor("x.pt", FileFormat::kTorchZip, T("optimizer.state.3.exp_avg")).rel_l2, 0.1);
-  // Update denominators stay lossless under the defaults...
-  EXPECT_EQ(p->BudgetFor("x.pt", FileFormat::kTorchZip, T("optimizer.state.3.exp_avg_sq")).rel_l2, 0.0);
+  // Update denominators get the log mode with the optimizer budget, never an L2 budget.
+  lossy::Budget d = p->BudgetFor("x.pt", FileFormat::kTorchZip, T("optimizer.state.3.exp_avg_sq"));
+  EXPECT_EQ(d.rel_l2, 0.0);
+  EXPECT_EQ(d.max_rel, 0.1);
   // Integer tensors stay lossless even when a rule says lossy.
   EXPECT_EQ(p->BudgetFor("ckpt/x.pt", FileFormat::kTorchZip, T("a.bias", DType::kI32)).rel_l2, 0.0);
 }
 
-TEST(Policy, OptimizerDenominatorsStayLosslessUnlessARuleNamesThem) {
+TEST(Policy, OptimizerDenominatorsGetTheLogModeUnlessARuleNamesThem) {
   Policy p = Policy::Defaults(1e-2, 5e-2);
   for (const char* name : {"optimizer.state.0.exp_avg_sq", "optimizer.state.7.max_exp_avg_sq",
-                           "optimizer.state.1.square_avg", "optimizer.state.2.sum", "state.4.exp_inf"})
-    EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T(name)).rel_l2, 0.0) << name;
+                           "optimizer.state.1.square_avg", "optimizer.state.2.sum", "state.4.exp_inf"}) {
+    lossy::Budget b = p.BudgetFor("a.pt", FileFormat::kTorchZip, T(name));
+    EXPECT_EQ(b.rel_l2, 0.0) << name;
+    EXPECT_EQ(b.max_abs, 0.0) << name;
+    EXPECT_EQ(b.max_rel, 5e-2) << name;
+  }
+  // Defaults with a zero optimizer budget: lossless.
+  EXPECT_FALSE(Policy::Defaults(1e-2, 0).BudgetFor("a.pt", FileFormat::kTorchZip, T("state.0.exp_avg_sq")).lossy());
+  // A rule can force lossless, or set the bound.
+  Result<Policy> off = Policy::FromToml("[[rule]]\ntensors = \"*.exp_avg_sq\"\nmode = \"lossless\"\n");
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->BudgetFor("a.pt", FileFormat::kTorchZip, T("optimizer.state.0.exp_avg_sq")).lossy());
+  Result<Policy> rel = Policy::FromToml("[[rule]]\ntensors = \"*.exp_avg_sq\"\nmode = \"lossy\"\nmax_rel = 0.002\n");
+  ASSERT_TRUE(rel.ok()) << rel.status().ToString();
+  EXPECT_EQ(rel->BudgetFor("a.pt", FileFormat::kTorchZip, T("optimizer.state.0.exp_avg_sq")).max_rel, 0.002);
+  EXPECT_FALSE(
+      Policy::FromToml("[[rule]]\ntensors = \"*\"\nmode = \"lossy\"\nmax_rel = 0.01\nrel_l2 = 0.01\n").ok());
   EXPECT_FALSE(IsOptimizerDenominator("model.exp_avg_sq"));  // not optimizer state
   EXPECT_FALSE(IsOptimizerDenominator("optimizer.state.0.exp_avg"));
   // An explicit rule is the user's choice.

@@ -1,0 +1,226 @@
+// Log mode (LOSSY.md section 9): every element's relative error is within
+// max_rel over distributions with zeros, denormals, huge values, negatives
+// and non-finite values; zeros stay zeros and the rest is exact; a 50-version
+// closed-loop chain does not drift and its delta frames are small.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "codec/tensor/lossy/log_codec.h"
+#include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/stream.h"
+#include "tests/unit/codec/lossy_test_util.h"
+
+namespace ckptfs::lossy {
+namespace {
+
+using testing::Dist;
+
+// Checks the per-element contract of log mode; returns the largest relative
+// error seen on positive finite elements.
+double CheckElements(ElementType type, const std::vector<std::byte>& orig, const std::vector<std::byte>& recon,
+                     double max_rel) {
+  const size_t w = ElementSize(type), n = orig.size() / w;
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = testing::ElementAt(type, orig, i), y = testing::ElementAt(type, recon, i);
+    if (x > 0 && std::isfinite(x)) {
+      const double rel = std::fabs(static_cast<double>(y) - x) / x;
+      EXPECT_LE(rel, max_rel) << "element " << i << " x=" << x << " y=" << y;
+      EXPECT_GT(y, 0.0f) << "element " << i << ": a positive element must stay positive (never pruned)";
+      worst = std::max(worst, rel);
+    } else {
+      // Zeros, negatives, -0, NaN and Inf: bit for bit.
+      EXPECT_EQ(std::memcmp(orig.data() + w * i, recon.data() + w * i, w), 0) << "element " << i << " x=" << x;
+    }
+  }
+  return worst;
+}
+
+std::vector<float> Huge(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uni(0.5f, 1.0f);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = std::numeric_limits<float>::max() * uni(rng);  // rounding up may overflow
+  return v;
+}
+
+// exp_avg_sq-like: squares of gradients over many octaves, with exact zeros
+// (untouched rows), a few denormals, a negative, NaN and Inf.
+std::vector<float> SecondMoment(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<float> g(-12.0f, 3.0f);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float u = uni(rng);
+    v[i] = u < 0.1f ? 0.0f : u < 0.11f ? 1e-42f * (1 + 100 * uni(rng)) : g(rng);
+  }
+  if (n > 8) v[1] = -1e-3f, v[2] = NAN, v[3] = INFINITY, v[4] = -0.0f, v[5] = -INFINITY;
+  return v;
+}
+
+TEST(LossyLog, EveryElementIsWithinItsRelativeBound) {
+  Scratch scratch;
+  const size_t n = 20000;
+  std::vector<std::pair<std::string, std::vector<float>>> cases = {
+      {"second_moment", SecondMoment(n, 1)},
+      {"positive", testing::Generate(Dist::kPositive, n, 2)},
+      {"zeros", testing::Generate(Dist::kZeros, n, 3)},
+      {"denormal", testing::Generate(Dist::kDenormal, n, 4)},
+      {"nonfinite", testing::Generate(Dist::kNonFinite, n, 5)},
+      {"heavytail", testing::Generate(Dist::kHeavyTail, n, 6)},
+      {"huge", Huge(n, 7)},
+  };
+  for (ElementType type : {ElementType::kF32, ElementType::kF16, ElementType::kBF16}) {
+    for (double max_rel : {1e-3, 1e-2, 5e-2, 0.5}) {
+      for (const auto& [name, v] : cases) {
+        SCOPED_TRACE(name + " type " + std::to_string(static_cast<int>(type)) + " max_rel " + std::to_string(max_rel));
+        std::vector<std::byte> values = testing::ToElements(type, v);
+        Result<EncodedChunk> c = EncodeChunk(type, values, {}, Budget{0, 0, max_rel}, &scratch);
+        ASSERT_TRUE(c.ok()) << c.status().ToString();
+        const double worst = CheckElements(type, values, c->reconstruction, max_rel);
+        std::vector<std::byte> out(values.size());
+        Status st = DecodeChunk(type, c->bytes, {}, out, &scratch);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        EXPECT_TRUE(out == c->reconstruction);
+        if (c->stats.mode == static_cast<uint8_t>(StreamMode::kLog)) {
+          EXPECT_LE(c->stats.max_rel, max_rel);
+          EXPECT_EQ(c->stats.max_rel, worst);
+          EXPECT_LT(c->bytes.size(), values.size());
+        }
+      }
+    }
+  }
+}
+
+TEST(LossyLog, SecondMomentsCompressAndZerosStayZero) {
+  Scratch scratch;
+  const size_t n = 1 << 16;
+  std::vector<float> v = SecondMoment(n, 11);
+  std::vector<std::byte> values = testing::ToElements(ElementType::kF32, v);
+  Result<EncodedChunk> c = EncodeChunk(ElementType::kF32, values, {}, Budget{0, 0, 1e-2}, &scratch);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->stats.mode, static_cast<uint8_t>(StreamMode::kLog));
+  // About 35 octaves at 37 levels each: ~11 bits per element before zstd.
+  EXPECT_LT(c->bytes.size(), values.size() / 2);
+  EXPECT_GT(c->stats.bits, 4);
+  Result<StreamHeader> h = StreamHeader::DecodeFrom(c->bytes);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->version, kStreamVersionLog);
+  EXPECT_EQ(h->num_levels, 37u);  // ratio 1.019
+  // Deterministic.
+  Result<EncodedChunk> again = EncodeChunk(ElementType::kF32, values, {}, Budget{0, 0, 1e-2}, &scratch);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->bytes == c->bytes);
+}
+
+TEST(LossyLog, GridIndexIsNearestAndRoundTrips) {
+  Result<LogGrid> g = LogGrid::FromRatio(LogGrid::RatioFor(1e-2));
+  ASSERT_TRUE(g.ok());
+  for (int64_t q : {int64_t{-5000}, int64_t{-38}, int64_t{-1}, int64_t{0}, int64_t{1}, int64_t{36}, int64_t{37},
+                    int64_t{4000}})
+    EXPECT_EQ(g->Index(g->Value(q)), q) << q;
+  EXPECT_EQ(g->Value(0), 1.0);
+  EXPECT_EQ(g->Value(37), 2.0);
+  // Nearest on random values over the whole float range, for several grids.
+  std::mt19937_64 rng(9);
+  std::uniform_int_distribution<uint32_t> finite_bits(1, 0x7f7fffffu);
+  for (double ratio : {LogGrid::RatioFor(1e-4), LogGrid::RatioFor(1e-2), LogGrid::RatioFor(0.3), 2.0}) {
+    Result<LogGrid> grid = LogGrid::FromRatio(ratio);
+    ASSERT_TRUE(grid.ok());
+    for (int i = 0; i < 20000; ++i) {
+      const double x = std::bit_cast<float>(finite_bits(rng));
+      const int64_t q = grid->Index(x);
+      const double here = std::fabs(grid->Value(q) - x);
+      ASSERT_LE(grid->Value(q - 1), x) << "ratio " << ratio << " x " << x;
+      ASSERT_GE(grid->Value(q + 1), x) << "ratio " << ratio << " x " << x;
+      ASSERT_LE(here, std::fabs(grid->Value(q - 1) - x)) << "ratio " << ratio << " x " << x;
+      ASSERT_LT(here, std::fabs(grid->Value(q + 1) - x)) << "ratio " << ratio << " x " << x;  // ties go down
+    }
+  }
+  EXPECT_FALSE(LogGrid::FromRatio(1.0).ok());
+  EXPECT_FALSE(LogGrid::FromRatio(2.5).ok());
+  EXPECT_FALSE(LogGrid::FromRatio(1.0 + 1e-9).ok());  // over 2^16 levels per octave
+}
+
+// Adam's second moment between checkpoints: v <- b2 v + (1 - b2) g^2, a few
+// steps per version, encoded against the previous reconstruction.
+TEST(LossyLog, FiftyVersionChainDoesNotDriftAndDeltasAreSmall) {
+  const size_t n = 1 << 14;
+  const double max_rel = 1e-2;
+  std::mt19937_64 rng(7);
+  std::lognormal_distribution<float> scale(-6.0f, 2.0f);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::vector<float> gscale(n), v(n, 0.0f);
+  for (size_t i = 0; i < n; ++i) gscale[i] = i % 10 == 0 ? 0.0f : scale(rng);  // a tenth never gets a gradient
+  auto steps = [&](int k) {
+    for (int s = 0; s < k; ++s)
+      for (size_t i = 0; i < n; ++i) {
+        const float g = gscale[i] * noise(rng);
+        v[i] = 0.999f * v[i] + 0.001f * g * g;
+      }
+  };
+  steps(100);
+  Scratch scratch;
+  std::vector<std::byte> base;
+  size_t key_bytes = 0, delta_bytes = 0;
+  for (int t = 0; t < 50; ++t) {
+    if (t > 0) steps(5);
+    std::vector<std::byte> values = testing::ToElements(ElementType::kF32, v);
+    Result<EncodedChunk> c = EncodeChunk(ElementType::kF32, values, base, Budget{0, 0, max_rel}, &scratch);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->stats.mode, static_cast<uint8_t>(StreamMode::kLog)) << "version " << t;
+    CheckElements(ElementType::kF32, values, c->reconstruction, max_rel);  // against the truth: no drift
+    std::vector<std::byte> out(values.size());
+    Status st = DecodeChunk(ElementType::kF32, c->bytes, base, out, &scratch);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(out == c->reconstruction) << "version " << t;
+    (t == 0 ? key_bytes : delta_bytes) += c->bytes.size();
+    base = c->reconstruction;
+  }
+  const double mean_delta = static_cast<double>(delta_bytes) / 49;
+  EXPECT_LT(mean_delta, 0.5 * static_cast<double>(key_bytes)) << "key " << key_bytes << " delta " << mean_delta;
+}
+
+TEST(LossyLog, CorruptLogStreamsAreRejected) {
+  Scratch scratch;
+  std::vector<std::byte> values = testing::ToElements(ElementType::kF32, SecondMoment(4096, 3));
+  Result<EncodedChunk> c = EncodeChunk(ElementType::kF32, values, {}, Budget{0, 0, 1e-2}, &scratch);
+  ASSERT_TRUE(c.ok());
+  std::vector<std::byte> out(values.size());
+  auto decode = [&](std::vector<std::byte> s) {
+    testing::Reseal(&s);
+    return DecodeChunk(ElementType::kF32, s, {}, out, &scratch);
+  };
+  std::vector<std::byte> s = c->bytes;
+  s[0] = std::byte{1};  // mode 2 needs version 2
+  EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  s = c->bytes;
+  s[0] = std::byte{3};
+  EXPECT_EQ(decode(s).code(), StatusCode::kUnsupported);
+  s = c->bytes;
+  s[8] = std::byte{static_cast<uint8_t>(static_cast<uint8_t>(s[8]) + 1)};  // levels per octave
+  EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  s = c->bytes;
+  StoreLE64(s.data() + StreamHeader::kEncodedSize, std::bit_cast<uint64_t>(0.5));  // ratio < 1
+  EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  s = c->bytes;
+  s[StreamHeader::kEncodedSize + 12] = std::byte{1};  // a shift in a key frame
+  EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  EXPECT_TRUE(decode(c->bytes).ok());
+}
+
+TEST(LossyLog, MaxRelIsUsedAlone) {
+  Scratch scratch;
+  std::vector<std::byte> values = testing::ToElements(ElementType::kF32, SecondMoment(64, 3));
+  EXPECT_FALSE(EncodeChunk(ElementType::kF32, values, {}, Budget{1e-2, 0, 1e-2}, &scratch).ok());
+  EXPECT_FALSE(EncodeChunk(ElementType::kF32, values, {}, Budget{0, 0, -1}, &scratch).ok());
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy
