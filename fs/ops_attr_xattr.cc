@@ -68,7 +68,7 @@ void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
           f.dirty = true;
           ++f.content_gen;
           f.cached_gen = f.content_gen;
-          ::clock_gettime(CLOCK_REALTIME, &f.pending_mtime.emplace());
+          ::clock_gettime(CLOCK_REALTIME_COARSE, &f.pending_mtime.emplace());  // the kernel's timestamp clock
           MaybeQueueCommitLocked(inode);  // truncate(2) without an open writer commits now
         }
       }

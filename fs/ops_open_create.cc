@@ -33,7 +33,7 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       if (truncate) {
         f.dirty = true;
         ++f.content_gen;
-        ::clock_gettime(CLOCK_REALTIME, &f.pending_mtime.emplace());
+        ::clock_gettime(CLOCK_REALTIME_COARSE, &f.pending_mtime.emplace());  // the kernel's timestamp clock
       }
       // The kernel may keep its cached pages only if the bytes did not
       // change since the last open.

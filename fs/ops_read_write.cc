@@ -75,7 +75,7 @@ std::shared_ptr<StagingFile> Filesystem::StagingForChange(FileHandle& handle, bo
   ++f.content_gen;
   if (is_write) {
     f.cached_gen = f.content_gen;  // the kernel saw these bytes itself
-    ::clock_gettime(CLOCK_REALTIME, &f.pending_mtime.emplace());
+    ::clock_gettime(CLOCK_REALTIME_COARSE, &f.pending_mtime.emplace());  // the kernel's timestamp clock
   }
   return f.staging;
 }
