@@ -86,7 +86,7 @@ bool OnGrid(float x) { return x > 0 && std::isfinite(x); }
 
 template <typename E>
 typename E::Bits GridElement(const LogGrid& grid, int64_t q) {
-  return E::FromFloat(static_cast<float>(grid.Value(q)));
+  return E::FromFloat(grid.FloatValue(q));
 }
 
 // The predicted index of element i: in a delta frame, the base element's
@@ -294,6 +294,8 @@ Result<LogGrid> LogGrid::FromRatio(double ratio) {
     g.mantissa_.push_back(next);
   }
   g.per_octave_ = static_cast<uint32_t>(g.mantissa_.size());
+  g.inv_per_octave_ = 1.0 / static_cast<double>(g.per_octave_);
+  for (double m : g.mantissa_) g.mantissa_f32_bits_.push_back(std::bit_cast<uint32_t>(static_cast<float>(m)));
   g.mantissa_.push_back(2.0);
   uint32_t log2_buckets = 1;
   while ((1u << log2_buckets) < 2 * g.per_octave_) ++log2_buckets;

@@ -8,6 +8,9 @@
 // gives mostly zero differences, which zstd collapses.
 #pragma once
 
+#include <bit>
+#include <cmath>
+
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -41,6 +44,11 @@ class LogGrid {
   int64_t Index(double x) const;
   // The grid point of index q (0 or +Inf far outside the double range).
   double Value(int64_t q) const;
+  // Exactly static_cast<float>(Value(q)), without a division or ldexp when
+  // the result is a normal float: scaling by 2^e commutes with rounding to
+  // float there, so it is the float of the level's mantissa with e added to
+  // its exponent field. The decoder's per-element path.
+  float FloatValue(int64_t q) const;
 
  private:
   double ratio_ = 2.0;
@@ -50,8 +58,28 @@ class LogGrid {
   // mantissas [1 + b/B, 1 + (b+1)/B) and holds the last level <= 1 + b/B.
   // B >= 2K, so a bucket holds at most one level boundary.
   std::vector<uint32_t> bucket_level_;
+  std::vector<uint32_t> mantissa_f32_bits_;  // bits of (float) m_j, j < K (exponent field 127, or 128 for 2.0f)
+  double inv_per_octave_ = 1.0;              // 1 / K, for an estimate of floor(q / K) that is then corrected
   uint32_t bucket_shift_ = 52;  // 52 - log2(B): mantissa bits >> shift = bucket
 };
+
+inline float LogGrid::FloatValue(int64_t q) const {
+  constexpr int64_t kFastRange = int64_t{1} << 30;  // q * (1/K) is then within far less than 1 of q / K
+  if (q > -kFastRange && q < kFastRange) {
+    const int64_t k = per_octave_;
+    int64_t e = static_cast<int64_t>(std::floor(static_cast<double>(q) * inv_per_octave_));
+    int64_t j = q - e * k;
+    if (j < 0) --e, j += k;
+    else if (j >= k) ++e, j -= k;
+    // Normal result: the exponent field 127 (or 128 for a level that rounds
+    // to 2.0f) plus e stays within [1, 254].
+    if (e >= -126 && e <= 126) {
+      const int32_t field = static_cast<int32_t>(mantissa_f32_bits_[static_cast<size_t>(j)]) + static_cast<int32_t>(e) * (1 << 23);
+      return std::bit_cast<float>(static_cast<uint32_t>(field));
+    }
+  }
+  return static_cast<float>(Value(q));
+}
 
 // Encodes a chunk in log mode with |w_hat - w| <= max_rel * |w| for every
 // element. Returns nullopt when the stream would not be smaller than the

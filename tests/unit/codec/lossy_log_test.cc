@@ -148,6 +148,26 @@ TEST(LossyLog, GridIndexIsNearestAndRoundTrips) {
   EXPECT_FALSE(LogGrid::FromRatio(1.0 + 1e-9).ok());  // over 2^16 levels per octave
 }
 
+TEST(LossyLog, FloatValueIsTheFloatOfValueEverywhere) {
+  // The decoder's fast path must give the same bits as rounding the
+  // binary64 grid point: over the whole float range (normal, subnormal,
+  // overflow) and far outside it.
+  for (double ratio : {LogGrid::RatioFor(1e-4), LogGrid::RatioFor(1e-2), LogGrid::RatioFor(0.3), 2.0}) {
+    Result<LogGrid> grid = LogGrid::FromRatio(ratio);
+    ASSERT_TRUE(grid.ok());
+    const int64_t k = grid->per_octave();
+    auto same = [&](int64_t q) {
+      return std::bit_cast<uint32_t>(grid->FloatValue(q)) == std::bit_cast<uint32_t>(static_cast<float>(grid->Value(q)));
+    };
+    for (int64_t q = -160 * k; q <= 140 * k; q += std::max<int64_t>(1, k / 97)) ASSERT_TRUE(same(q)) << ratio << " " << q;
+    for (int64_t e : {-127, -126, -125, 125, 126, 127})
+      for (int64_t j = -2; j <= k + 2; ++j) ASSERT_TRUE(same(e * k + j)) << ratio << " " << e << " " << j;
+    for (int64_t q : {int64_t{1} << 29, (int64_t{1} << 30) + 5, -(int64_t{1} << 30) - 5, int64_t{1} << 40,
+                      -(int64_t{1} << 40), INT64_MAX / 4, INT64_MIN / 4})
+      ASSERT_TRUE(same(q)) << ratio << " " << q;
+  }
+}
+
 // Adam's second moment between checkpoints: v <- b2 v + (1 - b2) g^2, a few
 // steps per version, encoded against the previous reconstruction.
 TEST(LossyLog, FiftyVersionChainDoesNotDriftAndDeltasAreSmall) {
