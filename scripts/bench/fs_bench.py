@@ -1,5 +1,6 @@
 """Filesystem benchmark: the same writes and reads into the backing disk
-directly, into ckptfs, and into ckptfs with compression off (plain
+directly, into ckptfs (default policy: lossy float tensors), into ckptfs with
+lossy=off (the lossless codec), and into ckptfs with compression off (plain
 passthrough into objects: the FUSE floor), in one run. Prints JSON with
 medians and ratios.
 
@@ -102,6 +103,7 @@ def main():
         Target("disk", args.work),
         Target("ckptfs", args.work, args.ckptfs, None),
         Target("passthrough", args.work, args.ckptfs, "compress=off"),
+        Target("ckptfs-lossless", args.work, args.ckptfs, "lossy=off"),
     ]
     results = {}
     for t in targets:
@@ -151,6 +153,8 @@ def main():
         "ratios": {
             "ckptfs_vs_passthrough": {k: ratio("ckptfs", "passthrough", k)
                                       for k in ("dd_write_s", "save_s", "load_s")},
+            "ckptfs_lossless_vs_passthrough": {k: ratio("ckptfs-lossless", "passthrough", k)
+                                               for k in ("dd_write_s", "save_s", "load_s")},
             "ckptfs_vs_disk": {k: ratio("ckptfs", "disk", k) for k in ("dd_write_s", "save_s", "load_s")},
             "passthrough_vs_disk": {k: ratio("passthrough", "disk", k) for k in ("dd_write_s", "save_s", "load_s")},
         },

@@ -2,6 +2,8 @@
 // the symbol width -> pack -> exact list -> zstd. See LOSSY.md section 9.
 #include "codec/tensor/lossy/log_codec.h"
 
+#include <endian.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -20,6 +22,9 @@ constexpr size_t kLogParamsSize = 16;
 constexpr int64_t kMaxShift = 64;
 // Symbols: 0 = the predicted index, 1 = +0.0, s >= 2 = predicted + Unzigzag(s - 1).
 constexpr uint32_t kSymbolZero = 1;
+// Key frames of up to this symbol width decode through a table (at most
+// 2^16 entries, and never more entries than elements).
+constexpr uint32_t kMaxTableBits = 16;
 // Per escaped element the exact list costs its bits plus about 2 bytes of position.
 constexpr uint64_t kEscapeBits = 16;
 
@@ -50,6 +55,17 @@ class SymbolReader {
  public:
   SymbolReader(ByteSpan packed, uint32_t bits) : packed_(packed), bits_(bits), mask_((1u << bits) - 1) {}
   uint32_t Next() {
+    if (filled_ < bits_ && at_ + 8 <= packed_.size()) {
+      // Refill whole bytes from one 8-byte load: bits_ <= 24, so at least
+      // 32 new bits fit above the (< bits_) bits held.
+      uint64_t word;
+      std::memcpy(&word, packed_.data() + at_, 8);
+      word = le64toh(word);
+      const uint32_t take = (63 - filled_) / 8;  // 5..7 bytes
+      acc_ |= (word & ((uint64_t{1} << (8 * take)) - 1)) << filled_;
+      at_ += take;
+      filled_ += 8 * take;
+    }
     while (filled_ < bits_) {
       acc_ |= static_cast<uint64_t>(at_ < packed_.size() ? static_cast<uint8_t>(packed_[at_]) : 0) << filled_;
       ++at_;
@@ -266,6 +282,15 @@ Status DecodeTyped(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t s
   using Bits = typename E::Bits;
   const uint64_t n = out.size() / sizeof(Bits);
   SymbolReader reader(packed, bits);
+  if (base.empty() && bits <= kMaxTableBits && (uint64_t{1} << bits) <= n) {
+    // A key frame predicts every element from the origin, so a symbol alone
+    // names the element: decode through a table of all 2^bits of them.
+    std::vector<Bits> table(size_t{1} << bits);
+    for (uint32_t sym = 0; sym < table.size(); ++sym)
+      table[sym] = sym == kSymbolZero ? Bits{0} : GridElement<E>(grid, origin + (sym == 0 ? 0 : Unzigzag(sym - 1)));
+    for (uint64_t i = 0; i < n; ++i) StoreBits<E>(out.data(), i, table[reader.Next()]);
+    return Status::Ok();
+  }
   for (uint64_t i = 0; i < n; ++i) {
     const uint32_t sym = reader.Next();
     if (sym == kSymbolZero) {

@@ -67,10 +67,12 @@ inline float LogGrid::FloatValue(int64_t q) const {
   constexpr int64_t kFastRange = int64_t{1} << 30;  // q * (1/K) is then within far less than 1 of q / K
   if (q > -kFastRange && q < kFastRange) {
     const int64_t k = per_octave_;
-    int64_t e = static_cast<int64_t>(std::floor(static_cast<double>(q) * inv_per_octave_));
+    // Truncation is within one of floor(q / K); the loops correct it
+    // (std::floor would be a libm call on the baseline instruction set).
+    int64_t e = static_cast<int64_t>(static_cast<double>(q) * inv_per_octave_);
     int64_t j = q - e * k;
-    if (j < 0) --e, j += k;
-    else if (j >= k) ++e, j -= k;
+    while (j < 0) --e, j += k;
+    while (j >= k) ++e, j -= k;
     // Normal result: the exponent field 127 (or 128 for a level that rounds
     // to 2.0f) plus e stays within [1, 254].
     if (e >= -126 && e <= 126) {
