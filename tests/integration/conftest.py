@@ -117,6 +117,20 @@ class Mount:
         force_unmount(self.mnt)
 
 
+def module_mount(tmp_path_factory, name, opts=""):
+    """One mount shared by the tests of a module: `yield from` it in a
+    module-scoped fixture."""
+    why = _fuse_usable()
+    if why:
+        pytest.skip(f"FUSE unavailable: {why}")
+    m = Mount(tmp_path_factory.mktemp(name))
+    m.mount(opts)
+    try:
+        yield m
+    finally:
+        m.teardown()
+
+
 @pytest.fixture
 def store(tmp_path):
     """An unmounted Mount object (call .mount() yourself)."""

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from conftest import Mount, _fuse_usable
+from conftest import module_mount
 
 torch = pytest.importorskip("torch")
 
@@ -124,15 +124,7 @@ UNRECOGNISED = {"st_header_len_huge.safetensors"}
 
 @pytest.fixture(scope="module")
 def hm(tmp_path_factory):
-    why = _fuse_usable()
-    if why:
-        pytest.skip(f"FUSE unavailable: {why}")
-    m = Mount(tmp_path_factory.mktemp("hostile"))
-    m.mount()
-    try:
-        yield m
-    finally:
-        m.teardown()
+    yield from module_mount(tmp_path_factory, "hostile")
 
 
 def vm_hwm_mib(pid):

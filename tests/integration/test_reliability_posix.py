@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import Mount, _fuse_usable
+from conftest import module_mount
 
 libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD = -100
@@ -26,15 +26,7 @@ RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 
 @pytest.fixture(scope="module")
 def fsm(tmp_path_factory):
-    why = _fuse_usable()
-    if why:
-        pytest.skip(f"FUSE unavailable: {why}")
-    m = Mount(tmp_path_factory.mktemp("posix"))
-    m.mount()
-    try:
-        yield m
-    finally:
-        m.teardown()
+    yield from module_mount(tmp_path_factory, "posix")
 
 
 @pytest.fixture
