@@ -9,6 +9,7 @@
 #include <iterator>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -44,8 +45,14 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
 
 #if defined(__x86_64__)
 
-// F16C (half <-> float conversion instructions) comes with every AVX2 CPU.
-bool SimdAvailable() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"); }
+// F16C (half <-> float conversion instructions) comes with every AVX2 CPU;
+// checked with CPUID (leaf 1, ECX bit 29) because not every compiler's
+// __builtin_cpu_supports knows "f16c".
+bool SimdAvailable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+  return __builtin_cpu_supports("avx2") && f16c;
+}
 
 namespace {
 
