@@ -186,6 +186,13 @@ class Filesystem {
   std::unordered_set<FileHandle*> handles_;
   FileHandle* NewHandle(std::shared_ptr<Inode> inode, bool writable);
   void DeleteHandle(FileHandle* handle);
+  // Open and create (takes the inode's lock): load the file, move it into
+  // staging for a writer (emptied when `truncate`), count the writer, and
+  // say in `*keep_cache` (may be null) whether the kernel may keep its
+  // cached pages.
+  Status AttachOpen(Inode& inode, bool write, bool truncate, bool* keep_cache);
+  // Undoes NewHandle + AttachOpen for a handle whose reply failed.
+  void DropUnsentHandle(FileHandle* handle);
 
   static constexpr size_t kMaxBaseCandidates = 4;  // newest versions kept per directory
   std::mutex bases_mu_;  // leaf lock

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,16 @@ struct FileState {
   std::optional<struct timespec> pending_mtime;   // mtime of writes not yet in the manifest
   int manifest_fd = -1;                           // O_RDWR on the manifest, opened lazily
   ino_t parent_dir = 0;                           // last directory seen naming it (delta scope)
+
+  // The bytes changed: a new content generation, differing from the
+  // committed content. `touch_times` (write, truncate) also sets mtime and
+  // ctime to now, from the coarse clock the kernel stamps the manifest's
+  // ctime with at the commit, so that ctime never lands before this mtime.
+  void MarkChanged(bool touch_times) {
+    dirty = true;
+    ++content_gen;
+    if (touch_times) ::clock_gettime(CLOCK_REALTIME_COARSE, &pending_mtime.emplace());
+  }
 };
 
 struct Inode {

@@ -65,10 +65,8 @@ void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
         s = EnsureStagingLocked(*inode, attr->st_size == 0);
         if (s.ok() && ::ftruncate(f.staging->fd(), attr->st_size) != 0) s = Status::Io(errno, "truncate staging");
         if (s.ok()) {
-          f.dirty = true;
-          ++f.content_gen;
+          f.MarkChanged(/*touch_times=*/true);
           f.cached_gen = f.content_gen;
-          ::clock_gettime(CLOCK_REALTIME_COARSE, &f.pending_mtime.emplace());  // the kernel's timestamp clock
           MaybeQueueCommitLocked(inode);  // truncate(2) without an open writer commits now
         }
       }

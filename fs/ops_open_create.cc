@@ -21,26 +21,8 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (!inode->is_reg()) return (void)fuse_reply_err(req, EACCES);
   bool write = WantsWrite(fi->flags);
   bool truncate = write && (fi->flags & O_TRUNC);
-  Status s;
   bool keep_cache = false;
-  {
-    std::lock_guard<std::mutex> lock(inode->mu);
-    FileState& f = inode->file;
-    s = LoadLocked(*inode);
-    if (s.ok() && write) s = EnsureStagingLocked(*inode, truncate);
-    if (s.ok()) {
-      if (write) ++f.writers;
-      if (truncate) {
-        f.dirty = true;
-        ++f.content_gen;
-        ::clock_gettime(CLOCK_REALTIME_COARSE, &f.pending_mtime.emplace());  // the kernel's timestamp clock
-      }
-      // The kernel may keep its cached pages only if the bytes did not
-      // change since the last open.
-      keep_cache = !truncate && f.cached_gen == f.content_gen;
-      f.cached_gen = f.content_gen;
-    }
-  }
+  Status s = AttachOpen(*inode, write, truncate, &keep_cache);
   if (!s.ok()) {
     log_->Warn("open of inode {} failed: {}", ino, s.ToString());
     return (void)fuse_reply_err(req, ToErrno(s));
@@ -49,12 +31,7 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->keep_cache = keep_cache;
   fi->direct_io = 0;  // cached mode: mmap works
-  if (fuse_reply_open(req, fi) != 0) {
-    // The kernel will not send RELEASE for a handle it never saw.
-    std::lock_guard<std::mutex> lock(inode->mu);
-    if (write && --inode->file.writers == 0) MaybeQueueCommitLocked(inode);
-    DeleteHandle(handle);
-  }
+  if (fuse_reply_open(req, fi) != 0) DropUnsentHandle(handle);
 }
 
 void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
@@ -83,18 +60,7 @@ void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   }
   bool write = WantsWrite(fi->flags);
   bool truncate = write && (created || (fi->flags & O_TRUNC));
-  {
-    std::lock_guard<std::mutex> lock(inode->mu);
-    FileState& f = inode->file;
-    s = LoadLocked(*inode);
-    if (s.ok() && write) s = EnsureStagingLocked(*inode, truncate);
-    if (s.ok()) {
-      if (write) ++f.writers;
-      if (truncate) ++f.content_gen;
-      f.dirty = f.dirty || truncate;
-      f.cached_gen = f.content_gen;
-    }
-  }
+  s = AttachOpen(*inode, write, truncate, nullptr);
   if (!s.ok()) {
     inodes_.Forget(e.ino, 1);
     return (void)fuse_reply_err(req, ToErrno(s));
@@ -102,11 +68,28 @@ void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   FileHandle* handle = NewHandle(inode, write);
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->direct_io = 0;
-  if (fuse_reply_create(req, &e, fi) != 0) {
-    std::lock_guard<std::mutex> lock(inode->mu);
-    if (write && --inode->file.writers == 0) MaybeQueueCommitLocked(inode);
-    DeleteHandle(handle);
-  }
+  if (fuse_reply_create(req, &e, fi) != 0) DropUnsentHandle(handle);
+}
+
+Status Filesystem::AttachOpen(Inode& inode, bool write, bool truncate, bool* keep_cache) {
+  std::lock_guard<std::mutex> lock(inode.mu);
+  FileState& f = inode.file;
+  RETURN_IF_ERROR(LoadLocked(inode));
+  if (write) RETURN_IF_ERROR(EnsureStagingLocked(inode, truncate));
+  if (write) ++f.writers;
+  if (truncate) f.MarkChanged(/*touch_times=*/true);
+  // The kernel may keep its cached pages only if the bytes did not change
+  // since the last open.
+  if (keep_cache != nullptr) *keep_cache = !truncate && f.cached_gen == f.content_gen;
+  f.cached_gen = f.content_gen;
+  return Status::Ok();
+}
+
+void Filesystem::DropUnsentHandle(FileHandle* handle) {
+  // The kernel will not send RELEASE for a handle it never saw.
+  std::lock_guard<std::mutex> lock(handle->inode->mu);
+  if (handle->writable && --handle->inode->file.writers == 0) MaybeQueueCommitLocked(handle->inode);
+  DeleteHandle(handle);
 }
 
 void Filesystem::Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {

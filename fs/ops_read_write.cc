@@ -71,12 +71,8 @@ std::shared_ptr<StagingFile> Filesystem::StagingForChange(FileHandle& handle, bo
   std::lock_guard<std::mutex> lock(handle.inode->mu);
   FileState& f = handle.inode->file;
   if (!handle.writable || f.phase != FilePhase::kStaging) return nullptr;
-  f.dirty = true;
-  ++f.content_gen;
-  if (is_write) {
-    f.cached_gen = f.content_gen;  // the kernel saw these bytes itself
-    ::clock_gettime(CLOCK_REALTIME_COARSE, &f.pending_mtime.emplace());  // the kernel's timestamp clock
-  }
+  f.MarkChanged(/*touch_times=*/is_write);
+  if (is_write) f.cached_gen = f.content_gen;  // the kernel saw these bytes itself
   return f.staging;
 }
 
