@@ -38,10 +38,13 @@ bool Older(const Found& a, const Found& b) {
 
 }  // namespace
 
-std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_dir, const std::string& exclude,
-                                              size_t max_count, Logger* log) {
+std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,
+                                              Logger* log) {
   std::vector<BaseCandidate> out;
-  if (max_count == 0) return out;
+  if (max_count == 0 || rel_path.empty()) return out;
+  const size_t slash = rel_path.rfind('/');
+  const std::string rel_dir = slash == std::string::npos ? std::string() : rel_path.substr(0, slash);
+  const std::string exclude = slash == std::string::npos ? rel_path : rel_path.substr(slash + 1);
   int dfd = ::openat(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
                      O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (dfd < 0) return out;

@@ -19,14 +19,13 @@ namespace ckptfs::fs {
 // "name|dtype|shape" of every tensor, sorted: what ChooseBase matches on.
 std::vector<std::string> TensorKeys(const std::vector<TensorInfo>& tensors);
 
-// The committed blob versions among the files directly in `rel_dir` (a
-// directory of the backing tree, relative to its root; "" for the root),
-// newest `max_count` by modification time, returned oldest first like the
-// daemon's in-memory list. `exclude` (a file name in that directory, may be
-// empty) is skipped: the file being committed is not its own base. Files
-// whose manifest or blob cannot be read are skipped with a debug line: a
-// missing candidate only costs a key frame.
-std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_dir, const std::string& exclude,
-                                              size_t max_count, Logger* log);
+// The delta-base candidates of the file at `rel_path` (relative to the
+// backing root): the committed blob versions among the other files of its
+// directory, newest `max_count` by modification time, returned oldest first
+// like the daemon's in-memory list. The file itself is skipped: it is not
+// its own base. Files whose manifest or blob cannot be read are skipped with
+// a debug line: a missing candidate only costs a key frame.
+std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,
+                                              Logger* log);
 
 }  // namespace ckptfs::fs

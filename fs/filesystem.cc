@@ -172,11 +172,7 @@ std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir, const std::s
   }
   // Scanned without the lock (it reads manifests and blob indexes); two
   // racing first commits in one directory both scan and merge.
-  size_t slash = rel_path.rfind('/');
-  std::string rel_dir = slash == std::string::npos ? std::string() : rel_path.substr(0, slash);
-  std::string name = slash == std::string::npos ? rel_path : rel_path.substr(slash + 1);
-  std::vector<BaseCandidate> scanned;
-  if (!rel_path.empty()) scanned = ScanBaseCandidates(*store_, rel_dir, name, kMaxBaseCandidates, log_);
+  std::vector<BaseCandidate> scanned = ScanBaseCandidates(*store_, rel_path, kMaxBaseCandidates, log_);
   std::lock_guard<std::mutex> lock(bases_mu_);
   auto& list = bases_[dir];
   if (bases_seeded_.insert(dir).second) {
@@ -186,7 +182,7 @@ std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir, const std::s
       if (!known) list.push_front(std::move(*it));
     }
     while (list.size() > kMaxBaseCandidates) list.pop_front();
-    if (!scanned.empty()) log_->Debug("delta bases for {}: {} found in the store", rel_dir, scanned.size());
+    if (!scanned.empty()) log_->Debug("delta bases for {}: {} found in the store", rel_path, scanned.size());
   }
   return {list.begin(), list.end()};
 }

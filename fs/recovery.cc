@@ -101,12 +101,8 @@ Result<RecoveryReport> RecoverStore(Store& store, const CommitOptions& options, 
     staging.set_keep(true);  // only removed once the new manifest is durable
     // The same base choice and policy as the daemon's own commit: the
     // directory's committed versions, the file's path for the rules.
-    size_t slash = rel.rfind('/');
-    std::vector<BaseCandidate> bases =
-        slash == std::string::npos ? ScanBaseCandidates(store, "", rel, kRecoveryBaseCandidates, log)
-                                   : ScanBaseCandidates(store, rel.substr(0, slash), rel.substr(slash + 1),
-                                                        kRecoveryBaseCandidates, log);
-    auto v = CommitStagedFile(store, fd, &manifest, staging, bases, options, log, rel);
+    auto v = CommitStagedFile(store, fd, &manifest, staging, ScanBaseCandidates(store, rel, kRecoveryBaseCandidates, log),
+                              options, log, rel);
     if (v.ok()) {
       ++report.finished;
       if (log) log->Info("recovery: {}: finished an interrupted commit ({} bytes)", rel, manifest.logical_size);
