@@ -180,6 +180,17 @@ Result<Directory> FindDirectory(ByteSpan file) {
   return dir;
 }
 
+// Reads the fields shared by local and central headers, from flags on.
+void ReadHeaderFields(ByteReader& r, ZipHeaderFields* h) {
+  h->flags = r.U16();
+  h->method = r.U16();
+  r.Skip(4);  // time, date
+  h->crc32 = r.U32();
+  h->compressed_size = r.U32();
+  h->uncompressed_size = r.U32();
+  h->name_length = r.U16();
+  h->extra_length = r.U16();
+}
 }  // namespace
 
 Result<ZipLocalHeader> ZipLocalHeader::DecodeFrom(ByteSpan bytes) {
@@ -187,14 +198,7 @@ Result<ZipLocalHeader> ZipLocalHeader::DecodeFrom(ByteSpan bytes) {
   RETURN_IF_ERROR(CheckSignature(r, kSignature, "local header"));
   ZipLocalHeader h;
   r.Skip(2);  // version needed
-  h.flags = r.U16();
-  h.method = r.U16();
-  r.Skip(4);  // time, date
-  h.crc32 = r.U32();
-  h.compressed_size = r.U32();
-  h.uncompressed_size = r.U32();
-  h.name_length = r.U16();
-  h.extra_length = r.U16();
+  ReadHeaderFields(r, &h);
   RETURN_IF_ERROR(r.status());
   return h;
 }
@@ -204,14 +208,7 @@ Result<ZipCentralHeader> ZipCentralHeader::DecodeFrom(ByteSpan bytes) {
   RETURN_IF_ERROR(CheckSignature(r, kSignature, "central directory record"));
   ZipCentralHeader h;
   r.Skip(4);  // version made by, version needed
-  h.flags = r.U16();
-  h.method = r.U16();
-  r.Skip(4);  // time, date
-  h.crc32 = r.U32();
-  h.compressed_size = r.U32();
-  h.uncompressed_size = r.U32();
-  h.name_length = r.U16();
-  h.extra_length = r.U16();
+  ReadHeaderFields(r, &h);
   h.comment_length = r.U16();
   h.disk_start = r.U16();
   r.Skip(6);  // internal and external attributes

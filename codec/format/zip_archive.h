@@ -14,12 +14,9 @@
 
 namespace ckptfs {
 
-// Fixed part of a local file header (signature PK\3\4). Read-only: ckptfs
-// never writes zip structures, it only patches CRC fields.
-struct ZipLocalHeader {
-  static constexpr uint32_t kSignature = 0x04034b50;
-  static constexpr size_t kEncodedSize = 30;
-  static constexpr size_t kCrcOffset = 14;
+// The fields a local and a central header share, in the same order (from
+// "general purpose flags" to "extra field length").
+struct ZipHeaderFields {
   uint16_t flags = 0;
   uint16_t method = 0;
   uint32_t crc32 = 0;
@@ -27,21 +24,22 @@ struct ZipLocalHeader {
   uint32_t uncompressed_size = 0;
   uint16_t name_length = 0;
   uint16_t extra_length = 0;
+};
+
+// Fixed part of a local file header (signature PK\3\4). Read-only: ckptfs
+// never writes zip structures, it only patches CRC fields.
+struct ZipLocalHeader : ZipHeaderFields {
+  static constexpr uint32_t kSignature = 0x04034b50;
+  static constexpr size_t kEncodedSize = 30;
+  static constexpr size_t kCrcOffset = 14;
   static Result<ZipLocalHeader> DecodeFrom(ByteSpan bytes);
 };
 
 // Fixed part of a central directory file header (PK\1\2).
-struct ZipCentralHeader {
+struct ZipCentralHeader : ZipHeaderFields {
   static constexpr uint32_t kSignature = 0x02014b50;
   static constexpr size_t kEncodedSize = 46;
   static constexpr size_t kCrcOffset = 16;
-  uint16_t flags = 0;
-  uint16_t method = 0;
-  uint32_t crc32 = 0;
-  uint32_t compressed_size = 0;
-  uint32_t uncompressed_size = 0;
-  uint16_t name_length = 0;
-  uint16_t extra_length = 0;
   uint16_t comment_length = 0;
   uint16_t disk_start = 0;
   uint32_t local_header_offset = 0;
