@@ -191,3 +191,18 @@ def probe_lossless_options(backend, workdir):
         backend.note = "mounted without -o lossy=off (option not known to this build; lossless is its only mode)"
         why = backend.probe(workdir)
     return why
+
+
+def runnable(specs, expdir, results, log, tag):
+    """Yields (spec, backend, workdir) for each backend in the comma-separated
+    `specs` that mounts; the others are recorded in results["backends"] as
+    "not run" with the mount's reason (never estimated)."""
+    for spec in [s for s in specs.split(",") if s]:
+        backend = make(spec)
+        work = os.path.join(expdir, spec.replace(":", "_"))
+        why = probe_lossless_options(backend, work) if spec == "ckptfs-lossless" else backend.probe(work)
+        if why:
+            log(f"[{tag}] {spec}: not run: {why}")
+            results["backends"][spec] = {"status": "not run", "reason": why}
+            continue
+        yield spec, backend, work

@@ -315,14 +315,7 @@ def main():
     res["backends"]["zstd -3 (per file; per tensor for the split)"] = {
         "status": "ok", "per_checkpoint": zrows, "summary": summarize(zrows)}
     failed = False
-    for spec in [s for s in args.backends.split(",") if s]:
-        b = bk.make(spec)
-        work = os.path.join(expdir, spec.replace(":", "_"))
-        why = bk.probe_lossless_options(b, work) if spec == "ckptfs-lossless" else b.probe(work)
-        if why:
-            h.log(f"[compression {args.workload}] {spec}: not run: {why}")
-            res["backends"][spec] = {"status": "not run", "reason": why}
-            continue
+    for spec, b, work in bk.runnable(args.backends, expdir, res, h.log, f"compression {args.workload}"):
         h.log(f"[compression {args.workload}] replaying into {spec}")
         try:
             rows, split_how = replay(b, work, base["ckpts"], splitdir, seq)

@@ -81,14 +81,7 @@ def run(args, extra=None):
     init_source = h.pretrained_checkpoint(args.workdir, args.size) if args.workload == "transfer" else None
 
     failures = []
-    for spec in [s for s in args.backends.split(",") if s]:
-        b = bk.make(spec)
-        work = os.path.join(expdir, spec.replace(":", "_"))
-        why = bk.probe_lossless_options(b, work) if spec == "ckptfs-lossless" else b.probe(work)
-        if why:
-            h.log(f"[fault {args.workload}] {spec}: not run: {why}")
-            res["backends"][spec] = {"status": "not run", "reason": why}
-            continue
+    for spec, b, work in bk.runnable(args.backends, expdir, res, h.log, f"fault {args.workload}"):
         h.log(f"[fault {args.workload}] {spec}: training with restores")
         try:
             r = h.resumed_run(b, work, args.workload, args.size, 0, init_source=init_source)

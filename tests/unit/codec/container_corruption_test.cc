@@ -236,7 +236,7 @@ TEST(ChunkCacheTest, RecyclesOnlyBuffersNobodyHolds) {
   EXPECT_EQ(cache.Get(a, 3)->data(), first_memory);
   auto next = cache.AcquireBuffer(7);
   EXPECT_EQ(next->size(), 7u);
-  EXPECT_NE(next->data(), held_memory);
+  EXPECT_NE(next->data(), held_memory);  // had a/1's buffer been recycled, this would be it
   EXPECT_EQ(held->data(), held_memory);
 }
 
