@@ -6,6 +6,7 @@
   ckptfs-lossy:BUDGET   a ckptfs mount with -o lossy=on,budget=BUDGET
                         (optionally ckptfs-lossy:BUDGET:OPT_BUDGET adds
                         opt_budget=OPT_BUDGET)
+  ckptfs-policy:NAME    a ckptfs mount with -o policy=scripts/eval/policies/NAME.toml
 
 A backend is used as:  b.start(workdir) -> directory to write into;
 b.cycle() (unmount and remount so later reads decode from the store rather
@@ -15,6 +16,7 @@ here, else the reason it does not (reported as "not run", never faked).
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -167,7 +169,7 @@ class Ckptfs:
 
 
 def make(spec):
-    """A backend from its name: plain | ckptfs-lossless | ckptfs-lossy:B[:OB]."""
+    """A backend from its name: plain | ckptfs-lossless | ckptfs-lossy:B[:OB] | ckptfs-policy:NAME."""
     if spec == "plain":
         return Plain()
     if spec == "ckptfs-lossless":
@@ -178,7 +180,14 @@ def make(spec):
         if len(parts) > 1:
             opts.append(f"opt_budget={float(parts[1]):g}")
         return Ckptfs(spec, opts)
-    raise ValueError(f"unknown backend '{spec}' (want plain | ckptfs-lossless | ckptfs-lossy:BUDGET)")
+    if spec.startswith("ckptfs-policy:"):
+        name = spec.split(":", 1)[1]
+        path = os.path.join(REPO, "scripts", "eval", "policies", name + ".toml")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not os.path.isfile(path):
+            raise ValueError(f"backend '{spec}': no policy file {path}")
+        return Ckptfs(spec, ["lossy=on", f"policy={path}"])
+    raise ValueError(f"unknown backend '{spec}' (want plain | ckptfs-lossless | ckptfs-lossy:BUDGET[:OPT_BUDGET]"
+                     " | ckptfs-policy:NAME)")
 
 
 def probe_lossless_options(backend, workdir):
