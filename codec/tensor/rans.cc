@@ -91,8 +91,19 @@ constexpr size_t kModelMaxMissed = 32;
 
 ByteHistogram ModelBytes(const uint8_t* p, size_t n) {
   if (n < kModelMinBytes) return CountBytes(p, n);
-  ByteHistogram h{};
-  for (size_t i = 0; i < n; i += kModelSampleStride) ++h[p[i]];
+  // Four tables, as in CountBytes: the common values would otherwise
+  // serialise on their counters.
+  std::array<ByteHistogram, 4> t{};
+  size_t i = 0;
+  for (; i + 3 * kModelSampleStride < n; i += 4 * kModelSampleStride) {
+    ++t[0][p[i]];
+    ++t[1][p[i + kModelSampleStride]];
+    ++t[2][p[i + 2 * kModelSampleStride]];
+    ++t[3][p[i + 3 * kModelSampleStride]];
+  }
+  for (; i < n; i += kModelSampleStride) ++t[0][p[i]];
+  ByteHistogram h;
+  for (size_t v = 0; v < 256; ++v) h[v] = t[0][v] + t[1][v] + t[2][v] + t[3][v];
   const rans::ByteRanges ranges = rans::FindByteRanges(p, n);
   size_t missed = 0;
   auto cover = [&](uint32_t lo, uint32_t hi) {

@@ -109,6 +109,13 @@ constexpr LaneTable MakeExpandTable() {
 constexpr LaneTable kCompress = MakeCompressTable();
 constexpr LaneTable kExpand = MakeExpandTable();
 
+// Stores the high 8 bytes of v at p (unaligned; _mm_storeh_pd would be a
+// misaligned double store).
+__attribute__((target("avx2"))) inline void StoreHigh64(std::byte* p, __m128i v) {
+  const uint64_t high = static_cast<uint64_t>(_mm_extract_epi64(v, 1));
+  std::memcpy(p, &high, 8);
+}
+
 __attribute__((target("avx2,popcnt"))) size_t Mask4Avx2(const std::byte* in, size_t count, std::byte* mask) {
   const __m256i zero = _mm256_setzero_si256();
   size_t zeros = 0, i = 0;
@@ -155,9 +162,9 @@ __attribute__((target("avx2,popcnt"))) void SplitNonZero4Avx2(const std::byte* i
     const __m256i p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(packed, transpose), quarters);
     const __m128i lo = _mm256_castsi256_si128(p), hi = _mm256_extracti128_si256(p, 1);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(planes[0] + kept), lo);
-    _mm_storeh_pd(reinterpret_cast<double*>(planes[1] + kept), _mm_castsi128_pd(lo));
+    StoreHigh64(planes[1] + kept, lo);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(planes[2] + kept), hi);
-    _mm_storeh_pd(reinterpret_cast<double*>(planes[3] + kept), _mm_castsi128_pd(hi));
+    StoreHigh64(planes[3] + kept, hi);
     kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
   SplitNonZero<uint32_t>(in, i, count, mask, kept, planes);
@@ -180,7 +187,7 @@ __attribute__((target("avx2,popcnt"))) void SplitNonZero2Avx2(const std::byte* i
     const __m128i p = _mm256_castsi256_si128(
         _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(packed, transpose), quarters));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(planes[0] + kept), p);
-    _mm_storeh_pd(reinterpret_cast<double*>(planes[1] + kept), _mm_castsi128_pd(p));
+    StoreHigh64(planes[1] + kept, p);
     kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
   SplitNonZero<uint16_t>(in, i, count, mask, kept, planes);
