@@ -24,6 +24,28 @@ namespace ckptfs::rans {
 
 namespace {
 
+// For an emit mask m with c bits set, the lanes whose words the encoder
+// writes, in lane order, in positions 8 - c to 7: the words then end at the
+// top of a 16-byte store, and what it writes below them is overwritten by
+// later words (a masked store to the exact place costs more).
+struct EmitLanes {
+  alignas(8) uint8_t lanes[256][8];
+};
+
+constexpr EmitLanes MakeEmitLanes() {
+  EmitLanes t{};
+  for (uint32_t m = 0; m < 256; ++m) {
+    uint32_t c = 0;
+    for (uint32_t j = 0; j < 8; ++j) c += (m >> j) & 1;
+    uint32_t at = 8 - c;
+    for (uint32_t j = 0; j < 8; ++j)
+      if ((m >> j) & 1) t.lanes[m][at++] = static_cast<uint8_t>(j);
+  }
+  return t;
+}
+
+constexpr EmitLanes kEmitLanes = MakeEmitLanes();
+
 #define CKPTFS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"), always_inline)) inline
 
 // Encodes the eight bytes at `sym` into the eight states of x, writing
@@ -34,10 +56,9 @@ CKPTFS_AVX512 __m512i EncodeVector(__m512i x, const uint8_t* sym, const long lon
   const __m512i freq = _mm512_and_si512(_mm512_srli_epi64(e, 32), _mm512_set1_epi64(0x1fff));
   // Renormalise while x > (freq << 20) - 1, that is x >> 20 >= freq.
   const __mmask8 emit = _mm512_cmpge_epu64_mask(_mm512_srli_epi64(x, 32 - kProbBits), freq);
-  const unsigned c = static_cast<unsigned>(__builtin_popcount(emit));
-  const __m128i words = _mm512_cvtepi64_epi16(_mm512_maskz_compress_epi64(emit, x));
-  w -= 2 * c;
-  _mm_mask_storeu_epi16(w, static_cast<__mmask8>((1u << c) - 1), words);
+  const __m512i lanes = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(kEmitLanes.lanes[emit])));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(w - 16), _mm512_cvtepi64_epi16(_mm512_permutexvar_epi64(lanes, x)));
+  w -= 2 * __builtin_popcount(emit);
   const __m512i s = _mm512_mask_srli_epi64(x, emit, x, 16);
   // q = ((s * rcp >> 32) + s) >> shift; rcp is e's low half.
   const __m512i q =
@@ -58,8 +79,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) std::byte* EncodeGro
   __m512i x2 = _mm512_cvtepu32_epi64(_mm256_loadu_si256(st + 2)), x3 = _mm512_cvtepu32_epi64(_mm256_loadu_si256(st + 3));
   const auto* base = reinterpret_cast<const long long*>(table);
   for (size_t g = whole; g > 0; g -= kStates) {
-    // One group writes at most 64 bytes, each vector's words with a masked
-    // store that ends at w.
+    // One group writes at most 64 bytes; each vector's 16-byte store ends
+    // at w, and w moves down by at most 16 per vector: the stores stay
+    // above `lowest`.
     if (w - lowest < static_cast<ptrdiff_t>(2 * kStates)) return nullptr;
     const uint8_t* sym = in + g - kStates;
     x3 = EncodeVector(x3, sym + 24, base, w);
