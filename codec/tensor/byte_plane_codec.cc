@@ -108,20 +108,31 @@ struct ElementSample {
   size_t zeros = 0;
 };
 
-// Adds the samples of in[0, count) (elements 0, kElementSampleStride, ...) to `sample`.
+// Adds the samples of in[0, count) (elements 0, kElementSampleStride, ...)
+// to `sample`. Byte k of an element is plane k's, whatever the byte order.
 void SampleElements(const std::byte* in, size_t count, size_t width, ElementSample* sample) {
+  const auto* p = reinterpret_cast<const uint8_t*>(in);
+  auto& h = sample->hist;
+  size_t zeros = 0;
   for (size_t i = 0; i < count; i += kElementSampleStride) {
-    const std::byte* e = in + i * width;
-    const uint32_t v = width == 4 ? LoadLE32(e) : LoadLE16(e);
-    sample->zeros += v == 0;
-    if (v == 0) continue;
-    ++sample->hist[0][v & 0xff];
-    ++sample->hist[1][(v >> 8) & 0xff];
+    const uint8_t* e = p + i * width;
     if (width == 4) {
-      ++sample->hist[2][(v >> 16) & 0xff];
-      ++sample->hist[3][v >> 24];
+      const bool zero = (e[0] | e[1] | e[2] | e[3]) == 0;
+      zeros += zero;
+      if (zero) continue;
+      ++h[0][e[0]];
+      ++h[1][e[1]];
+      ++h[2][e[2]];
+      ++h[3][e[3]];
+    } else {
+      const bool zero = (e[0] | e[1]) == 0;
+      zeros += zero;
+      if (zero) continue;
+      ++h[0][e[0]];
+      ++h[1][e[1]];
     }
   }
+  sample->zeros += zeros;
 }
 
 // The zero mask of in[0, count) and the samples; returns the number of zero elements.
