@@ -77,11 +77,11 @@ namespace {
 // Below this many bytes the model is the exact histogram: a sample would
 // be small and counting cheap.
 constexpr size_t kModelMinBytes = size_t{1} << 16;
-// The sample: every kModelSampleStride-th byte (9362 samples at the
-// least). Prime: a power-of-two stride would see only some columns of a
-// matrix whose rows are a multiple of it long (and periodic planes alias
-// with any stride that shares a factor with their period).
-constexpr size_t kModelSampleStride = 7;
+// The sample: every kModelSampleStride-th byte (5041 samples at the
+// least). A prime that is no common tensor dimension: a stride that
+// divides the rows of a matrix sees only some of its columns (powers of
+// two), or only some positions of its convolution kernels (3, 5, 7, 11).
+constexpr size_t kModelSampleStride = 13;
 // Each value that the sample missed costs every coded byte about
 // log2(1 + 1 / kProbScale) bits (0.00035) if it does not occur; with more
 // than this many the exact histogram is cheaper than the coding loss.
