@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -43,10 +44,22 @@ size_t MaskBytes(size_t count) { return (count + 7) / 8; }
 // element at 3%) and lets the low mantissa planes of the rest go raw. XOR
 // residuals of barely changed tensors are mostly zero elements.
 constexpr size_t kSparseMinZeroShareInverse = 32;
-// ~4200 samples per 4 MiB f32 chunk (each a cache miss: the chunk is still
-// cold). Prime: zeros often sit in columns (a dead input unit), which a
+
+// The chunk's statistics come from every kElementSampleStride-th element:
+// which planes are stored raw (their bytes can then be split straight into
+// the payload). ~33800 samples per 4 MiB f32 chunk estimate a plane's
+// entropy within a few hundredths of a bit (a uniform plane reads about
+// 0.006 bits low). Prime: like values often sit in columns, which a
 // power-of-two stride would hit or miss whole.
-constexpr size_t kZeroSampleStride = 251;
+constexpr size_t kElementSampleStride = 31;
+// The zero mask and the samples come from one pass over the chunk, in
+// blocks of this many elements (whole mask bytes, whole strides) that are
+// still in L1 when they are sampled; the strided reads alone would touch
+// every other cache line.
+constexpr size_t kScanBlock = 16 * kElementSampleStride;
+// Planes split from too few sampled elements (a sparse chunk of nearly
+// only zeros) are sampled themselves, every kPlaneSampleStride-th byte.
+constexpr size_t kPlaneSampleStride = 32;
 
 // A plane whose sampled byte entropy is above this many bits per byte is
 // stored raw: rANS would save under 1.3% of it for a full coding pass (the
@@ -54,10 +67,6 @@ constexpr size_t kZeroSampleStride = 251;
 // on the benchmark checkpoint's f32 tensors 7.9 instead of 7.97 costs 0.1%
 // of the ratio and saves a second coding pass per chunk).
 constexpr double kRawEntropyBits = 7.9;
-// Sampling every kSampleStride-th byte estimates the entropy within a few
-// hundredths of a bit for 1 MiB planes (32768 samples; a uniform plane reads
-// about 0.006 bits low) at a thirty-second of the cost.
-constexpr size_t kSampleStride = 32;
 // Planes below this entropy (long zero runs: XOR residuals of barely
 // changed tensors) get zstd at the caller's level, where LZ matches pay;
 // the others are order-0 data and get rANS, which is faster than zstd's
@@ -66,43 +75,85 @@ constexpr double kMatchingEntropyBits = 1.0;
 
 struct PlaneStats {
   double entropy_bits = 0;
-  bool constant = false;
+  size_t samples = 0;
+  bool maybe_constant = false;  // every sample the same byte
 };
 
-PlaneStats SamplePlane(const uint8_t* p, size_t n) {
-  std::array<uint32_t, 256> hist{};
-  size_t samples = 0;
-  for (size_t i = 0; i < n; i += kSampleStride, ++samples) ++hist[p[i]];
+PlaneStats StatsOf(const std::array<uint32_t, 256>& hist) {
   PlaneStats stats;
+  for (uint32_t c : hist) stats.samples += c;
   double h = 0;
   int distinct = 0;
   for (uint32_t c : hist) {
     if (c == 0) continue;
     ++distinct;
-    double q = static_cast<double>(c) / static_cast<double>(samples);
+    double q = static_cast<double>(c) / static_cast<double>(stats.samples);
     h -= q * std::log2(q);
   }
   stats.entropy_bits = h;
-  if (distinct == 1) {
-    // The sample says constant; confirm on every byte.
-    stats.constant = true;
-    for (size_t i = 0; i < n; ++i)
-      if (p[i] != p[0]) {
-        stats.constant = false;
-        break;
-      }
-  }
+  stats.maybe_constant = distinct == 1;
   return stats;
+}
+
+PlaneStats SamplePlane(const uint8_t* p, size_t n) {
+  std::array<uint32_t, 256> hist{};
+  for (size_t i = 0; i < n; i += kPlaneSampleStride) ++hist[p[i]];
+  return StatsOf(hist);
+}
+
+// Byte histograms of every kElementSampleStride-th element by plane; the
+// all-zero ones are only counted.
+struct ElementSample {
+  std::array<std::array<uint32_t, 256>, kMaxWidth> hist{};
+  size_t zeros = 0;
+};
+
+// Adds the samples of in[0, count) (elements 0, kElementSampleStride, ...)
+// to `sample`. Byte k of an element is plane k's, whatever the byte order.
+void SampleElements(const std::byte* in, size_t count, size_t width, ElementSample* sample) {
+  const auto* p = reinterpret_cast<const uint8_t*>(in);
+  auto& h = sample->hist;
+  size_t zeros = 0;
+  for (size_t i = 0; i < count; i += kElementSampleStride) {
+    const uint8_t* e = p + i * width;
+    if (width == 4) {
+      const bool zero = (e[0] | e[1] | e[2] | e[3]) == 0;
+      zeros += zero;
+      if (zero) continue;
+      ++h[0][e[0]];
+      ++h[1][e[1]];
+      ++h[2][e[2]];
+      ++h[3][e[3]];
+    } else {
+      const bool zero = (e[0] | e[1]) == 0;
+      zeros += zero;
+      if (zero) continue;
+      ++h[0][e[0]];
+      ++h[1][e[1]];
+    }
+  }
+  sample->zeros += zeros;
+}
+
+// The zero mask of in[0, count) and the samples; returns the number of zero elements.
+size_t ScanElements(const std::byte* in, size_t count, size_t width, std::byte* mask, ElementSample* sample) {
+  size_t zeros = 0;
+  for (size_t b = 0; b < count; b += kScanBlock) {
+    const size_t n = std::min(kScanBlock, count - b);
+    zeros += ZeroElementMask(in + b * width, n, width, mask + b / 8);
+    SampleElements(in + b * width, n, width, sample);
+  }
+  return zeros;
 }
 
 // Stores one plane of `count` bytes at `out` (room for `count` bytes);
 // returns its mode and stored length.
-std::pair<PlaneMode, size_t> EncodePlane(const std::byte* plane_bytes, size_t count, int level,
+std::pair<PlaneMode, size_t> EncodePlane(const std::byte* plane_bytes, size_t count, PlaneStats stats, int level,
                                          CodecScratch& scratch, std::byte* out) {
   if (count == 0) return {PlaneMode::kRaw, 0};
   const auto* plane = reinterpret_cast<const uint8_t*>(plane_bytes);
-  PlaneStats stats = SamplePlane(plane, count);
-  if (stats.constant) {
+  if (stats.samples == 0) stats = SamplePlane(plane, count);
+  if (stats.maybe_constant && std::all_of(plane, plane + count, [&](uint8_t b) { return b == plane[0]; })) {
     out[0] = plane_bytes[0];
     return {PlaneMode::kConstant, 1};
   }
@@ -112,7 +163,7 @@ std::pair<PlaneMode, size_t> EncodePlane(const std::byte* plane_bytes, size_t co
       Result<size_t> z = ZstdCompressFrame(scratch, level, ByteSpan(plane_bytes, count), out, count - 1);
       if (z.ok()) return {PlaneMode::kZstd, *z};
     } else {
-      Result<size_t> r = RansEncode(plane, count, CountBytes(plane, count), out, count - 1);
+      Result<size_t> r = RansEncode(plane, count, ModelBytes(plane, count), out, count - 1);
       if (r.ok()) return {PlaneMode::kRans, *r};
     }
   }
@@ -134,22 +185,10 @@ std::pair<PlaneMode, size_t> EncodeMask(const std::byte* mask, size_t count, Cod
   return {PlaneMode::kRaw, count};
 }
 
-// Writes the payload header's first byte and then one entry per plane
-// (planes[k] of counts[k] bytes) followed by the stored planes; returns the
-// payload size. REQUIRES: out holds HeaderSize(n) + the sum of counts.
-size_t EncodePlanes(uint8_t first, const std::byte* const* planes, const size_t* counts, size_t n, int level,
-                    CodecScratch& scratch, std::byte* out) {
-  out[0] = std::byte(first);
-  size_t at = HeaderSize(n);
-  for (size_t k = 0; k < n; ++k) {
-    auto [mode, stored] = k == 0 && (first & kSparseFlag) != 0 ? EncodeMask(planes[k], counts[k], scratch, out + at)
-                                                               : EncodePlane(planes[k], counts[k], level, scratch, out + at);
-    std::byte* entry = out + 1 + kPlaneEntrySize * k;
-    entry[0] = std::byte(static_cast<uint8_t>(mode));
-    StoreLE32(entry + 1, static_cast<uint32_t>(stored));
-    at += stored;
-  }
-  return at;
+void SetEntry(std::byte* out, size_t k, PlaneMode mode, size_t stored) {
+  std::byte* entry = out + 1 + kPlaneEntrySize * k;
+  entry[0] = std::byte(static_cast<uint8_t>(mode));
+  StoreLE32(entry + 1, static_cast<uint32_t>(stored));
 }
 
 // Decodes one stored plane to `count` bytes; returns where they are (in
@@ -258,49 +297,55 @@ Status DecodePlanes(ByteSpan stored, DType dtype, CodecScratch& scratch, Mutable
   return Status::Ok();
 }
 
+// Writes the payload of the chunk `data` to `out`. The zero mask and the
+// coded planes' stored bytes are only known after coding, so the raw planes
+// that come before any coded one are split straight to their place in
+// `out`; the others go through scratch.planes.
 Result<size_t> SplitAndEncode(ByteSpan data, DType dtype, int level, CodecScratch& scratch, std::byte* out) {
   const size_t width = DTypeSize(dtype);
   const size_t count = data.size() / width;
   const std::byte* elements = data.data();
-  size_t kept = count;
-  // The zero share is estimated on every kZeroSampleStride-th element (a
-  // full count costs as much as the packing). All-zero chunks (unchanged
-  // tensors' residuals) are smaller as constant planes: a sample of only
-  // zeros is confirmed by a full count.
-  const size_t sampled = (count + kZeroSampleStride - 1) / kZeroSampleStride;
-  size_t zeros = 0;
-  for (size_t i = 0; i < count; i += kZeroSampleStride) {
-    const std::byte* e = elements + i * width;
-    zeros += (width == 4 ? LoadLE32(e) : LoadLE16(e)) == 0;
-  }
-  size_t of = sampled;
-  if (zeros == sampled) {
-    zeros = CountZeroElements(elements, count, width);
-    of = count;
-  }
-  const bool sparse = zeros < of && zeros * kSparseMinZeroShareInverse >= of;
-  std::array<const std::byte*, kMaxWidth + 1> planes{};
-  std::array<size_t, kMaxWidth + 1> counts{};
-  size_t first_plane = 0;
+  std::byte* mask = scratch.zero_mask.Reserve(MaskBytes(count));
+  ElementSample sample;
+  const size_t zeros = ScanElements(elements, count, width, mask, &sample);
+  // All-zero chunks (unchanged tensors' residuals) are smaller as constant planes.
+  const bool sparse = zeros < count && zeros * kSparseMinZeroShareInverse >= count;
+  const size_t kept = sparse ? count - zeros : count;
+  const size_t first_plane = sparse ? 1 : 0;
+  out[0] = std::byte(static_cast<uint8_t>(width) | (sparse ? kSparseFlag : 0));
+  size_t at = HeaderSize(first_plane + width);
   if (sparse) {
-    std::byte* packed = scratch.packed.Reserve(width * count);
-    std::byte* mask = scratch.zero_mask.Reserve(MaskBytes(count));
-    kept = PackNonZeroElements(elements, count, width, packed, mask);
-    elements = packed;
-    planes[0] = mask;
-    counts[0] = MaskBytes(count);
-    first_plane = 1;
+    auto [mode, stored] = EncodeMask(mask, MaskBytes(count), scratch, out + at);
+    SetEntry(out, 0, mode, stored);
+    at += stored;
   }
+
+  std::array<PlaneStats, kMaxWidth> stats{};
+  std::array<std::byte*, kMaxWidth> planes{};
+  size_t in_place = 0;  // planes [0, in_place) are split into `out` as they are stored
   std::byte* buffer = scratch.planes.Reserve(width * kept);
-  std::array<std::byte*, kMaxWidth> split{};
   for (size_t k = 0; k < width; ++k) {
-    split[k] = buffer + k * kept;
-    planes[first_plane + k] = split[k];
-    counts[first_plane + k] = kept;
+    std::array<uint32_t, 256> hist = sample.hist[k];
+    if (!sparse) hist[0] += static_cast<uint32_t>(sample.zeros);
+    stats[k] = StatsOf(hist);
+    const bool raw = kept == 0 || (stats[k].samples != 0 && stats[k].entropy_bits >= kRawEntropyBits);
+    if (raw && in_place == k) {
+      planes[k] = out + at + k * kept;
+      ++in_place;
+    } else {
+      planes[k] = buffer + k * kept;
+    }
   }
-  SplitBytePlanes(elements, kept, width, split.data());
-  const uint8_t first = static_cast<uint8_t>(width) | (sparse ? kSparseFlag : 0);
-  return EncodePlanes(first, planes.data(), counts.data(), first_plane + width, level, scratch, out);
+  if (sparse) SplitNonZeroElements(elements, count, width, mask, kept, planes.data());
+  else SplitBytePlanes(elements, count, width, planes.data());
+
+  for (size_t k = 0; k < width; ++k) {
+    auto [mode, stored] = k < in_place ? std::pair{PlaneMode::kRaw, kept}
+                                       : EncodePlane(planes[k], kept, stats[k], level, scratch, out + at);
+    SetEntry(out, first_plane + k, mode, stored);
+    at += stored;
+  }
+  return at;
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 // the same either way (tests/unit/codec/tensor_rans_test.cc checks).
 #include "codec/tensor/rans_model.h"
 
+#include <algorithm>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -51,8 +53,6 @@ constexpr RefillPermutes MakeEmitPermutes() {
 constexpr RefillPermutes kEmitPermutes = MakeEmitPermutes();
 
 }  // namespace
-
-bool HaveAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt"); }
 
 __attribute__((target("avx2,popcnt"))) size_t DecodeGroupsAvx2(const DecodeTable& table, StreamStart& s, uint8_t* out,
                                                         size_t n) {
@@ -147,9 +147,45 @@ __attribute__((target("avx2,popcnt"))) std::byte* EncodeGroupsAvx2(const uint8_t
   return w;
 }
 
+// Unsigned minimum and maximum, and signed ones: as signed bytes the values
+// from 0x80 on are negative, so the signed maximum is the largest below
+// 0x80 and the signed minimum the smallest from 0x80 on (where they exist).
+__attribute__((target("avx2"))) ByteRanges FindByteRangesAvx2(const uint8_t* p, size_t n) {
+  __m256i umin = _mm256_set1_epi8(-1), umax = _mm256_setzero_si256();
+  __m256i smin = _mm256_set1_epi8(127), smax = _mm256_set1_epi8(-128);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
+    umin = _mm256_min_epu8(umin, v);
+    umax = _mm256_max_epu8(umax, v);
+    smin = _mm256_min_epi8(smin, v);
+    smax = _mm256_max_epi8(smax, v);
+  }
+  alignas(32) uint8_t lanes[4][32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes[0]), umin);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes[1]), umax);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes[2]), smin);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes[3]), smax);
+  uint32_t u_min = 255, u_max = 0;
+  int s_min = 127, s_max = -128;
+  for (int j = 0; j < 32; ++j) {
+    u_min = std::min<uint32_t>(u_min, lanes[0][j]);
+    u_max = std::max<uint32_t>(u_max, lanes[1][j]);
+    s_min = std::min<int>(s_min, static_cast<int8_t>(lanes[2][j]));
+    s_max = std::max<int>(s_max, static_cast<int8_t>(lanes[3][j]));
+  }
+  for (; i < n; ++i) {
+    u_min = std::min<uint32_t>(u_min, p[i]);
+    u_max = std::max<uint32_t>(u_max, p[i]);
+    s_min = std::min<int>(s_min, static_cast<int8_t>(p[i]));
+    s_max = std::max<int>(s_max, static_cast<int8_t>(p[i]));
+  }
+  return ByteRanges{u_min, static_cast<uint32_t>(s_max) & 0xff, static_cast<uint32_t>(s_min) & 0xff, u_max};
+}
+
 #else
 
-bool HaveAvx2() { return false; }
+ByteRanges FindByteRangesAvx2(const uint8_t*, size_t) { return ByteRanges{0xff, 0, 0xff, 0}; }
 std::byte* EncodeGroupsAvx2(const uint8_t*, size_t, const EncodeTables&, uint32_t*, std::byte*, const std::byte*) {
   return nullptr;
 }

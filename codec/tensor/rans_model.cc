@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace ckptfs::rans {
 
 Freqs NormalizeFreqs(const std::array<uint32_t, 256>& hist, size_t n) {
@@ -125,6 +127,27 @@ Status DecodeTail(const DecodeTable& table, StreamStart& s, size_t from, uint8_t
   for (uint32_t x : s.states)
     if (x != kLower) return Status::Corruption(fmt::format("{}: rANS stream does not end in the start state", what));
   return Status::Ok();
+}
+
+ByteRanges FindByteRanges(const uint8_t* p, size_t n) {
+  if (CpuHasSimd(SimdLevel::kAvx2)) return FindByteRangesAvx2(p, n);
+  ByteRanges r{0xff, 0, 0xff, 0};
+  bool low = false, high = false;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t v = p[i];
+    if (v < 0x80) {
+      r.low_min = std::min(r.low_min, v);
+      r.low_max = std::max(r.low_max, v);
+      low = true;
+    } else {
+      r.high_min = std::min(r.high_min, v);
+      r.high_max = std::max(r.high_max, v);
+      high = true;
+    }
+  }
+  if (!low) r.low_min = r.low_max = 0xff;
+  if (!high) r.high_min = r.high_max = 0;
+  return r;
 }
 
 }  // namespace ckptfs::rans

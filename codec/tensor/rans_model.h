@@ -10,6 +10,7 @@
 
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
+#include "codec/tensor/simd_level.h"
 
 namespace ckptfs::rans {
 
@@ -79,7 +80,6 @@ namespace ckptfs::rans {
 // the symbols done (a multiple of kStates; the caller finishes with
 // DecodeTail). Returns 0 where AVX2 is not available.
 size_t DecodeGroupsAvx2(const DecodeTable& table, StreamStart& s, uint8_t* out, size_t n);
-bool HaveAvx2();
 
 // The encoder's per-symbol values for the AVX2 path: the division
 // multiplier (see rans.cc) and freq | start << 13 | shift << 25.
@@ -91,8 +91,23 @@ struct EncodeTables {
 // Encodes the whole groups in[0, whole) (whole a multiple of kStates) last
 // first, as the scalar encoder does, updating `states` and writing words
 // down from w. Returns the new w, or nullptr when a group might not fit
-// above `lowest`. REQUIRES: HaveAvx2().
+// above `lowest`. REQUIRES: CpuHasSimd(SimdLevel::kAvx2).
 std::byte* EncodeGroupsAvx2(const uint8_t* in, size_t whole, const EncodeTables& tables, uint32_t* states,
                             std::byte* w, const std::byte* lowest);
+
+// The encoder's AVX-512 path: as EncodeGroupsAvx2, with one 64-bit table
+// entry per byte value: rcp | freq << 32 | start << 45 | shift << 57.
+// REQUIRES: CpuHasSimd(SimdLevel::kAvx512).
+std::byte* EncodeGroupsAvx512(const uint8_t* in, size_t whole, const uint64_t* table, uint32_t* states,
+                              std::byte* w, const std::byte* lowest);
+
+// The smallest and largest byte of p[0, n) below 0x80 (low_min >= 0x80 if
+// there is none) and from 0x80 on (high_max < 0x80 if there is none).
+struct ByteRanges {
+  uint32_t low_min, low_max, high_min, high_max;
+};
+ByteRanges FindByteRanges(const uint8_t* p, size_t n);
+// Its AVX2 path. REQUIRES: CpuHasSimd(SimdLevel::kAvx2).
+ByteRanges FindByteRangesAvx2(const uint8_t* p, size_t n);
 
 }  // namespace ckptfs::rans

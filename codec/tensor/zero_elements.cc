@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "codec/tensor/simd_level.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -10,36 +12,46 @@
 namespace ckptfs {
 namespace {
 
-// Per element width: W is uint16_t or uint32_t. Branch-free: the store is
-// unconditional and only the write position depends on the element.
+// Per element width: W is uint16_t or uint32_t.
 template <typename W>
-size_t CountZeros(const std::byte* in, size_t count) {
-  size_t zeros = 0;
-  for (size_t i = 0; i < count; ++i) {
-    W v;
-    std::memcpy(&v, in + i * sizeof(W), sizeof(W));
-    zeros += v == 0;
-  }
-  return zeros;
+W LoadElement(const std::byte* in, size_t i) {
+  W v;
+  std::memcpy(&v, in + i * sizeof(W), sizeof(W));
+  return v;
 }
 
 template <typename W>
-size_t Pack(const std::byte* in, size_t count, std::byte* packed, std::byte* mask) {
-  size_t kept = 0;
+size_t Mask(const std::byte* in, size_t count, std::byte* mask) {
+  size_t zeros = 0;
   for (size_t i = 0; i < count; i += 8) {
     const size_t end = count - i < 8 ? count - i : 8;
     uint32_t bits = 0;
     for (size_t k = 0; k < end; ++k) {
-      W v;
-      std::memcpy(&v, in + (i + k) * sizeof(W), sizeof(W));
-      std::memcpy(packed + kept * sizeof(W), &v, sizeof(W));
-      const uint32_t zero = v == 0;
+      const uint32_t zero = LoadElement<W>(in, i + k) == 0;
       bits |= zero << k;
-      kept += 1 - zero;
+      zeros += zero;
     }
     mask[i / 8] = std::byte(bits);
   }
-  return kept;
+  return zeros;
+}
+
+// Elements [from, count), of which the non-zero ones go to the planes from
+// position `kept` on. Branches on every element: it writes nothing past
+// the last kept byte (the vector loops leave it the end of the chunk).
+template <typename W>
+void SplitNonZero(const std::byte* in, size_t from, size_t count, const std::byte* mask, size_t kept,
+                  std::byte* const* planes) {
+  for (size_t i = from; i < count; ++i) {
+    const uint32_t bits = static_cast<uint8_t>(mask[i / 8]);
+    if (i % 8 == 0 && bits == 0xff && count - i >= 8) {
+      i += 7;  // eight zero elements
+      continue;
+    }
+    if ((bits >> (i % 8)) & 1) continue;
+    for (size_t k = 0; k < sizeof(W); ++k) planes[k][kept] = in[i * sizeof(W) + k];
+    ++kept;
+  }
 }
 
 template <typename W>
@@ -97,34 +109,88 @@ constexpr LaneTable MakeExpandTable() {
 constexpr LaneTable kCompress = MakeCompressTable();
 constexpr LaneTable kExpand = MakeExpandTable();
 
-bool HaveAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt"); }
-
-__attribute__((target("avx2,popcnt"))) size_t CountZerosAvx2(const std::byte* in, size_t count, size_t width) {
-  const __m256i zero = _mm256_setzero_si256();
-  const size_t per = 32 / width;
-  size_t zeros = 0, i = 0;
-  for (; i + per <= count; i += per) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i * width));
-    const __m256i z = width == 4 ? _mm256_cmpeq_epi32(v, zero) : _mm256_cmpeq_epi16(v, zero);
-    zeros += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_epi8(z)))) / width;
-  }
-  return zeros + (width == 4 ? CountZeros<uint32_t>(in + i * 4, count - i) : CountZeros<uint16_t>(in + i * 2, count - i));
+// Stores the high 8 bytes of v at p (unaligned; _mm_storeh_pd would be a
+// misaligned double store).
+__attribute__((target("avx2"))) inline void StoreHigh64(std::byte* p, __m128i v) {
+  const uint64_t high = static_cast<uint64_t>(_mm_extract_epi64(v, 1));
+  std::memcpy(p, &high, 8);
 }
 
-__attribute__((target("avx2,popcnt"))) size_t Pack4Avx2(const std::byte* in, size_t count, std::byte* packed,
-                                                        std::byte* mask) {
+__attribute__((target("avx2,popcnt"))) size_t Mask4Avx2(const std::byte* in, size_t count, std::byte* mask) {
   const __m256i zero = _mm256_setzero_si256();
-  size_t kept = 0, i = 0;
+  size_t zeros = 0, i = 0;
   for (; i + 8 <= count; i += 8) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 4 * i));
     const int m = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, zero)));
-    const __m256i lanes = _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.lanes[m]));
-    // A whole vector store: kept + 8 <= i + 8 <= count elements.
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + 4 * kept), _mm256_permutevar8x32_epi32(v, lanes));
-    kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
     mask[i / 8] = std::byte(static_cast<uint8_t>(m));
+    zeros += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
-  return kept + Pack<uint32_t>(in + 4 * i, count - i, packed + 4 * kept, mask + i / 8);
+  return zeros + Mask<uint32_t>(in + 4 * i, count - i, mask + i / 8);
+}
+
+__attribute__((target("avx2,popcnt"))) size_t Mask2Avx2(const std::byte* in, size_t count, std::byte* mask) {
+  const __m256i zero = _mm256_setzero_si256();
+  size_t zeros = 0, i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m256i z = _mm256_cmpeq_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 2 * i)), zero);
+    // Saturating packs leave elements 0-7 in bytes 0-7 and 8-15 in bytes 16-23.
+    const unsigned m = static_cast<unsigned>(_mm256_movemask_epi8(_mm256_packs_epi16(z, z)));
+    mask[i / 8] = std::byte(static_cast<uint8_t>(m));
+    mask[i / 8 + 1] = std::byte(static_cast<uint8_t>(m >> 16));
+    zeros += static_cast<size_t>(__builtin_popcount(m & 0x00ff00ffu));
+  }
+  return zeros + Mask<uint16_t>(in + 2 * i, count - i, mask + i / 8);
+}
+
+// Eight elements per step: the non-zero ones to the low lanes (kCompress),
+// then their bytes transposed so that each 8-byte quarter holds one
+// plane's bytes, stored at the planes' write positions. A store writes 8
+// bytes, so the vector loop stops 8 bytes before the planes' end and the
+// scalar loop finishes.
+__attribute__((target("avx2,popcnt"))) void SplitNonZero4Avx2(const std::byte* in, size_t count,
+                                                              const std::byte* mask, size_t kept_total,
+                                                              std::byte* const* planes) {
+  const __m256i transpose = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
+                                             0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m256i quarters = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  size_t kept = 0, i = 0;
+  for (; i + 8 <= count && kept + 8 <= kept_total; i += 8) {
+    const int m = static_cast<uint8_t>(mask[i / 8]);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 4 * i));
+    const __m256i packed =
+        _mm256_permutevar8x32_epi32(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.lanes[m])));
+    const __m256i p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(packed, transpose), quarters);
+    const __m128i lo = _mm256_castsi256_si128(p), hi = _mm256_extracti128_si256(p, 1);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(planes[0] + kept), lo);
+    StoreHigh64(planes[1] + kept, lo);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(planes[2] + kept), hi);
+    StoreHigh64(planes[3] + kept, hi);
+    kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
+  }
+  SplitNonZero<uint32_t>(in, i, count, mask, kept, planes);
+}
+
+// Two-byte elements: eight per step, widened to 32-bit lanes for the same
+// permutations.
+__attribute__((target("avx2,popcnt"))) void SplitNonZero2Avx2(const std::byte* in, size_t count,
+                                                              const std::byte* mask, size_t kept_total,
+                                                              std::byte* const* planes) {
+  const __m256i transpose = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                             0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i quarters = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  size_t kept = 0, i = 0;
+  for (; i + 8 <= count && kept + 8 <= kept_total; i += 8) {
+    const int m = static_cast<uint8_t>(mask[i / 8]);
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i)));
+    const __m256i packed =
+        _mm256_permutevar8x32_epi32(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.lanes[m])));
+    const __m128i p = _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(packed, transpose), quarters));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(planes[0] + kept), p);
+    StoreHigh64(planes[1] + kept, p);
+    kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
+  }
+  SplitNonZero<uint16_t>(in, i, count, mask, kept, planes);
 }
 
 __attribute__((target("avx2,popcnt"))) void Unpack4Avx2(const std::byte* packed, const std::byte* mask,
@@ -150,22 +216,6 @@ __attribute__((target("avx2,popcnt"))) inline __m128i Narrow16(__m256i v) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08));
 }
 
-__attribute__((target("avx2,popcnt"))) size_t Pack2Avx2(const std::byte* in, size_t count, std::byte* packed,
-                                                        std::byte* mask) {
-  const __m256i zero = _mm256_setzero_si256();
-  size_t kept = 0, i = 0;
-  for (; i + 8 <= count; i += 8) {
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i)));
-    const int m = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, zero)));
-    const __m256i lanes = _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.lanes[m]));
-    // A whole 16-byte store: kept + 8 <= i + 8 <= count elements.
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + 2 * kept), Narrow16(_mm256_permutevar8x32_epi32(v, lanes)));
-    kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
-    mask[i / 8] = std::byte(static_cast<uint8_t>(m));
-  }
-  return kept + Pack<uint16_t>(in + 2 * i, count - i, packed + 2 * kept, mask + i / 8);
-}
-
 __attribute__((target("avx2,popcnt"))) void Unpack2Avx2(const std::byte* packed, const std::byte* mask,
                                                         size_t count, std::byte* out) {
   const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
@@ -183,27 +233,98 @@ __attribute__((target("avx2,popcnt"))) void Unpack2Avx2(const std::byte* packed,
   Unpack<uint16_t>(packed + 2 * taken, mask + i / 8, count - i, out + 2 * i);
 }
 
+// AVX-512: sixteen elements per step, the non-zero ones to the low lanes
+// by VPCOMPRESSD, then each plane's bytes to one 16-byte lane (bytes within
+// the lanes, then dwords across them). GCC 12 reports its own AVX-512
+// intrinsics as reading uninitialised vectors (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void SplitNonZero4Avx512(const std::byte* in, size_t count,
+                                                                                  const std::byte* mask,
+                                                                                  size_t kept_total,
+                                                                                  std::byte* const* planes) {
+  const __m512i transpose =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  const __m512i quarters = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  size_t kept = 0, i = 0;
+  for (; i + 16 <= count && kept + 16 <= kept_total; i += 16) {
+    uint16_t zeros;
+    std::memcpy(&zeros, mask + i / 8, 2);
+    const __m512i v = _mm512_loadu_si512(in + 4 * i);
+    const __m512i packed = _mm512_maskz_compress_epi32(static_cast<__mmask16>(~zeros), v);
+    const __m512i p = _mm512_permutexvar_epi32(quarters, _mm512_shuffle_epi8(packed, transpose));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[0] + kept), _mm512_castsi512_si128(p));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[1] + kept), _mm512_extracti32x4_epi32(p, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[2] + kept), _mm512_extracti32x4_epi32(p, 2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[3] + kept), _mm512_extracti32x4_epi32(p, 3));
+    kept += 16 - static_cast<size_t>(__builtin_popcount(zeros));
+  }
+  SplitNonZero<uint32_t>(in, i, count, mask, kept, planes);
+}
+
+// Two-byte elements widened to 32-bit lanes for the same steps.
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void SplitNonZero2Avx512(const std::byte* in, size_t count,
+                                                                                  const std::byte* mask,
+                                                                                  size_t kept_total,
+                                                                                  std::byte* const* planes) {
+  const __m512i transpose =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m512i quarters = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  size_t kept = 0, i = 0;
+  for (; i + 16 <= count && kept + 16 <= kept_total; i += 16) {
+    uint16_t zeros;
+    std::memcpy(&zeros, mask + i / 8, 2);
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 2 * i)));
+    const __m512i packed = _mm512_maskz_compress_epi32(static_cast<__mmask16>(~zeros), v);
+    const __m512i p = _mm512_permutexvar_epi32(quarters, _mm512_shuffle_epi8(packed, transpose));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[0] + kept), _mm512_castsi512_si128(p));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[1] + kept), _mm512_extracti32x4_epi32(p, 1));
+    kept += 16 - static_cast<size_t>(__builtin_popcount(zeros));
+  }
+  SplitNonZero<uint16_t>(in, i, count, mask, kept, planes);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 }  // namespace
 #endif
 
-size_t CountZeroElements(const std::byte* in, size_t count, size_t width) {
+size_t ZeroElementMask(const std::byte* in, size_t count, size_t width, std::byte* mask) {
 #if defined(__x86_64__)
-  if (HaveAvx2()) return CountZerosAvx2(in, count, width);
+  if (CpuHasSimd(SimdLevel::kAvx2)) return width == 4 ? Mask4Avx2(in, count, mask) : Mask2Avx2(in, count, mask);
 #endif
-  return width == 4 ? CountZeros<uint32_t>(in, count) : CountZeros<uint16_t>(in, count);
+  return width == 4 ? Mask<uint32_t>(in, count, mask) : Mask<uint16_t>(in, count, mask);
 }
 
-size_t PackNonZeroElements(const std::byte* in, size_t count, size_t width, std::byte* packed, std::byte* mask) {
+void SplitNonZeroElements(const std::byte* in, size_t count, size_t width, const std::byte* mask, size_t kept,
+                          std::byte* const* planes, SimdLevel level) {
+  switch (level) {
 #if defined(__x86_64__)
-  if (HaveAvx2()) return width == 4 ? Pack4Avx2(in, count, packed, mask) : Pack2Avx2(in, count, packed, mask);
+    case SimdLevel::kAvx512:
+      if (width == 4) SplitNonZero4Avx512(in, count, mask, kept, planes);
+      else SplitNonZero2Avx512(in, count, mask, kept, planes);
+      return;
+    case SimdLevel::kAvx2:
+      if (width == 4) SplitNonZero4Avx2(in, count, mask, kept, planes);
+      else SplitNonZero2Avx2(in, count, mask, kept, planes);
+      return;
 #endif
-  return width == 4 ? Pack<uint32_t>(in, count, packed, mask) : Pack<uint16_t>(in, count, packed, mask);
+    default:
+      if (width == 4) SplitNonZero<uint32_t>(in, 0, count, mask, 0, planes);
+      else SplitNonZero<uint16_t>(in, 0, count, mask, 0, planes);
+  }
 }
 
 void UnpackNonZeroElements(const std::byte* packed, const std::byte* mask, size_t count, size_t width,
                            std::byte* out) {
 #if defined(__x86_64__)
-  if (HaveAvx2()) return width == 4 ? Unpack4Avx2(packed, mask, count, out) : Unpack2Avx2(packed, mask, count, out);
+  if (CpuHasSimd(SimdLevel::kAvx2)) return width == 4 ? Unpack4Avx2(packed, mask, count, out) : Unpack2Avx2(packed, mask, count, out);
 #endif
   if (width == 4) Unpack<uint32_t>(packed, mask, count, out);
   else Unpack<uint16_t>(packed, mask, count, out);

@@ -225,6 +225,61 @@ TEST(ChunkCodec, HostileSparsePayloadsFailCleanly) {
   }
 }
 
+TEST(ChunkCodec, RawAndCodedPlanesInAnyOrderRoundTrip) {
+  // Planes 0 and 2 near uniform (raw: plane 0 is split straight into the
+  // payload, plane 2 comes after a coded plane), 1 and 3 skewed (rANS);
+  // dense and sparse, one scratch for all so that stale buffers would show.
+  CodecScratch scratch;
+  ScratchBuffer out;
+  const size_t count = 100003;
+  const std::vector<std::byte> noise = testing::RandomBytes(2 * count, 9);
+  for (size_t zero_every : {size_t{0}, size_t{5}}) {
+    std::vector<std::byte> data(4 * count);
+    for (size_t i = 0; i < count; ++i) {
+      data[4 * i] = noise[2 * i];
+      data[4 * i + 1] = std::byte(i * 7 % 5);
+      data[4 * i + 2] = noise[2 * i + 1];
+      data[4 * i + 3] = std::byte(0x3c + i % 3);
+      if (zero_every != 0 && i % zero_every == 0) std::fill_n(data.begin() + 4 * i, 4, std::byte{0});
+    }
+    ChunkContext ctx{DType::kF32, 3, {}};
+    Result<size_t> n = FindChunkCodec(ChunkCodec::kBytePlaneZstd)->Encode(data, ctx, scratch, &out);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    const bool sparse = zero_every != 0;
+    ASSERT_EQ(static_cast<uint8_t>(out.data()[0]), sparse ? 0x84 : 0x04);
+    const size_t first = sparse ? 1 : 0;
+    const uint8_t want_modes[4] = {0, 3, 0, 3};  // raw, rANS, raw, rANS
+    for (size_t k = 0; k < 4; ++k) EXPECT_EQ(static_cast<uint8_t>(out.data()[1 + 5 * (first + k)]), want_modes[k]) << k;
+    std::vector<std::byte> back(data.size());
+    ASSERT_TRUE(FindChunkCodec(ChunkCodec::kBytePlaneZstd)
+                    ->Decode(ByteSpan(out.data(), *n), {}, ctx, scratch, back)
+                    .ok());
+    EXPECT_EQ(back, data) << "zero every " << zero_every;
+  }
+}
+
+TEST(ChunkCodec, SparseChunksOfAlmostOnlyZerosRoundTrip) {
+  // So few non-zero elements that the element sample may hold none.
+  CodecScratch scratch;
+  ScratchBuffer out;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const size_t width = DTypeSize(dtype), count = 5000;
+    for (size_t nonzero : {size_t{1}, size_t{7}, size_t{9}, size_t{40}}) {
+      std::vector<std::byte> data(width * count, std::byte{0});
+      for (size_t j = 0; j < nonzero; ++j) data[width * (j * 97 + 1) + width - 1] = std::byte(0x3c + j % 3);
+      ChunkContext ctx{dtype, 3, {}};
+      Result<size_t> n = FindChunkCodec(ChunkCodec::kBytePlaneZstd)->Encode(data, ctx, scratch, &out);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      EXPECT_EQ(static_cast<uint8_t>(out.data()[0]), 0x80 | width);
+      std::vector<std::byte> back(data.size());
+      ASSERT_TRUE(FindChunkCodec(ChunkCodec::kBytePlaneZstd)
+                      ->Decode(ByteSpan(out.data(), *n), {}, ctx, scratch, back)
+                      .ok());
+      EXPECT_EQ(back, data) << DTypeName(dtype) << " " << nonzero;
+    }
+  }
+}
+
 TEST(ChunkCodec, PayloadsOfTheFirstEncoderStillDecode) {
   // A dense payload as the encoder wrote it before rANS planes and sparse
   // payloads: planes raw, raw, zstd (literal settings then), constant.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -16,13 +17,16 @@ std::vector<std::byte> Encode(const std::vector<uint8_t>& in, size_t capacity = 
   Result<size_t> n = RansEncode(in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
   EXPECT_TRUE(n.ok()) << n.status().ToString();
   out.resize(n.ok() ? *n : 0);
-  // The portable encoder writes the same bytes as the vector one.
-  std::vector<std::byte> scalar(capacity != 0 ? capacity : in.size() + 1024);
-  Result<size_t> m =
-      RansEncodeScalar(in.data(), in.size(), CountBytes(in.data(), in.size()), scalar.data(), scalar.size());
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  scalar.resize(m.ok() ? *m : 0);
-  EXPECT_EQ(out, scalar);
+  // Every encoder the CPU can run writes the same bytes.
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!CpuHasSimd(level)) continue;
+    std::vector<std::byte> other(capacity != 0 ? capacity : in.size() + 1024);
+    Result<size_t> m =
+        RansEncodeWith(level, in.data(), in.size(), CountBytes(in.data(), in.size()), other.data(), other.size());
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    other.resize(m.ok() ? *m : 0);
+    EXPECT_EQ(out, other) << "level " << static_cast<int>(level);
+  }
   return out;
 }
 
@@ -109,9 +113,12 @@ TEST(Rans, EncodeRefusesWhenCapacityIsShort) {
   Result<size_t> n = RansEncode(in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
   ASSERT_FALSE(n.ok());
   EXPECT_EQ(n.status().code(), StatusCode::kUnsupported);
-  n = RansEncodeScalar(in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
-  ASSERT_FALSE(n.ok());
-  EXPECT_EQ(n.status().code(), StatusCode::kUnsupported);
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!CpuHasSimd(level)) continue;
+    n = RansEncodeWith(level, in.data(), in.size(), CountBytes(in.data(), in.size()), out.data(), out.size());
+    ASSERT_FALSE(n.ok());
+    EXPECT_EQ(n.status().code(), StatusCode::kUnsupported);
+  }
 }
 
 TEST(Rans, TruncatedOrExtendedStreamsAreCorruption) {
@@ -189,6 +196,73 @@ TEST(Rans, NormalizedFrequenciesSumExactlyAndKeepEverySymbol) {
   }
   EXPECT_EQ(sum, rans::kProbScale);
   EXPECT_GT(f[3], f[4]);
+}
+
+// The top bytes of normal floats of both signs: two clusters of values
+// around 0x3c and 0xbc, with rare ones at the cluster edges.
+std::vector<uint8_t> SignedExponents(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v = Skewed(n, 3.0, seed);
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>((b - 120 + 0x3c) | (rng() & 1 ? 0x80 : 0));
+  return v;
+}
+
+TEST(Rans, ModelCoversEveryByteAndCodesNearTheExactCounts) {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    std::vector<uint8_t> in = SignedExponents(300001, seed);
+    // One outlier beyond each cluster's edge, which the sample misses.
+    const auto [lo, hi] = std::minmax_element(in.begin(), in.end(), [](uint8_t a, uint8_t b) { return (a & 0x7f) < (b & 0x7f); });
+    in[12345] = static_cast<uint8_t>((*lo & 0x7f) - 3);
+    in[54321] = static_cast<uint8_t>((*hi | 0x80) + 3);
+    const ByteHistogram exact = CountBytes(in.data(), in.size());
+    const ByteHistogram model = ModelBytes(in.data(), in.size());
+    EXPECT_NE(model, exact) << "sampled, not counted";
+    for (size_t s = 0; s < 256; ++s)
+      if (exact[s] != 0) {
+        EXPECT_NE(model[s], 0u) << s;
+      }
+    std::vector<std::byte> a(in.size() + 1024), b(in.size() + 1024);
+    Result<size_t> with_exact = RansEncode(in.data(), in.size(), exact, a.data(), a.size());
+    Result<size_t> with_model = RansEncode(in.data(), in.size(), model, b.data(), b.size());
+    ASSERT_TRUE(with_exact.ok() && with_model.ok());
+    EXPECT_LT(*with_model, *with_exact * 1.002) << "model codes within 0.2% of the exact counts";
+    std::vector<uint8_t> back;
+    ASSERT_TRUE(Decode(ByteSpan(b.data(), *with_model), in.size(), &back).ok());
+    EXPECT_EQ(back, in);
+  }
+}
+
+TEST(Rans, ModelIsExactForSmallOrGappyPlanes) {
+  std::vector<uint8_t> small = SignedExponents(1000, 4);
+  EXPECT_EQ(ModelBytes(small.data(), small.size()), CountBytes(small.data(), small.size()));
+  // Values spread over the whole range with gaps: filling the ranges would
+  // add too many absent values.
+  std::vector<uint8_t> gappy(100000);
+  for (size_t i = 0; i < gappy.size(); ++i) gappy[i] = static_cast<uint8_t>(i % 2 == 0 ? 0 : 17 * (i % 15));
+  EXPECT_EQ(ModelBytes(gappy.data(), gappy.size()), CountBytes(gappy.data(), gappy.size()));
+}
+
+TEST(Rans, ByteRangesOfEitherClusterAndEveryTailLength) {
+  for (size_t n : {1u, 31u, 32u, 33u, 100u}) {
+    std::vector<uint8_t> low(n, 0x20), high(n, 0xa0);
+    low[n / 2] = 0x05;
+    low[n - 1] = 0x70;
+    high[0] = 0x90;
+    high[n - 1] = 0xf1;
+    rans::ByteRanges r = rans::FindByteRanges(low.data(), n);
+    EXPECT_EQ(r.low_min, n == 1 ? 0x70u : 0x05u) << n;
+    EXPECT_EQ(r.low_max, 0x70u);
+    EXPECT_LT(r.high_max, 0x80u);
+    r = rans::FindByteRanges(high.data(), n);
+    EXPECT_GE(r.low_min, 0x80u);
+    EXPECT_EQ(r.high_min, n == 1 ? 0xf1u : 0x90u) << n;
+    EXPECT_EQ(r.high_max, 0xf1u);
+    std::vector<uint8_t> both = low;
+    both.insert(both.end(), high.begin(), high.end());
+    r = rans::FindByteRanges(both.data(), both.size());
+    EXPECT_EQ(r.low_max, 0x70u);
+    EXPECT_EQ(r.high_min, n == 1 ? 0xf1u : 0x90u);
+  }
 }
 
 }  // namespace

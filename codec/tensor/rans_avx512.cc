@@ -1,0 +1,112 @@
+// The rANS plane encoder's AVX-512 path: the 32 states as four vectors of
+// eight 64-bit lanes, so that one 64-bit gather fetches all of a symbol's
+// coding values and the division by the frequency (a multiply by its
+// reciprocal, see rans.cc) runs in the lanes as they are. Writes the same
+// words in the same order as the scalar and AVX2 encoders
+// (tests/unit/codec/tensor_rans_test.cc checks).
+#include "codec/tensor/rans_model.h"
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics start from self-initialised "undefined"
+// vectors, which -Wuninitialized reports once they are inlined (GCC bug
+// 105593, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#endif
+
+namespace ckptfs::rans {
+
+#if defined(__x86_64__)
+
+namespace {
+
+// For an emit mask m with c bits set, the lanes whose words the encoder
+// writes, in lane order, in positions 8 - c to 7: the words then end at the
+// top of a 16-byte store, and what it writes below them is overwritten by
+// later words (a masked store to the exact place costs more).
+struct EmitLanes {
+  alignas(8) uint8_t lanes[256][8];
+};
+
+constexpr EmitLanes MakeEmitLanes() {
+  EmitLanes t{};
+  for (uint32_t m = 0; m < 256; ++m) {
+    uint32_t c = 0;
+    for (uint32_t j = 0; j < 8; ++j) c += (m >> j) & 1;
+    uint32_t at = 8 - c;
+    for (uint32_t j = 0; j < 8; ++j)
+      if ((m >> j) & 1) t.lanes[m][at++] = static_cast<uint8_t>(j);
+  }
+  return t;
+}
+
+constexpr EmitLanes kEmitLanes = MakeEmitLanes();
+
+#define CKPTFS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"), always_inline)) inline
+
+// Encodes the eight bytes at `sym` into the eight states of x, writing
+// their renormalisation words (in lane order) below w.
+CKPTFS_AVX512 __m512i EncodeVector(__m512i x, const uint8_t* sym, const long long* table, std::byte*& w) {
+  const __m512i e = _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym))),
+                                           table, 8);
+  const __m512i freq = _mm512_and_si512(_mm512_srli_epi64(e, 32), _mm512_set1_epi64(0x1fff));
+  // Renormalise while x > (freq << 20) - 1, that is x >> 20 >= freq.
+  const __mmask8 emit = _mm512_cmpge_epu64_mask(_mm512_srli_epi64(x, 32 - kProbBits), freq);
+  const __m512i lanes = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(kEmitLanes.lanes[emit])));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(w - 16), _mm512_cvtepi64_epi16(_mm512_permutexvar_epi64(lanes, x)));
+  w -= 2 * __builtin_popcount(emit);
+  const __m512i s = _mm512_mask_srli_epi64(x, emit, x, 16);
+  // q = ((s * rcp >> 32) + s) >> shift; rcp is e's low half.
+  const __m512i q =
+      _mm512_srlv_epi64(_mm512_add_epi64(_mm512_srli_epi64(_mm512_mul_epu32(s, e), 32), s), _mm512_srli_epi64(e, 57));
+  const __m512i start = _mm512_and_si512(_mm512_srli_epi64(e, 45), _mm512_set1_epi64(0xfff));
+  return _mm512_add_epi64(_mm512_add_epi64(s, start),
+                          _mm512_mul_epu32(q, _mm512_sub_epi64(_mm512_set1_epi64(kProbScale), freq)));
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) std::byte* EncodeGroupsAvx512(
+    const uint8_t* in, size_t whole, const uint64_t* table, uint32_t* states, std::byte* w, const std::byte* lowest) {
+  static_assert(kStates == 32, "four vectors of eight states");
+  // Four named vectors rather than an array, which GCC keeps in memory.
+  const auto* st = reinterpret_cast<const __m256i*>(states);
+  __m512i x0 = _mm512_cvtepu32_epi64(_mm256_loadu_si256(st)), x1 = _mm512_cvtepu32_epi64(_mm256_loadu_si256(st + 1));
+  __m512i x2 = _mm512_cvtepu32_epi64(_mm256_loadu_si256(st + 2)), x3 = _mm512_cvtepu32_epi64(_mm256_loadu_si256(st + 3));
+  const auto* base = reinterpret_cast<const long long*>(table);
+  for (size_t g = whole; g > 0; g -= kStates) {
+    // One group writes at most 64 bytes; each vector's 16-byte store ends
+    // at w, and w moves down by at most 16 per vector: the stores stay
+    // above `lowest`.
+    if (w - lowest < static_cast<ptrdiff_t>(2 * kStates)) return nullptr;
+    const uint8_t* sym = in + g - kStates;
+    x3 = EncodeVector(x3, sym + 24, base, w);
+    x2 = EncodeVector(x2, sym + 16, base, w);
+    x1 = EncodeVector(x1, sym + 8, base, w);
+    x0 = EncodeVector(x0, sym, base, w);
+  }
+  auto* out = reinterpret_cast<__m256i*>(states);
+  _mm256_storeu_si256(out, _mm512_cvtepi64_epi32(x0));
+  _mm256_storeu_si256(out + 1, _mm512_cvtepi64_epi32(x1));
+  _mm256_storeu_si256(out + 2, _mm512_cvtepi64_epi32(x2));
+  _mm256_storeu_si256(out + 3, _mm512_cvtepi64_epi32(x3));
+  return w;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#else
+
+std::byte* EncodeGroupsAvx512(const uint8_t*, size_t, const uint64_t*, uint32_t*, std::byte*, const std::byte*) {
+  return nullptr;
+}
+
+#endif
+
+}  // namespace ckptfs::rans

@@ -1,0 +1,21 @@
+// The vector instruction sets that the tensor kernels (byte planes, zero
+// elements, rANS) have paths for. Every kernel family also has a portable
+// path, and all paths of a family write the same bytes; tests run each
+// level the CPU has against the portable one.
+#pragma once
+
+namespace ckptfs {
+
+enum class SimdLevel {
+  kScalar,
+  kAvx2,    // AVX2 and POPCNT
+  kAvx512,  // AVX-512 F, BW and VL, and POPCNT (with AVX2)
+};
+
+// Whether this CPU runs `level`.
+bool CpuHasSimd(SimdLevel level);
+
+// The widest level the CPU runs, found once per process.
+SimdLevel BestSimdLevel();
+
+}  // namespace ckptfs
