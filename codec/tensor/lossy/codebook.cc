@@ -31,7 +31,19 @@ void SweepNearest(std::span<const WeightedPoint> points, const std::vector<doubl
 
 }  // namespace
 
+double SeedMass(const WeightedPoint& p) {
+  const double width = 2.0 * p.half_width;
+  return p.weight > 0 && width > 0 ? std::cbrt(p.weight / width) * width : 0.0;
+}
+
 Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels, uint32_t iterations) {
+  std::vector<double> seed_mass(points.size());
+  for (size_t p = 0; p < points.size(); ++p) seed_mass[p] = SeedMass(points[p]);
+  return FitCodebook(points, seed_mass, max_levels, iterations);
+}
+
+Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const double> seed_mass, uint32_t max_levels,
+                     uint32_t iterations) {
   Codebook book;
   std::vector<double> levels, mids;
   size_t nonempty = 0;
@@ -45,13 +57,8 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels,
     // Seed level j at quantile (j + 0.5) / K of the density^(1/3) measure:
     // the MSE-optimal level density of high-resolution quantization theory
     // (Panter-Dite), so few Lloyd steps are needed even at 8 bits.
-    std::vector<double> seed_mass(points.size());
     double seed_total = 0.0;
-    for (size_t p = 0; p < points.size(); ++p) {
-      double width = 2.0 * points[p].half_width;
-      seed_mass[p] = points[p].weight > 0 && width > 0 ? std::cbrt(points[p].weight / width) * width : 0.0;
-      seed_total += seed_mass[p];
-    }
+    for (size_t p = 0; p < points.size(); ++p) seed_total += seed_mass[p];
     levels.reserve(max_levels);
     double cumulative = 0.0;
     size_t p = 0;

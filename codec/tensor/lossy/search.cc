@@ -77,13 +77,41 @@ uint32_t PruneKey(const ChunkProfile& p, uint32_t exact_key, double budget, doub
   return key;
 }
 
-std::vector<WeightedPoint> Points(std::span<const uint32_t> counts, uint32_t prune_key, uint32_t exact_key) {
+// SeedMass of the chunk's bins (a cube root each), computed on first use:
+// the candidates share most bins. Covers the keys from the smallest to the
+// largest nonempty one.
+class SeedCache {
+ public:
+  explicit SeedCache(const ChunkProfile& p) {
+    while (first_ < kFiniteKeys && p.magnitude[first_] == 0) ++first_;
+    uint32_t end = kFiniteKeys;
+    while (end > first_ && p.magnitude[end - 1] == 0) --end;
+    keys_ = end - first_;
+    mass_.assign(2 * size_t{keys_}, std::numeric_limits<double>::quiet_NaN());  // NaN = not yet
+  }
+  // REQUIRES: the bin of (key, negative) is nonempty.
+  double Get(uint32_t key, bool negative, const WeightedPoint& point) {
+    double& m = mass_[key - first_ + (negative ? keys_ : 0)];
+    if (std::isnan(m)) m = SeedMass(point);
+    return m;
+  }
+
+ private:
+  uint32_t first_ = 0, keys_ = 0;
+  std::vector<double> mass_;
+};
+
+// The points of the bins between the thresholds, and their seed masses.
+std::vector<WeightedPoint> Points(std::span<const uint32_t> counts, uint32_t prune_key, uint32_t exact_key,
+                                  SeedCache& seeds, std::vector<double>* seed_mass) {
   std::vector<WeightedPoint> points;
+  seed_mass->clear();
   auto add = [&](uint32_t key, bool negative) {
     uint32_t c = counts[key + (negative ? kMagnitudeBins : 0)];
     if (c == 0) return;
     BinGeometry g = Geometry(key);
     points.push_back({negative ? -g.mid : g.mid, static_cast<double>(c), g.width * g.width / 12.0, g.width * 0.5});
+    seed_mass->push_back(seeds.Get(key, negative, points.back()));
   };
   for (uint32_t k = exact_key; k-- > prune_key;) add(k, true);
   for (uint32_t k = prune_key; k < exact_key; ++k) add(k, false);
@@ -126,6 +154,8 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
   ChunkProfile profile = Profile(counts);
   const double dn = static_cast<double>(n);
   std::optional<SearchResult> best;
+  SeedCache seeds(profile);
+  std::vector<double> seed_mass;
   uint32_t last_exact_key = UINT32_MAX;
   for (double fraction : kOutlierFractions) {
     uint32_t exact_key = ExactKey(profile, fraction);
@@ -140,7 +170,7 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
       double prune_err = profile.prune_error[prune_key];
       double prune_max = prune_key == 0 ? 0.0 : Geometry(prune_key - 1).hi;
       if (prune_err > target.max_error_sq || prune_max > target.max_abs) continue;
-      std::vector<WeightedPoint> points = Points(counts, prune_key, exact_key);
+      std::vector<WeightedPoint> points = Points(counts, prune_key, exact_key, seeds, &seed_mass);
       double quantized = 0.0;
       for (const WeightedPoint& pt : points) quantized += pt.weight;
 
@@ -153,14 +183,14 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
       if (points.empty()) {
         bits = 1;
       } else {
-        Codebook widest = FitCodebook(points, (1u << kMaxBits) - 1, kLloydIterations);
+        Codebook widest = FitCodebook(points, seed_mass, (1u << kMaxBits) - 1, kLloydIterations);
         if (!fits(widest)) continue;
         chosen = std::move(widest);
         bits = kMaxBits;
         uint32_t lo = 1, hi = kMaxBits;  // hi fits
         while (lo < hi) {
           uint32_t mid = (lo + hi) / 2;
-          Codebook book = FitCodebook(points, (1u << mid) - 1, kLloydIterations);
+          Codebook book = FitCodebook(points, seed_mass, (1u << mid) - 1, kLloydIterations);
           if (fits(book)) {
             hi = mid;
             chosen = std::move(book);
