@@ -51,6 +51,11 @@ ChunkProfile Profile(std::span<const uint32_t> counts) {
     p.non_finite += uint64_t{counts[k]} + counts[k + kMagnitudeBins];
   p.prune_error[0] = 0.0;
   for (uint32_t k = 0; k < kFiniteKeys; ++k) {
+    // An empty bin adds exactly 0 (most of the 8 k keys are empty).
+    if (p.magnitude[k] == 0) {
+      p.prune_error[k + 1] = p.prune_error[k];
+      continue;
+    }
     BinGeometry g = Geometry(k);
     double second_moment = g.mid * g.mid + g.width * g.width / 12.0;
     p.prune_error[k + 1] = p.prune_error[k] + static_cast<double>(p.magnitude[k]) * second_moment;
@@ -61,20 +66,37 @@ ChunkProfile Profile(std::span<const uint32_t> counts) {
 }
 
 // Smallest key whose tail holds at most `fraction` of the finite elements.
+// (tail never grows with the key and tail[kFiniteKeys] = 0: a binary search.)
 uint32_t ExactKey(const ChunkProfile& p, double fraction) {
   uint64_t allowed = static_cast<uint64_t>(fraction * static_cast<double>(p.tail[0]));
-  uint32_t key = kFiniteKeys;
-  while (key > 0 && p.tail[key - 1] <= allowed) --key;
-  return key;
+  auto first = std::partition_point(p.tail.begin(), p.tail.end(), [&](uint64_t t) { return t > allowed; });
+  return static_cast<uint32_t>(first - p.tail.begin());
+}
+
+// The smallest key in [0, kFiniteKeys) for which pred is false, or
+// kFiniteKeys; pred must be true on a prefix of the keys.
+template <typename Pred>
+uint32_t FirstKeyFailing(Pred pred) {
+  uint32_t lo = 0, hi = kFiniteKeys;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (pred(mid)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 // Largest key <= exact_key whose pruning error fits `budget` and whose pruned
 // magnitudes stay below max_abs. Always at least 1 (bin 0 holds exact zeros
 // and values below 2^-130) when that bin is small enough.
+// Each condition, once false, stays false for larger keys (prune_error never
+// falls, bin edges rise), so the first key failing one is found by binary
+// searches instead of a walk through thousands of empty bins.
 uint32_t PruneKey(const ChunkProfile& p, uint32_t exact_key, double budget, double max_abs) {
-  uint32_t key = 0;
-  while (key < exact_key && (p.prune_error[key + 1] <= budget || key == 0) && Geometry(key).hi <= max_abs) ++key;
-  return key;
+  const uint32_t error_fails =
+      FirstKeyFailing([&](uint32_t key) { return key == 0 || p.prune_error[key + 1] <= budget; });
+  const uint32_t abs_fails = FirstKeyFailing([&](uint32_t key) { return Geometry(key).hi <= max_abs; });
+  return std::min({exact_key, error_fails, abs_fails});
 }
 
 // SeedMass of the chunk's bins (a cube root each), computed on first use:
