@@ -91,11 +91,18 @@ ByteSpan ReadBaseBytes(const PlannedChunk& plan, const BaseRef* base, CodecScrat
 
 // A lossy stream at most this share of the raw chunk is kept without
 // encoding the lossless candidates: float data never compresses losslessly
-// that far except when it is (nearly) all zeros or unchanged, and then the
-// lossy stream prunes it to almost nothing too. Skipping them doubles the
-// encode speed of a lossy checkpoint (fp32 model + Adam: 146 -> 300 MB/s on
-// one core) at the same stored size.
-constexpr double kTryLosslessAbove = 0.25;
+// that far (fp32 about 80%, bf16 about 67% of its size) except when it is
+// (nearly) all zeros or unchanged, and then the lossy stream prunes it to
+// almost nothing too. Skipping them doubles the encode speed of a lossy
+// checkpoint (fp32 model + Adam: 146 -> 300 MB/s on one core) at the same
+// stored size. At 0.25 every log-mode chunk (Adam's exp_avg_sq, about 35%)
+// still paid for the candidates, which never won.
+constexpr double kTryLosslessAbove = 0.5;
+// The reconstruction buffer of a file up to this size is kept for the next
+// encode on the thread: the first touch of fresh memory (about 2 GB/s on a
+// VM) costs a fifth of a lossy encode of the same bytes. Larger files pay
+// it; the cap bounds what an idle encoding thread holds.
+constexpr size_t kKeptReconBytes = size_t{64} << 20;
 
 // Encodes `plan` lossily against the base's reconstruction (closed loop),
 // writes the reconstruction into `recon` (the same range), and keeps the
@@ -206,6 +213,9 @@ Status EncodeOne(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, c
 struct EncodeWorkspace {
   CodecScratch scratch;
   std::vector<EncodedChunkSlot> slots;
+  // The reconstructed file of a lossy encode, kept for the next call when
+  // at most kKeptReconBytes (larger ones are freed after use).
+  std::vector<std::byte> recon;
   bool in_use = false;  // a nested EncodeBlob (from a sink) gets its own
 };
 
@@ -303,7 +313,13 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
 
   // Lossy chunks first: the file that is stored is their reconstruction,
   // with the zip CRCs recomputed, and every other chunk is taken from it.
-  std::vector<std::byte> recon;
+  std::vector<std::byte>& recon = (*lease).recon;
+  struct ReleaseLargeRecon {
+    std::vector<std::byte>& recon;
+    ~ReleaseLargeRecon() {
+      if (recon.capacity() > kKeptReconBytes) std::vector<std::byte>().swap(recon);
+    }
+  } release_large_recon{recon};
   std::vector<LossyResult> lossy_results;
   std::vector<double> tensor_err2(layout.tensors.size()), tensor_ref2(layout.tensors.size());
   if (std::any_of(plan.begin(), plan.end(), [](const PlannedChunk& c) { return c.lossy(); })) {

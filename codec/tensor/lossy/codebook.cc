@@ -4,28 +4,48 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace ckptfs::lossy {
 namespace {
 
 // Assigns every point to its nearest level (points and levels ascending) and
 // calls visit(point index, level index).
+// `mids` is scratch for the midpoints between levels (computed once per
+// sweep, the same values as computing them per comparison).
 template <typename F>
-void SweepNearest(std::span<const WeightedPoint> points, const std::vector<double>& levels, F&& visit) {
+void SweepNearest(std::span<const WeightedPoint> points, const std::vector<double>& levels,
+                  std::vector<double>& mids, F&& visit) {
+  if (levels.empty()) return;
+  mids.resize(levels.size());
+  for (size_t k = 0; k + 1 < levels.size(); ++k) mids[k] = (levels[k] + levels[k + 1]) * 0.5;
+  mids[levels.size() - 1] = std::numeric_limits<double>::infinity();  // the last level's cell
   size_t k = 0;
   for (size_t p = 0; p < points.size(); ++p) {
     double v = points[p].value;
     // Advance while the next level is at least as close (midpoint rule).
-    while (k + 1 < levels.size() && v > (levels[k] + levels[k + 1]) * 0.5) ++k;
+    while (v > mids[k]) ++k;
     visit(p, k);
   }
 }
 
 }  // namespace
 
+double SeedMass(const WeightedPoint& p) {
+  const double width = 2.0 * p.half_width;
+  return p.weight > 0 && width > 0 ? std::cbrt(p.weight / width) * width : 0.0;
+}
+
 Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels, uint32_t iterations) {
+  std::vector<double> seed_mass(points.size());
+  for (size_t p = 0; p < points.size(); ++p) seed_mass[p] = SeedMass(points[p]);
+  return FitCodebook(points, seed_mass, max_levels, iterations);
+}
+
+Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const double> seed_mass, uint32_t max_levels,
+                     uint32_t iterations) {
   Codebook book;
-  std::vector<double> levels;
+  std::vector<double> levels, mids;
   size_t nonempty = 0;
   for (const WeightedPoint& p : points) nonempty += p.weight > 0 ? 1 : 0;
   if (nonempty == 0) return book;
@@ -37,13 +57,8 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels,
     // Seed level j at quantile (j + 0.5) / K of the density^(1/3) measure:
     // the MSE-optimal level density of high-resolution quantization theory
     // (Panter-Dite), so few Lloyd steps are needed even at 8 bits.
-    std::vector<double> seed_mass(points.size());
     double seed_total = 0.0;
-    for (size_t p = 0; p < points.size(); ++p) {
-      double width = 2.0 * points[p].half_width;
-      seed_mass[p] = points[p].weight > 0 && width > 0 ? std::cbrt(points[p].weight / width) * width : 0.0;
-      seed_total += seed_mass[p];
-    }
+    for (size_t p = 0; p < points.size(); ++p) seed_total += seed_mass[p];
     levels.reserve(max_levels);
     double cumulative = 0.0;
     size_t p = 0;
@@ -56,7 +71,7 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels,
     for (uint32_t it = 0; it < iterations; ++it) {
       std::fill(sum_w.begin(), sum_w.end(), 0.0);
       std::fill(sum_wv.begin(), sum_wv.end(), 0.0);
-      SweepNearest(points, levels, [&](size_t pi, size_t k) {
+      SweepNearest(points, levels, mids, [&](size_t pi, size_t k) {
         sum_w[k] += points[pi].weight;
         sum_wv[k] += points[pi].weight * points[pi].value;
       });
@@ -82,7 +97,7 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels,
   std::vector<double> final_levels(book.levels.begin(), book.levels.end());
   std::vector<double> cell_weight(final_levels.size(), 0.0);
   double err = 0.0, max_abs = 0.0;
-  SweepNearest(points, final_levels, [&](size_t pi, size_t k) {
+  SweepNearest(points, final_levels, mids, [&](size_t pi, size_t k) {
     const WeightedPoint& p = points[pi];
     double d = p.value - final_levels[k];
     err += p.weight * (d * d + p.variance);

@@ -31,4 +31,13 @@ struct Codebook {
 // Thread safety: pure function.
 Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels, uint32_t iterations);
 
+// The seeding measure of a point, count^(1/3) * width^(2/3) (0 for an empty
+// or zero-width point). A caller fitting many codebooks to the same points
+// computes it once (a cube root per point) and passes it to the overload.
+double SeedMass(const WeightedPoint& p);
+// The same fit with seed_mass[i] = SeedMass(points[i]) precomputed.
+// REQUIRES: seed_mass.size() == points.size().
+Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const double> seed_mass, uint32_t max_levels,
+                     uint32_t iterations);
+
 }  // namespace ckptfs::lossy

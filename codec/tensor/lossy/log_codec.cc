@@ -28,63 +28,22 @@ constexpr uint32_t kMaxTableBits = 16;
 // Per escaped element the exact list costs its bits plus about 2 bytes of position.
 constexpr uint64_t kEscapeBits = 16;
 
-uint32_t Zigzag(int64_t d) { return static_cast<uint32_t>(d > 0 ? 2 * d : -2 * d - 1); }
-int64_t Unzigzag(uint32_t z) { return (z & 1) ? -static_cast<int64_t>((z + 1) / 2) : static_cast<int64_t>(z / 2); }
+// Branch-free: 0 -> 0, -1 -> 1, 1 -> 2, -2 -> 3 (|d| < 2^31).
+uint32_t Zigzag(int64_t d) { return static_cast<uint32_t>((d << 1) ^ (d >> 63)); }
+int64_t Unzigzag(uint32_t z) { return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1); }
 
 uint64_t PackedLogBytes(uint64_t n, uint32_t bits) { return (n * bits + 7) / 8; }
 
-// Symbol i occupies bits [i*b, (i+1)*b) of the little-endian bit string.
-void PackSymbols(std::span<const uint32_t> symbols, uint32_t bits, std::byte* out) {
-  uint64_t acc = 0;
-  uint32_t filled = 0;
-  size_t at = 0;
-  for (uint32_t s : symbols) {
-    acc |= static_cast<uint64_t>(s) << filled;
-    filled += bits;
-    while (filled >= 8) {
-      out[at++] = std::byte(acc & 0xff);
-      acc >>= 8;
-      filled -= 8;
-    }
-  }
-  if (filled > 0) out[at++] = std::byte(acc & 0xff);
+// Symbol i of a packed bit string (b <= 24 bits each) by one unaligned
+// 8-byte load: the bit offset in the byte plus b stays below 64. REQUIRES
+// kPackedSlack readable bytes after the packed size.
+constexpr size_t kPackedSlack = 8;
+uint32_t SymbolAt(const std::byte* packed, uint64_t i, uint32_t bits, uint32_t mask) {
+  const uint64_t pos = i * bits;
+  uint64_t word;
+  std::memcpy(&word, packed + pos / 8, 8);
+  return static_cast<uint32_t>(le64toh(word) >> (pos % 8)) & mask;
 }
-
-// Reads symbols in order from a packed bit string.
-class SymbolReader {
- public:
-  SymbolReader(ByteSpan packed, uint32_t bits) : packed_(packed), bits_(bits), mask_((1u << bits) - 1) {}
-  uint32_t Next() {
-    if (filled_ < bits_ && at_ + 8 <= packed_.size()) {
-      // Refill whole bytes from one 8-byte load: bits_ <= 24, so at least
-      // 32 new bits fit above the (< bits_) bits held.
-      uint64_t word;
-      std::memcpy(&word, packed_.data() + at_, 8);
-      word = le64toh(word);
-      const uint32_t take = (63 - filled_) / 8;  // 5..7 bytes
-      acc_ |= (word & ((uint64_t{1} << (8 * take)) - 1)) << filled_;
-      at_ += take;
-      filled_ += 8 * take;
-    }
-    while (filled_ < bits_) {
-      acc_ |= static_cast<uint64_t>(at_ < packed_.size() ? static_cast<uint8_t>(packed_[at_]) : 0) << filled_;
-      ++at_;
-      filled_ += 8;
-    }
-    uint32_t s = static_cast<uint32_t>(acc_) & mask_;
-    acc_ >>= bits_;
-    filled_ -= bits_;
-    return s;
-  }
-
- private:
-  ByteSpan packed_;
-  uint32_t bits_;
-  uint32_t mask_;
-  uint64_t acc_ = 0;
-  uint32_t filled_ = 0;
-  size_t at_ = 0;
-};
 
 template <typename E>
 typename E::Bits LoadBits(const std::byte* p, size_t i) {
@@ -105,18 +64,125 @@ typename E::Bits GridElement(const LogGrid& grid, int64_t q) {
   return E::FromFloat(grid.FloatValue(q));
 }
 
-// The predicted index of element i: in a delta frame, the base element's
+// Grid indices of finite floats fit in 32 bits: |e| <= 149 octaves of at
+// most 2^16 levels. kNoIndex marks an element without one.
+constexpr int32_t kNoIndex = std::numeric_limits<int32_t>::min();
+
+// The grid index of a base element, or kNoIndex when it is not on the grid.
+template <typename E>
+int32_t BaseIndex(const LogGrid& grid, typename E::Bits bits) {
+  const float b = E::ToFloat(bits);
+  return OnGrid(b) ? static_cast<int32_t>(grid.FloatIndex(b)) : kNoIndex;
+}
+
+// The predicted index of an element: in a delta frame, the base element's
 // index plus the chunk's shift when the base element is on the grid (a
 // second moment that decays between versions moves most indices alike);
 // else the stream's origin.
-template <typename E>
-int64_t Predict(const LogGrid& grid, ByteSpan base, size_t i, int64_t origin, int64_t shift) {
-  if (base.empty()) return origin;
-  const float b = E::ToFloat(LoadBits<E>(base.data(), i));
-  return OnGrid(b) ? grid.Index(b) + shift : origin;
+int64_t Predict(int32_t base_index, int64_t origin, int64_t shift) {
+  return base_index == kNoIndex ? origin : base_index + shift;
 }
 
-constexpr int64_t kNoIndex = std::numeric_limits<int64_t>::min();
+// The symbol of an element with grid index q (or kNoIndex) and raw bits
+// `bits`; UINT32_MAX = exact.
+template <typename Bits>
+uint32_t Symbol(Bits bits, int32_t q, int64_t predicted) {
+  if (bits == 0) return kSymbolZero;
+  if (q == kNoIndex) return UINT32_MAX;
+  const int64_t d = q - predicted;
+  if (d <= -(int64_t{1} << 30) || d >= (int64_t{1} << 30)) return UINT32_MAX;
+  const uint32_t sym = Zigzag(d) + 1;
+  return d == 0 ? 0 : sym;  // a select, not a branch: d == 0 is common and unpredictable
+}
+
+// Error sums of the quantized elements, in element order.
+struct LogErrors {
+  double err2 = 0, max_abs = 0, achieved_rel = 0;
+  uint64_t quantized = 0;
+  void Add(double e, float x) {
+    err2 += e * e;
+    max_abs = std::max(max_abs, std::fabs(e));
+    achieved_rel = std::max(achieved_rel, std::fabs(e) / x);
+    ++quantized;
+  }
+};
+
+// Appends b-bit symbols (b <= 24) to a little-endian bit string (symbol i
+// occupies bits [i*b, (i+1)*b)), four bytes
+// at a time: `out` needs kPackedSlack bytes past the packed size.
+class SymbolWriter {
+ public:
+  SymbolWriter(std::byte* out, uint32_t bits) : out_(out), bits_(bits) {}
+  void Put(uint32_t s) {
+    acc_ |= static_cast<uint64_t>(s) << filled_;
+    filled_ += bits_;
+    if (filled_ >= 32) {
+      const uint32_t word = htole32(static_cast<uint32_t>(acc_));
+      std::memcpy(out_, &word, 4);
+      out_ += 4;
+      acc_ >>= 32;
+      filled_ -= 32;
+    }
+  }
+  void Finish() {
+    for (; filled_ > 0; filled_ = filled_ > 8 ? filled_ - 8 : 0, acc_ >>= 8) *out_++ = std::byte(acc_ & 0xff);
+  }
+
+ private:
+  std::byte* out_;
+  uint32_t bits_;
+  uint64_t acc_ = 0;
+  uint32_t filled_ = 0;
+};
+
+struct IndexRange {
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+};
+
+// Step 1 of the encoder: each element's grid index (or kNoIndex), its
+// reconstruction (the grid point, or the original bits) and the range of
+// the indices; in a delta frame also the base's indices and the votes for
+// the shift (votes[d + kMaxShift] counts difference d).
+template <typename E, bool kDelta>
+IndexRange IndexPass(const LogGrid& grid, ByteSpan values, ByteSpan base, double max_rel, std::span<int32_t> index,
+                     std::span<int32_t> base_index, MutableByteSpan recon, uint64_t* votes) {
+  using Bits = typename E::Bits;
+  int32_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
+  // Four interleaved vote tables: most differences are alike, and one
+  // counter would serialize the loop on its own increments.
+  uint64_t lanes[4][2 * kMaxShift + 1] = {};
+  for (uint64_t i = 0; i < index.size(); ++i) {
+    const Bits bits = LoadBits<E>(values.data(), i);
+    const float x = E::ToFloat(bits);
+    Bits stored = bits;  // exact unless quantized
+    int32_t q = kNoIndex;
+    if (OnGrid(x)) {
+      const LogGrid::Point p = grid.Locate(x);
+      const Bits r = E::FromFloat(p.value);
+      if (std::fabs(static_cast<double>(E::ToFloat(r)) - x) <= max_rel * static_cast<double>(x)) {
+        q = static_cast<int32_t>(p.q);
+        stored = r;
+        lo = std::min(lo, q);
+        hi = std::max(hi, q);
+      }
+    }
+    index[i] = q;
+    StoreBits<E>(recon.data(), i, stored);
+    if constexpr (kDelta) {
+      const int32_t qb = BaseIndex<E>(grid, LoadBits<E>(base.data(), i));
+      base_index[i] = qb;
+      if (q != kNoIndex && qb != kNoIndex) {
+        const int64_t d = int64_t{q} - qb;
+        if (d >= -kMaxShift && d <= kMaxShift) ++lanes[i & 3][d + kMaxShift];
+      }
+    }
+  }
+  if constexpr (kDelta)
+    for (int64_t d = 0; d <= 2 * kMaxShift; ++d) votes[d] = lanes[0][d] + lanes[1][d] + lanes[2][d] + lanes[3][d];
+  IndexRange range;
+  if (lo <= hi) range.lo = lo, range.hi = hi;
+  return range;
+}
 
 template <typename E>
 Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan values, ByteSpan base, double max_rel,
@@ -127,6 +193,7 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   Result<LogGrid> grid_or = LogGrid::FromRatio(LogGrid::RatioFor(max_rel));
   if (!grid_or.ok()) return std::optional<EncodedChunk>();  // finer than the grid allows: lossless
   const LogGrid& grid = *grid_or;
+  const bool delta = !base.empty();
 
   EncodedChunk chunk;
   MutableByteSpan recon = recon_out;
@@ -135,59 +202,59 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
     recon = chunk.reconstruction;
   }
 
-  // 1. Each element's grid index (or why it has none); the key frame's
-  //    origin is the middle of the index range, so symbols stay small.
+  // 1. Each element's grid index (or why it has none), its reconstruction,
+  //    the key frame's index range (its origin is the middle, so symbols
+  //    stay small) and, in a delta frame, the base's indices and the votes
+  //    for the shift; then the error sums. The sums assume that no quantized
+  //    element is escaped in step 3 (else they are redone).
   EnsureSize(&s.log_index, n);
-  std::span<int64_t> index(s.log_index.data(), n);
-  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
-  for (uint64_t i = 0; i < n; ++i) {
-    const Bits bits = LoadBits<E>(values.data(), i);
-    const float x = E::ToFloat(bits);
-    StoreBits<E>(recon.data(), i, bits);  // exact unless quantized below
-    index[i] = kNoIndex;
-    if (!OnGrid(x)) continue;
-    const int64_t q = grid.Index(x);
-    const float xr = E::ToFloat(GridElement<E>(grid, q));
-    if (!(std::fabs(static_cast<double>(xr) - x) <= max_rel * static_cast<double>(x))) continue;  // exact
-    index[i] = q;
-    lo = std::min(lo, q);
-    hi = std::max(hi, q);
+  std::span<int32_t> index(s.log_index.data(), n);
+  std::span<int32_t> base_index;
+  if (delta) {
+    EnsureSize(&s.log_base_index, n);
+    base_index = std::span<int32_t>(s.log_base_index.data(), n);
   }
+  IndexRange range;
+  uint64_t votes[2 * kMaxShift + 1] = {};
+  if (delta) {
+    range = IndexPass<E, true>(grid, values, base, max_rel, index, base_index, recon, votes);
+  } else {
+    range = IndexPass<E, false>(grid, values, base, max_rel, index, base_index, recon, votes);
+  }
+  const int64_t lo = range.lo, hi = range.hi;
   const int64_t origin = lo <= hi ? lo + (hi - lo) / 2 : 0;
   int64_t shift = 0;
-  if (!base.empty()) {
-    uint64_t votes[2 * kMaxShift + 1] = {};
-    for (uint64_t i = 0; i < n; ++i) {
-      if (index[i] == kNoIndex) continue;
-      const float b = E::ToFloat(LoadBits<E>(base.data(), i));
-      if (!OnGrid(b)) continue;
-      const int64_t d = index[i] - grid.Index(b);
-      if (d >= -kMaxShift && d <= kMaxShift) ++votes[d + kMaxShift];
-    }
+  if (delta) {
     // The most frequent difference; ties go to the smaller |d|, then to the negative one.
     for (int64_t d = 1; d <= kMaxShift; ++d)
       for (int64_t c : {-d, d})
         if (votes[c + kMaxShift] > votes[shift + kMaxShift]) shift = c;
   }
 
-  // 2. Symbols and the histogram of their bit widths.
+  // 2. Symbols, the histogram of their bit widths, and the error sums in
+  //    element order.
   EnsureSize(&s.log_symbols, n);
   std::span<uint32_t> symbols(s.log_symbols.data(), n);
-  uint64_t width_count[33] = {};
+  // Four interleaved histograms: most symbols share a width, and one
+  // counter would serialize the loop on its own increments.
+  uint64_t width_counts[4][33] = {};
+  uint64_t far = 0;  // quantized elements whose difference is too large for a symbol
+  LogErrors errors;
+  double ref2 = 0;
   for (uint64_t i = 0; i < n; ++i) {
     const Bits bits = LoadBits<E>(values.data(), i);
-    uint32_t sym = 0;
-    if (bits == 0) {
-      sym = kSymbolZero;
-    } else if (index[i] != kNoIndex) {
-      const int64_t d = index[i] - Predict<E>(grid, base, i, origin, shift);
-      sym = d == 0 ? 0 : (d > -(int64_t{1} << 30) && d < (int64_t{1} << 30) ? Zigzag(d) + 1 : UINT32_MAX);
-    } else {
-      sym = UINT32_MAX;  // exact
-    }
+    const float x = E::ToFloat(bits);
+    if (index[i] != kNoIndex) errors.Add(static_cast<double>(E::ToFloat(LoadBits<E>(recon.data(), i))) - x, x);
+    if (std::isfinite(x)) ref2 += static_cast<double>(x) * x;
+    const int64_t predicted = delta ? Predict(base_index[i], origin, shift) : origin;
+    const uint32_t sym = Symbol(bits, index[i], predicted);
     symbols[i] = sym;
-    if (sym != UINT32_MAX) ++width_count[std::bit_width(sym)];
+    if (sym != UINT32_MAX) ++width_counts[i & 3][std::bit_width(sym)];
+    else if (index[i] != kNoIndex) ++far;
   }
+  uint64_t width_count[33] = {};
+  for (uint32_t w = 0; w <= 32; ++w)
+    width_count[w] = width_counts[0][w] + width_counts[1][w] + width_counts[2][w] + width_counts[3][w];
 
   // 3. The width: symbols wider than b are stored exactly (escaped).
   uint32_t best_bits = 1;
@@ -198,49 +265,51 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
     const uint64_t cost = n * b + escaped * (8 * width + kEscapeBits);
     if (cost < best_cost) best_cost = cost, best_bits = b;
   }
-  const uint32_t limit = best_bits >= 32 ? UINT32_MAX : (1u << best_bits) - 1;
+  const uint32_t limit = (1u << best_bits) - 1;  // best_bits <= 24
+  uint64_t escaped_quantized = far;
+  for (uint32_t w = best_bits + 1; w <= 32; ++w) escaped_quantized += width_count[w];  // +0 (width 1) never escapes
 
-  // 4. Reconstruction, the exact list and the achieved error.
+  // 4. Pack; escaped symbols become 0 and their elements go to the exact
+  //    list with their original bits.
+  const uint64_t packed_bytes = PackedLogBytes(n, best_bits);
+  EnsureSize(&s.packed, packed_bytes + kPackedSlack);
   EnsureSize(&s.exact_positions, n);
   EnsureSize(&s.exact_raw, n * width);
-  uint64_t exact = 0, quantized = 0, zeros = 0;
-  double err2 = 0, ref2 = 0, max_abs = 0, achieved_rel = 0;
+  SymbolWriter writer(s.packed.data(), best_bits);
+  uint64_t exact = 0, zeros = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    const Bits bits = LoadBits<E>(values.data(), i);
-    const float x = E::ToFloat(bits);
-    uint32_t& sym = symbols[i];
-    if (sym == kSymbolZero) {
-      ++zeros;
-    } else if (sym != UINT32_MAX && sym <= limit) {
-      const Bits r = GridElement<E>(grid, index[i]);
-      StoreBits<E>(recon.data(), i, r);
-      const double e = static_cast<double>(E::ToFloat(r)) - x;
-      err2 += e * e;
-      max_abs = std::max(max_abs, std::fabs(e));
-      achieved_rel = std::max(achieved_rel, std::fabs(e) / x);
-      ++quantized;
-    } else {
-      sym = 0;
+    uint32_t sym = symbols[i];
+    if (sym > limit) {
+      const Bits bits = LoadBits<E>(values.data(), i);
+      StoreBits<E>(recon.data(), i, bits);
       s.exact_positions[exact] = static_cast<uint32_t>(i);
       std::memcpy(s.exact_raw.data() + exact * width, &bits, width);
       ++exact;
+      sym = 0;
     }
-    if (std::isfinite(x)) ref2 += static_cast<double>(x) * x;
+    zeros += sym == kSymbolZero ? 1 : 0;
+    writer.Put(sym);
+  }
+  writer.Finish();
+  if (escaped_quantized > 0) {
+    // Rare: escaped quantized elements are exact, so their errors leave the sums.
+    errors = LogErrors{};
+    for (uint64_t i = 0; i < n; ++i) {
+      if (symbols[i] > limit || index[i] == kNoIndex) continue;
+      const float x = E::ToFloat(LoadBits<E>(values.data(), i));
+      errors.Add(static_cast<double>(E::ToFloat(LoadBits<E>(recon.data(), i))) - x, x);
+    }
   }
   BuildExactList(std::span<const uint32_t>(s.exact_positions.data(), exact),
                  ByteSpan(s.exact_raw.data(), exact * width), &s.exact_list);
 
   // 5. Stream.
-  const uint64_t packed_bytes = PackedLogBytes(n, best_bits);
-  EnsureSize(&s.packed, packed_bytes);
-  std::fill(s.packed.begin(), s.packed.begin() + packed_bytes, std::byte{0});
-  PackSymbols(symbols, best_bits, s.packed.data());
   StreamHeader h;
   h.version = kStreamVersionLog;
   h.mode = StreamMode::kLog;
   h.type = type;
   h.bits = static_cast<uint8_t>(best_bits);
-  h.flags = base.empty() ? 0 : kFlagDelta;
+  h.flags = delta ? kFlagDelta : 0;
   h.num_levels = grid.per_octave();
   h.element_count = n;
   h.exact_count = exact;
@@ -266,38 +335,41 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
 
   chunk.stats.mode = static_cast<uint8_t>(StreamMode::kLog);
   chunk.stats.bits = h.bits;
-  chunk.stats.quantized = quantized;
+  chunk.stats.quantized = errors.quantized;
   chunk.stats.exact = exact + zeros;
-  chunk.stats.max_abs = max_abs;
-  chunk.stats.max_rel = achieved_rel;
-  chunk.stats.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
-  chunk.stats.err2_sum = err2;
+  chunk.stats.max_abs = errors.max_abs;
+  chunk.stats.max_rel = errors.achieved_rel;
+  chunk.stats.rel_l2 = ref2 > 0 ? std::sqrt(errors.err2 / ref2) : 0.0;
+  chunk.stats.err2_sum = errors.err2;
   chunk.stats.ref2_sum = ref2;
   return std::optional<EncodedChunk>(std::move(chunk));
 }
 
+// `packed` has kPackedSlack readable bytes past its end.
 template <typename E>
 Status DecodeTyped(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, ByteSpan packed, ByteSpan base,
                    MutableByteSpan out) {
   using Bits = typename E::Bits;
   const uint64_t n = out.size() / sizeof(Bits);
-  SymbolReader reader(packed, bits);
+  const uint32_t mask = (1u << bits) - 1;
+  const std::byte* p = packed.data();
   if (base.empty() && bits <= kMaxTableBits && (uint64_t{1} << bits) <= n) {
     // A key frame predicts every element from the origin, so a symbol alone
     // names the element: decode through a table of all 2^bits of them.
     std::vector<Bits> table(size_t{1} << bits);
     for (uint32_t sym = 0; sym < table.size(); ++sym)
       table[sym] = sym == kSymbolZero ? Bits{0} : GridElement<E>(grid, origin + (sym == 0 ? 0 : Unzigzag(sym - 1)));
-    for (uint64_t i = 0; i < n; ++i) StoreBits<E>(out.data(), i, table[reader.Next()]);
+    for (uint64_t i = 0; i < n; ++i) StoreBits<E>(out.data(), i, table[SymbolAt(p, i, bits, mask)]);
     return Status::Ok();
   }
   for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t sym = reader.Next();
+    const uint32_t sym = SymbolAt(p, i, bits, mask);
     if (sym == kSymbolZero) {
       StoreBits<E>(out.data(), i, Bits{0});
       continue;
     }
-    const int64_t q = Predict<E>(grid, base, i, origin, shift) + (sym == 0 ? 0 : Unzigzag(sym - 1));
+    const int64_t predicted = base.empty() ? origin : Predict(BaseIndex<E>(grid, LoadBits<E>(base.data(), i)), origin, shift);
+    const int64_t q = predicted + (sym == 0 ? 0 : Unzigzag(sym - 1));
     StoreBits<E>(out.data(), i, GridElement<E>(grid, q));
   }
   return Status::Ok();
@@ -320,11 +392,14 @@ Result<LogGrid> LogGrid::FromRatio(double ratio) {
   }
   g.per_octave_ = static_cast<uint32_t>(g.mantissa_.size());
   g.inv_per_octave_ = 1.0 / static_cast<double>(g.per_octave_);
+  const int64_t k = g.per_octave_;
+  g.fast_offset_ = ((int64_t{1} << 30) + k - 1) / k * k;
   for (double m : g.mantissa_) g.mantissa_f32_bits_.push_back(std::bit_cast<uint32_t>(static_cast<float>(m)));
   g.mantissa_.push_back(2.0);
   uint32_t log2_buckets = 1;
   while ((1u << log2_buckets) < 2 * g.per_octave_) ++log2_buckets;
   g.bucket_shift_ = 52 - log2_buckets;
+  g.float_bucket_shift_ = 23 - log2_buckets;  // log2_buckets <= 17 (K <= 2^16)
   g.bucket_level_.resize(size_t{1} << log2_buckets);
   uint32_t j = 0;
   for (size_t b = 0; b < g.bucket_level_.size(); ++b) {
@@ -389,8 +464,9 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
     return Status::Corruption("lossy log chunk: levels per octave, want=" + std::to_string(grid->per_octave()) +
                               " have=" + std::to_string(h.num_levels));
   const uint64_t packed_bytes = PackedLogBytes(h.element_count, h.bits);
-  EnsureSize(&s.packed, packed_bytes);
+  EnsureSize(&s.packed, packed_bytes + kPackedSlack);
   RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.packed.data(), packed_bytes, "log symbols"));
+  std::fill_n(s.packed.begin() + static_cast<ptrdiff_t>(packed_bytes), kPackedSlack, std::byte{0});
   ByteSpan packed(s.packed.data(), packed_bytes);
   switch (type) {
     case ElementType::kF32: RETURN_IF_ERROR(DecodeTyped<F32Elem>(*grid, h.bits, origin, shift, packed, base, out)); break;

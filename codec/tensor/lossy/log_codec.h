@@ -44,6 +44,17 @@ class LogGrid {
   int64_t Index(double x) const;
   // The grid point of index q (0 or +Inf far outside the double range).
   double Value(int64_t q) const;
+  // Index(x) and FloatValue(Index(x)) at once, computed from the float's
+  // bits without a detour through q / K for a normal x (the encoder's and
+  // the delta decoder's per-element path). Equal to the two calls.
+  // REQUIRES: x finite and > 0.
+  struct Point {
+    int64_t q;
+    float value;
+  };
+  [[gnu::always_inline]] Point Locate(float x) const;
+  // Index(x) alone by the same path. REQUIRES: x finite and > 0.
+  [[gnu::always_inline]] int64_t FloatIndex(float x) const { return Locate(x).q; }
   // Exactly static_cast<float>(Value(q)), without a division or ldexp when
   // the result is a normal float: scaling by 2^e commutes with rounding to
   // float there, so it is the float of the level's mantissa with e added to
@@ -60,16 +71,53 @@ class LogGrid {
   std::vector<uint32_t> bucket_level_;
   std::vector<uint32_t> mantissa_f32_bits_;  // bits of (float) m_j, j < K (exponent field 127, or 128 for 2.0f)
   double inv_per_octave_ = 1.0;              // 1 / K, for an estimate of floor(q / K) that is then corrected
+  int64_t fast_offset_ = int64_t{1} << 30;   // the least multiple of K >= 2^30 (keeps FloatValue's q positive)
   uint32_t bucket_shift_ = 52;  // 52 - log2(B): mantissa bits >> shift = bucket
+  // The same for a binary32 fraction (23 bits): B <= 2^17, so >= 6.
+  uint32_t float_bucket_shift_ = 23;
 };
+
+[[gnu::always_inline]] inline LogGrid::Point LogGrid::Locate(float x) const {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t field = bits >> 23;  // x > 0: the sign bit is clear
+  if (field == 0) {  // subnormal: the general path
+    const int64_t q = Index(x);
+    return {q, FloatValue(q)};
+  }
+  // x = m * 2^e exactly, m in [1, 2) (m as a double: the fraction widened).
+  const int64_t e = static_cast<int64_t>(field) - 127;
+  const uint32_t fraction = bits & 0x7FFFFFu;
+  const double m = std::bit_cast<double>((uint64_t{fraction} << 29) | (uint64_t{1023} << 52));
+  uint32_t j = bucket_level_[fraction >> float_bucket_shift_];
+  // A bucket holds at most one level boundary: one branch-free step (the
+  // loop never runs; mantissa_[K] = 2 > m ends it at K - 1).
+  j += mantissa_[j + 1] <= m ? 1 : 0;
+  while (mantissa_[j + 1] <= m) ++j;
+  const bool up = mantissa_[j + 1] - m < m - mantissa_[j];
+  const int64_t k = per_octave_;
+  const int64_t q = e * k + j + (up ? 1 : 0);
+  // The level's own (octave, level) pair: one up from the last level is the
+  // next octave's first. A normal result is the level's float bits with e
+  // added to the exponent field (as in FloatValue).
+  int64_t level_e = e;
+  uint32_t level_j = j + (up ? 1 : 0);
+  if (level_j == per_octave_) level_j = 0, ++level_e;
+  if (level_e >= -126 && level_e <= 126) {
+    const int32_t f = static_cast<int32_t>(mantissa_f32_bits_[level_j]) + static_cast<int32_t>(level_e) * (1 << 23);
+    return {q, std::bit_cast<float>(static_cast<uint32_t>(f))};
+  }
+  return {q, FloatValue(q)};
+}
 
 inline float LogGrid::FloatValue(int64_t q) const {
   constexpr int64_t kFastRange = int64_t{1} << 30;  // q * (1/K) is then within far less than 1 of q / K
   if (q > -kFastRange && q < kFastRange) {
     const int64_t k = per_octave_;
-    // Truncation is within one of floor(q / K); the loops correct it
-    // (std::floor would be a libm call on the baseline instruction set).
-    int64_t e = static_cast<int64_t>(static_cast<double>(q) * inv_per_octave_);
+    // Truncation of the positive q + offset (a multiple of K) is within one
+    // of floor, and almost always equal; the loops correct it (std::floor
+    // would be a libm call on the baseline instruction set).
+    const int64_t shifted = q + fast_offset_;
+    int64_t e = static_cast<int64_t>(static_cast<double>(shifted) * inv_per_octave_) - fast_offset_ / k;
     int64_t j = q - e * k;
     while (j < 0) --e, j += k;
     while (j >= k) ++e, j -= k;

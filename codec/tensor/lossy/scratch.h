@@ -34,7 +34,8 @@ struct Scratch::Buffers {
   std::vector<std::byte> exact_raw;
   std::vector<std::byte> exact_list;
   std::vector<std::byte> planes;
-  std::vector<int64_t> log_index;     // log mode: each element's grid index
+  std::vector<int32_t> log_index;       // log mode: each element's grid index
+  std::vector<int32_t> log_base_index;  // log mode: each base element's grid index
   std::vector<uint32_t> log_symbols;  // log mode: one symbol per element before packing
   std::vector<std::byte> zstd_main;  // compressed frames before they are assembled
   std::vector<std::byte> zstd_exact;

@@ -51,6 +51,11 @@ ChunkProfile Profile(std::span<const uint32_t> counts) {
     p.non_finite += uint64_t{counts[k]} + counts[k + kMagnitudeBins];
   p.prune_error[0] = 0.0;
   for (uint32_t k = 0; k < kFiniteKeys; ++k) {
+    // An empty bin adds exactly 0 (most of the 8 k keys are empty).
+    if (p.magnitude[k] == 0) {
+      p.prune_error[k + 1] = p.prune_error[k];
+      continue;
+    }
     BinGeometry g = Geometry(k);
     double second_moment = g.mid * g.mid + g.width * g.width / 12.0;
     p.prune_error[k + 1] = p.prune_error[k] + static_cast<double>(p.magnitude[k]) * second_moment;
@@ -61,29 +66,74 @@ ChunkProfile Profile(std::span<const uint32_t> counts) {
 }
 
 // Smallest key whose tail holds at most `fraction` of the finite elements.
+// (tail never grows with the key and tail[kFiniteKeys] = 0: a binary search.)
 uint32_t ExactKey(const ChunkProfile& p, double fraction) {
   uint64_t allowed = static_cast<uint64_t>(fraction * static_cast<double>(p.tail[0]));
-  uint32_t key = kFiniteKeys;
-  while (key > 0 && p.tail[key - 1] <= allowed) --key;
-  return key;
+  auto first = std::partition_point(p.tail.begin(), p.tail.end(), [&](uint64_t t) { return t > allowed; });
+  return static_cast<uint32_t>(first - p.tail.begin());
+}
+
+// The smallest key in [0, kFiniteKeys) for which pred is false, or
+// kFiniteKeys; pred must be true on a prefix of the keys.
+template <typename Pred>
+uint32_t FirstKeyFailing(Pred pred) {
+  uint32_t lo = 0, hi = kFiniteKeys;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (pred(mid)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 // Largest key <= exact_key whose pruning error fits `budget` and whose pruned
 // magnitudes stay below max_abs. Always at least 1 (bin 0 holds exact zeros
 // and values below 2^-130) when that bin is small enough.
+// Each condition, once false, stays false for larger keys (prune_error never
+// falls, bin edges rise), so the first key failing one is found by binary
+// searches instead of a walk through thousands of empty bins.
 uint32_t PruneKey(const ChunkProfile& p, uint32_t exact_key, double budget, double max_abs) {
-  uint32_t key = 0;
-  while (key < exact_key && (p.prune_error[key + 1] <= budget || key == 0) && Geometry(key).hi <= max_abs) ++key;
-  return key;
+  const uint32_t error_fails =
+      FirstKeyFailing([&](uint32_t key) { return key == 0 || p.prune_error[key + 1] <= budget; });
+  const uint32_t abs_fails = FirstKeyFailing([&](uint32_t key) { return Geometry(key).hi <= max_abs; });
+  return std::min({exact_key, error_fails, abs_fails});
 }
 
-std::vector<WeightedPoint> Points(std::span<const uint32_t> counts, uint32_t prune_key, uint32_t exact_key) {
+// SeedMass of the chunk's bins (a cube root each), computed on first use:
+// the candidates share most bins. Covers the keys from the smallest to the
+// largest nonempty one.
+class SeedCache {
+ public:
+  explicit SeedCache(const ChunkProfile& p) {
+    while (first_ < kFiniteKeys && p.magnitude[first_] == 0) ++first_;
+    uint32_t end = kFiniteKeys;
+    while (end > first_ && p.magnitude[end - 1] == 0) --end;
+    keys_ = end - first_;
+    mass_.assign(2 * size_t{keys_}, std::numeric_limits<double>::quiet_NaN());  // NaN = not yet
+  }
+  // REQUIRES: the bin of (key, negative) is nonempty.
+  double Get(uint32_t key, bool negative, const WeightedPoint& point) {
+    double& m = mass_[key - first_ + (negative ? keys_ : 0)];
+    if (std::isnan(m)) m = SeedMass(point);
+    return m;
+  }
+
+ private:
+  uint32_t first_ = 0, keys_ = 0;
+  std::vector<double> mass_;
+};
+
+// The points of the bins between the thresholds, and their seed masses.
+std::vector<WeightedPoint> Points(std::span<const uint32_t> counts, uint32_t prune_key, uint32_t exact_key,
+                                  SeedCache& seeds, std::vector<double>* seed_mass) {
   std::vector<WeightedPoint> points;
+  seed_mass->clear();
   auto add = [&](uint32_t key, bool negative) {
     uint32_t c = counts[key + (negative ? kMagnitudeBins : 0)];
     if (c == 0) return;
     BinGeometry g = Geometry(key);
     points.push_back({negative ? -g.mid : g.mid, static_cast<double>(c), g.width * g.width / 12.0, g.width * 0.5});
+    seed_mass->push_back(seeds.Get(key, negative, points.back()));
   };
   for (uint32_t k = exact_key; k-- > prune_key;) add(k, true);
   for (uint32_t k = prune_key; k < exact_key; ++k) add(k, false);
@@ -126,6 +176,8 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
   ChunkProfile profile = Profile(counts);
   const double dn = static_cast<double>(n);
   std::optional<SearchResult> best;
+  SeedCache seeds(profile);
+  std::vector<double> seed_mass;
   uint32_t last_exact_key = UINT32_MAX;
   for (double fraction : kOutlierFractions) {
     uint32_t exact_key = ExactKey(profile, fraction);
@@ -140,7 +192,7 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
       double prune_err = profile.prune_error[prune_key];
       double prune_max = prune_key == 0 ? 0.0 : Geometry(prune_key - 1).hi;
       if (prune_err > target.max_error_sq || prune_max > target.max_abs) continue;
-      std::vector<WeightedPoint> points = Points(counts, prune_key, exact_key);
+      std::vector<WeightedPoint> points = Points(counts, prune_key, exact_key, seeds, &seed_mass);
       double quantized = 0.0;
       for (const WeightedPoint& pt : points) quantized += pt.weight;
 
@@ -153,14 +205,14 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
       if (points.empty()) {
         bits = 1;
       } else {
-        Codebook widest = FitCodebook(points, (1u << kMaxBits) - 1, kLloydIterations);
+        Codebook widest = FitCodebook(points, seed_mass, (1u << kMaxBits) - 1, kLloydIterations);
         if (!fits(widest)) continue;
         chosen = std::move(widest);
         bits = kMaxBits;
         uint32_t lo = 1, hi = kMaxBits;  // hi fits
         while (lo < hi) {
           uint32_t mid = (lo + hi) / 2;
-          Codebook book = FitCodebook(points, (1u << mid) - 1, kLloydIterations);
+          Codebook book = FitCodebook(points, seed_mass, (1u << mid) - 1, kLloydIterations);
           if (fits(book)) {
             hi = mid;
             chosen = std::move(book);

@@ -235,6 +235,82 @@ TEST(LossyLog, CorruptLogStreamsAreRejected) {
   EXPECT_TRUE(decode(c->bytes).ok());
 }
 
+TEST(LossyLog, LocateIsIndexAndFloatValue) {
+  // The encoder's path from a float's bits must equal the general Index
+  // (binary64, via the bucket table) and FloatValue: every exponent field
+  // (subnormals included), random mantissas, and the floats next to each
+  // level and each midpoint between levels.
+  std::mt19937_64 rng(11);
+  for (double ratio : {LogGrid::RatioFor(1e-4), LogGrid::RatioFor(1e-2), LogGrid::RatioFor(0.3), 2.0}) {
+    Result<LogGrid> grid = LogGrid::FromRatio(ratio);
+    ASSERT_TRUE(grid.ok());
+    auto check = [&](float x) {
+      if (!(x > 0) || !std::isfinite(x)) return;
+      const LogGrid::Point p = grid->Locate(x);
+      ASSERT_EQ(p.q, grid->Index(x)) << ratio << " " << x;
+      ASSERT_EQ(std::bit_cast<uint32_t>(p.value), std::bit_cast<uint32_t>(grid->FloatValue(p.q))) << ratio << " " << x;
+      ASSERT_EQ(grid->FloatIndex(x), p.q);
+    };
+    for (uint32_t field = 0; field < 255; ++field)
+      for (int r = 0; r < 64; ++r) check(std::bit_cast<float>((field << 23) | static_cast<uint32_t>(rng() & 0x7FFFFF)));
+    for (int64_t j = 0; j <= static_cast<int64_t>(grid->per_octave()); ++j) {
+      const double level = grid->Value(j), next = grid->Value(j + 1);
+      for (double anchor : {level, (level + next) * 0.5}) {
+        const float f = static_cast<float>(anchor);
+        for (float x : {f, std::nextafter(f, 0.0f), std::nextafter(f, 4.0f)})
+          for (int e : {-140, -100, 0, 60, 126}) check(std::ldexp(x, e));
+      }
+    }
+  }
+}
+
+TEST(LossyLog, EscapedElementsLeaveTheErrorSums) {
+  // A delta frame whose base predicts every element but a rare few, which
+  // it misses by about 100 octaves: their symbols are far wider than the
+  // rest, so they are escaped (stored exactly), and the error sums cover
+  // only the elements that were quantized.
+  const size_t n = 1 << 14;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> uni(1.0f, 2.0f);
+  std::vector<float> v(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = uni(rng);
+    b[i] = i % 1000 == 7 ? 1e-30f * v[i] : v[i];
+  }
+  // (Not bf16: its rounding of a grid point alone can exceed 1e-2, and such
+  // elements are exact too.)
+  for (ElementType type : {ElementType::kF32, ElementType::kF16}) {
+    Scratch scratch;
+    const std::vector<std::byte> values = testing::ToElements(type, v), base = testing::ToElements(type, b);
+    Result<EncodedChunk> chunk = EncodeChunk(type, values, base, Budget{0, 0, 1e-2}, &scratch);
+    ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+    ASSERT_EQ(chunk->stats.mode, static_cast<uint8_t>(StreamMode::kLog));
+    EXPECT_LT(chunk->stats.bits, 8) << "the far elements must be escaped, not widen every symbol";
+    // Exact elements add 0 to the sums: summing every element in order must
+    // give the encoder's sums bit for bit.
+    double err2 = 0, max_abs = 0;
+    uint64_t far = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float x = testing::ElementAt(type, values, i), y = testing::ElementAt(type, chunk->reconstruction, i);
+      const double e = static_cast<double>(y) - x;
+      if (i % 1000 == 7) {
+        EXPECT_EQ(e, 0.0) << "escaped element " << i << " is exact";
+        ++far;
+      }
+      err2 += e * e;
+      max_abs = std::max(max_abs, std::fabs(e));
+    }
+    EXPECT_GT(err2, 0.0);
+    EXPECT_EQ(chunk->stats.exact, far);
+    EXPECT_EQ(chunk->stats.quantized, n - far);
+    EXPECT_EQ(chunk->stats.err2_sum, err2);
+    EXPECT_EQ(chunk->stats.max_abs, max_abs);
+    std::vector<std::byte> out(values.size());
+    ASSERT_TRUE(DecodeChunk(type, chunk->bytes, base, out, &scratch).ok());
+    EXPECT_EQ(out, chunk->reconstruction);
+  }
+}
+
 TEST(LossyLog, MaxRelIsUsedAlone) {
   Scratch scratch;
   std::vector<std::byte> values = testing::ToElements(ElementType::kF32, SecondMoment(64, 3));
