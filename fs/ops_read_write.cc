@@ -40,8 +40,10 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fu
     // Queued before this read decodes its own chunks, so that the next
     // ones are decoded beside it.
     const uint64_t start = static_cast<uint64_t>(off);
-    if (read_ahead_ && content->blob() && start < content->size() && size > 0)
-      read_ahead_->OnRead(handle->read_stream, content->blob(), start, std::min<uint64_t>(size, content->size() - start));
+    if (read_ahead_ && content->blob() && start < content->size() && size > 0) {
+      const uint64_t length = std::min<uint64_t>(size, content->size() - start);
+      read_ahead_->OnRead(handle->read_stream, content->blob(), start, length);
+    }
     return ReplyFromContent(req, inode, *content, start, size);
   }
   // libfuse reads (or splices) the staging file itself; a short read at

@@ -34,7 +34,6 @@ void ReadAhead::RestartLocked(Stream& stream, uint32_t first) {
   stream.cancelled = std::make_shared<std::atomic<bool>>(false);
   stream.seen = false;
   stream.queued_until = 0;
-  stream.segment_changes = 0;
   stream.run_first = first;
   stream.dropped_until = first;
 }
@@ -60,22 +59,18 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
                             first <= static_cast<uint64_t>(stream.last_chunk) + 1;
     if (!sequential) RestartLocked(stream, first);
     const bool was_seen = stream.seen;
-    // Segment boundaries between the chunks this read adds to the run.
-    for (uint32_t k = was_seen ? stream.last_chunk : first; k < last; ++k)
-      stream.segment_changes += chunks[k].segment != chunks[k + 1].segment;
     stream.last_chunk = was_seen ? std::max(stream.last_chunk, last) : last;
     stream.seen = true;
     for (; stream.dropped_until + kDropLag < stream.last_chunk; ++stream.dropped_until)
       drop.push_back(stream.dropped_until);
     const int32_t segment = chunks[stream.last_chunk].segment;
-    const bool cross_segments = stream.segment_changes >= 2;
     // Only the second sequential read starts decoding ahead: a single read
     // (a header, a zip directory) is no stream.
     uint32_t c = std::max(stream.queued_until, stream.last_chunk + 1);
     uint64_t ahead = 0;
     for (uint32_t k = stream.last_chunk + 1; k < c && k < chunks.size(); ++k) ahead += chunks[k].logical_length;
     for (; was_seen && c < chunks.size() && ahead < window_bytes_; ++c) {
-      if (!cross_segments && chunks[c].segment != segment) break;
+      if (chunks[c].segment != segment) break;
       ahead += chunks[c].logical_length;
       fresh.push_back(Job{blob, c, stream.cancelled});
     }
