@@ -122,7 +122,10 @@ void Filesystem::StartWorkers() {
 }
 
 void Filesystem::StopWorkers() {
-  read_ahead_.reset();
+  if (read_ahead_) {
+    log_->Info("decode ahead: {} chunks decoded ahead of readers", read_ahead_->decodes_started());
+    read_ahead_.reset();
+  }
   if (queue_) {
     queue_->Drain();
     queue_.reset();

@@ -35,6 +35,7 @@ void ReadAhead::RestartLocked(Stream& stream, uint32_t first) {
   stream.seen = false;
   stream.queued_until = 0;
   stream.run_first = first;
+  stream.run_tensor_segment = -1;
   stream.dropped_until = first;
 }
 
@@ -59,11 +60,17 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
                             first <= static_cast<uint64_t>(stream.last_chunk) + 1;
     if (!sequential) RestartLocked(stream, first);
     const bool was_seen = stream.seen;
+    const std::vector<SegmentInfo>& segments = blob->segments();
+    for (uint32_t k = first; k <= last && stream.run_tensor_segment < 0; ++k) {
+      const int32_t s = chunks[k].segment;
+      if (s >= 0 && static_cast<size_t>(s) < segments.size() && segments[s].tensor >= 0) stream.run_tensor_segment = s;
+    }
     stream.last_chunk = was_seen ? std::max(stream.last_chunk, last) : last;
     stream.seen = true;
     for (; stream.dropped_until + kDropLag < stream.last_chunk; ++stream.dropped_until)
       drop.push_back(stream.dropped_until);
-    const int32_t segment = chunks[stream.last_chunk].segment;
+    const int32_t segment =
+        stream.run_tensor_segment >= 0 ? stream.run_tensor_segment : chunks[stream.last_chunk].segment;
     // Only the second sequential read starts decoding ahead: a single read
     // (a header, a zip directory) is no stream.
     uint32_t c = std::max(stream.queued_until, stream.last_chunk + 1);
