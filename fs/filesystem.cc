@@ -95,6 +95,7 @@ FileHandle* Filesystem::NewHandle(std::shared_ptr<Inode> inode, bool writable) {
 }
 
 void Filesystem::DeleteHandle(FileHandle* handle) {
+  if (read_ahead_) read_ahead_->Close(handle->read_stream);
   {
     std::lock_guard<std::mutex> lock(handles_mu_);
     handles_.erase(handle);
@@ -113,10 +114,18 @@ void Filesystem::StartWorkers() {
                SplitMemory(options_).cache_mib);
   }
   queue_ = std::make_unique<EncodeQueue>(workers);
+  // The window lives in the chunk cache: a quarter of it at most, so the
+  // chunks decoded ahead are not evicted by each other before they are read.
+  uint64_t window_mib = std::min(options_.decode_ahead_mib, SplitMemory(options_).cache_mib / 4);
+  read_ahead_ = std::make_unique<ReadAhead>(options_.threads, window_mib << 20);
   if (options_.gc_interval_seconds > 0) gc_thread_ = std::thread([this] { GcLoop(); });
 }
 
 void Filesystem::StopWorkers() {
+  if (read_ahead_) {
+    log_->Info("decode ahead: {} chunks decoded ahead of readers", read_ahead_->decodes_started());
+    read_ahead_.reset();
+  }
   if (queue_) {
     queue_->Drain();
     queue_.reset();

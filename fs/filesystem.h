@@ -25,6 +25,7 @@
 #include "fs/log.h"
 #include "fs/memory_budget.h"
 #include "fs/options.h"
+#include "fs/read_ahead.h"
 #include "fs/store.h"
 
 namespace ckptfs::fs {
@@ -46,6 +47,8 @@ struct FileHandle {
   // writer, and the (asynchronous) RELEASE that queues the commit is on its
   // way. Counted in Filesystem::closing_handles_ until then.
   std::atomic<bool> closing{false};
+  // Where this handle reads a committed blob (decoding ahead).
+  ReadAhead::Stream read_stream;
 };
 
 // An open directory (fuse_file_info::fh).
@@ -173,6 +176,8 @@ class Filesystem {
   InodeTable inodes_;
   fuse_session* session_ = nullptr;
   std::unique_ptr<EncodeQueue> queue_;
+  // Decodes ahead of sequential readers (null before StartWorkers).
+  std::unique_ptr<ReadAhead> read_ahead_;
   // mem=: encodes reserve their working set here before they start.
   MemoryBudget encode_budget_;
   // Writable handles closed by their process (FLUSH seen) whose RELEASE has

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <ctime>
@@ -35,7 +36,16 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fu
     log_->Error("read of inode {}: {}", ino, s.ToString());
     return (void)fuse_reply_err(req, ToErrno(s));
   }
-  if (!staging) return ReplyFromContent(req, inode, *content, static_cast<uint64_t>(off), size);
+  if (!staging) {
+    // Queued before this read decodes its own chunks, so that the next
+    // ones are decoded beside it.
+    const uint64_t start = static_cast<uint64_t>(off);
+    if (read_ahead_ && content->blob() && start < content->size() && size > 0) {
+      const uint64_t length = std::min<uint64_t>(size, content->size() - start);
+      read_ahead_->OnRead(handle->read_stream, content->blob(), start, length);
+    }
+    return ReplyFromContent(req, inode, *content, start, size);
+  }
   // libfuse reads (or splices) the staging file itself; a short read at
   // the end of the file gives a short reply.
   fuse_bufvec data = FUSE_BUFVEC_INIT(size);

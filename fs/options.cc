@@ -60,6 +60,8 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     else if (key == "gc_interval")
       RETURN_IF_ERROR(ParseNumber<int64_t>(key, value, 0, INT64_MAX, &o->gc_interval_seconds));
     else if (key == "readahead") RETURN_IF_ERROR(ParseNumber<uint32_t>(key, value, 0, 1u << 20, &o->read_ahead_kb));
+    else if (key == "decode_ahead")
+      RETURN_IF_ERROR(ParseNumber<uint64_t>(key, value, 0, 1u << 20, &o->decode_ahead_mib));
     else if (key == "log") o->log_file = std::string(value);
     else if (key == "lossy") RETURN_IF_ERROR(ParseOnOff(key, value, &o->lossy));
     else if (key == "budget") {

@@ -108,7 +108,8 @@ void RegisterMountCommands(CLI::App& app, int* exit_code) {
   mount->add_flag("-f,--foreground", args->foreground, "Stay in the foreground");
   mount->add_option("-o", args->option_lists,
                     "Options: compress=on|off, threads=N, keyframe=N, cache=MiB, zstd=LEVEL, log=FILE, "
-                    "loglevel=debug|info|warn|error, gc_grace=S, gc_interval=S, readahead=KiB, crash_at=STEP, "
+                    "loglevel=debug|info|warn|error, gc_grace=S, gc_interval=S, readahead=KiB, decode_ahead=MiB, "
+                    "crash_at=STEP, "
                     "allow_other, default_permissions, ro, ...")
       ->allow_extra_args(false);
   mount->callback([args, exit_code] { *exit_code = RunMount(*args); });

@@ -9,9 +9,30 @@
 
 #include <new>
 
+#include "codec/common/hash_avx2.h"
+
 namespace ckptfs {
 
-uint64_t Checksum64(ByteSpan data) { return XXH3_64bits(data.data(), data.size()); }
+namespace {
+// Checksums of whole 4 MiB chunks are a good part of a cold read's CPU time;
+// the AVX2 build of XXH3 hashes about twice as fast as the baseline x86-64
+// (SSE2) one and gives the same values. Checked once per process.
+bool UseAvx2() {
+#if defined(__x86_64__) && !defined(__AVX2__)
+  static const bool have = __builtin_cpu_supports("avx2");
+  return have;
+#else
+  return false;  // not x86-64, or the baseline build already uses AVX2
+#endif
+}
+// Below this the vector width does not matter (XXH3's short-input paths).
+constexpr size_t kAvx2MinBytes = 1024;
+}  // namespace
+
+uint64_t Checksum64(ByteSpan data) {
+  if (data.size() >= kAvx2MinBytes && UseAvx2()) return hash_avx2::Xxh3_64(data.data(), data.size());
+  return XXH3_64bits(data.data(), data.size());
+}
 
 Checksum64Stream::Checksum64Stream() : state_(XXH3_createState()) {
   if (state_ == nullptr) throw std::bad_alloc();
@@ -38,7 +59,14 @@ ObjectId FromXxh128(XXH128_hash_t h) {
 }
 }  // namespace
 
-ObjectId ObjectId::Of(ByteSpan content) { return FromXxh128(XXH3_128bits(content.data(), content.size())); }
+ObjectId ObjectId::Of(ByteSpan content) {
+  if (content.size() >= kAvx2MinBytes && UseAvx2()) {
+    XXH128_hash_t h;
+    hash_avx2::Xxh3_128(content.data(), content.size(), &h.high64, &h.low64);
+    return FromXxh128(h);
+  }
+  return FromXxh128(XXH3_128bits(content.data(), content.size()));
+}
 
 ObjectIdStream::ObjectIdStream() : state_(XXH3_createState()) {
   if (state_ == nullptr) throw std::bad_alloc();

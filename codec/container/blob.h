@@ -24,6 +24,7 @@ namespace ckptfs {
 
 class BlobReader;
 class ChunkCache;
+class CodecScratchPool;
 
 // Chunk codecs. Stored in blobs: never renumber, only append.
 enum class ChunkCodec : uint8_t {
@@ -182,6 +183,16 @@ class BlobReader {
   // copying it (a FUSE read replies from it directly). Appends to `pieces`.
   // Without a chunk cache each piece owns a fresh decode.
   virtual Status ReadPieces(uint64_t offset, uint64_t length, std::vector<Piece>* pieces) const = 0;
+
+  // Decodes chunk `index` into the chunk cache unless it is cached or being
+  // decoded already (decoding ahead of a sequential reader). Nothing to do
+  // without a cache or id. Errors are those of a read of the chunk.
+  virtual Status Prefetch(uint32_t index) const = 0;
+  // A sequential reader is past chunk `index`: its decoded bytes leave the
+  // chunk cache now, and their memory is reused for the next chunk (instead
+  // of filling the cache with fresh memory that a stream never reads
+  // again). A later read of the chunk decodes it again.
+  virtual void DropCached(uint32_t index) const = 0;
 };
 
 // Decodes the whole file and checks the whole-file checksum.
@@ -205,6 +216,12 @@ class ChunkCache {
   // memory avoids page faults and zero-filling fresh pages, a large share
   // of a cold sequential read.
   std::shared_ptr<std::vector<std::byte>> AcquireBuffer(size_t size);
+  // Removes (blob, chunk) if cached; its buffer is kept for AcquireBuffer
+  // when nobody else holds it.
+  void Drop(const ObjectId& blob, uint32_t chunk);
+  // Working memory of the decodes that fill this cache, shared by all
+  // readers that use it.
+  CodecScratchPool& scratch_pool();
 
  private:
   struct Impl;

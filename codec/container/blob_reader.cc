@@ -12,6 +12,7 @@
 #include "codec/container/blob_format.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/chunk_codec.h"
+#include "codec/tensor/scratch_pool.h"
 
 namespace ckptfs {
 namespace {
@@ -25,7 +26,10 @@ class BlobReaderImpl final : public BlobReader {
         resolver_(resolver),
         cache_(cache),
         limits_(limits),
-        index_(std::move(index)) {}
+        index_(std::move(index)) {
+    if (cache_ == nullptr) own_scratch_ = std::make_unique<CodecScratchPool>();
+    scratch_ = cache_ != nullptr ? &cache_->scratch_pool() : own_scratch_.get();
+  }
 
   uint64_t logical_size() const override { return index_.header.logical_size; }
   uint64_t stored_size() const override { return blob_->Size(); }
@@ -42,19 +46,30 @@ class BlobReaderImpl final : public BlobReader {
   Status VerifyChunk(uint32_t index) const override {
     if (index >= index_.chunks.size())
       return Status::InvalidArgument(fmt::format("verify: chunk {} of {}", index, index_.chunks.size()));
-    CodecScratch& scratch = ThreadCodecScratch(0);
-    std::byte* buffer = scratch.decoded.Reserve(index_.chunks[index].logical_length);
+    CodecScratchPool::Lease scratch = scratch_->Acquire();
+    std::byte* buffer = scratch->decoded.Reserve(index_.chunks[index].logical_length);
     return DecodeChunk(index, MutableByteSpan(buffer, index_.chunks[index].logical_length), 0);
   }
 
   Status ReadPieces(uint64_t offset, uint64_t length, std::vector<Piece>* pieces) const override;
+
+  Status Prefetch(uint32_t index) const override {
+    if (index >= index_.chunks.size())
+      return Status::InvalidArgument(fmt::format("prefetch: chunk {} of {}", index, index_.chunks.size()));
+    if (cache_ == nullptr || !id_) return Status::Ok();
+    return CachedChunk(index, 0).status();
+  }
+
+  void DropCached(uint32_t index) const override {
+    if (cache_ != nullptr && id_ && index < index_.chunks.size()) cache_->Drop(*id_, index);
+  }
 
   // ReadAt at delta-chain level `depth` (0 for the caller's blob).
   Status ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth) const;
 
  private:
   // Decodes chunk `c` into `out` (exactly its logical length), checking
-  // both checksums. Uses the scratch of level `depth`.
+  // both checksums. `depth` is its level in the delta chain.
   Status DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const;
   // Reads the base version's bytes a delta chunk XORs against.
   Status ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth) const;
@@ -81,6 +96,11 @@ class BlobReaderImpl final : public BlobReader {
   ChunkCache* cache_;
   DecodeLimits limits_;
   BlobIndex index_;
+  // Decode scratch: the cache's pool, shared by every reader of the store
+  // (else this reader's own). Each decode leases one; a delta chunk's base
+  // read leases another for the next level.
+  std::unique_ptr<CodecScratchPool> own_scratch_;
+  CodecScratchPool* scratch_ = nullptr;
   mutable std::mutex base_mu_;  // guards base_reader_
   mutable std::shared_ptr<const BlobReader> base_reader_;
   // Lock order: inflight_mu_ before InFlight::mu; neither is held while
@@ -173,7 +193,8 @@ Status BlobReaderImpl::ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth)
 
 Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const {
   const ChunkInfo& chunk = index_.chunks[c];
-  CodecScratch& scratch = ThreadCodecScratch(depth);
+  CodecScratchPool::Lease lease = scratch_->Acquire();
+  CodecScratch& scratch = *lease;
   ByteSpan stored;
   if (ByteSpan whole = blob_->Contiguous(); !whole.empty() || blob_->Size() == 0) {
     stored = whole.subspan(chunk.stored_offset, chunk.stored_length);
@@ -193,8 +214,8 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   const bool lossy_delta = chunk.codec == ChunkCodec::kLossy && !index_.params[c].empty() &&
                            (static_cast<uint8_t>(index_.params[c][1]) & LossyChunkParams::kFlagDelta) != 0;
   if (chunk.codec == ChunkCodec::kBytePlaneXorZstd || lossy_delta) {
-    // The base bytes get their own buffer: the base read below uses the
-    // scratch of the next level, never this one.
+    // The base bytes get their own buffer: the base read below leases its
+    // own scratch, never this one.
     std::byte* base = scratch.base.Reserve(out.size());
     RETURN_IF_ERROR(ReadBase(c, MutableByteSpan(base, out.size()), depth));
     ctx.base = ByteSpan(base, out.size());
@@ -263,7 +284,8 @@ Status BlobReaderImpl::ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_
     } else if (n == chunk.logical_length) {
       RETURN_IF_ERROR(DecodeChunk(c, target, depth));  // the whole chunk: straight into `out`
     } else {
-      std::byte* buffer = ThreadCodecScratch(depth).decoded.Reserve(chunk.logical_length);
+      CodecScratchPool::Lease scratch = scratch_->Acquire();
+      std::byte* buffer = scratch->decoded.Reserve(chunk.logical_length);
       RETURN_IF_ERROR(DecodeChunk(c, MutableByteSpan(buffer, chunk.logical_length), depth));
       std::memcpy(target.data(), buffer + from, n);
     }

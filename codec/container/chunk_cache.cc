@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "codec/container/blob.h"
+#include "codec/tensor/scratch_pool.h"
 
 namespace ckptfs {
 
@@ -25,6 +26,9 @@ struct ChunkCache::Impl {
     std::shared_ptr<const std::vector<std::byte>> data;
   };
   uint64_t capacity = 0;
+  // Enough idle scratches for a few reads in parallel, each following a
+  // delta chain a few levels deep (one scratch per level).
+  CodecScratchPool scratch{12};
   mutable std::mutex mu;  // guards everything below
   uint64_t bytes = 0;
   std::list<Entry> lru;  // front = most recently used
@@ -34,18 +38,20 @@ struct ChunkCache::Impl {
   // count: a few cover the decodes in flight of a sequential reader.
   std::vector<std::shared_ptr<std::vector<std::byte>>> spare;
 
+  // Unlinks `it` from the map and the list, keeping its buffer as a spare
+  // when that is possible.
+  void Remove(std::list<Entry>::iterator it) {
+    bytes -= it->data->size();
+    map.erase(it->key);
+    // use_count() == 1: no reader holds it, and none can get it now that
+    // it left the map. Every cached buffer was created non-const, so the
+    // const_pointer_cast is sound.
+    if (it->data.use_count() == 1 && spare.size() < kMaxSpareBuffers)
+      spare.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(it->data)));
+    lru.erase(it);
+  }
   void EvictToFit() {
-    while (bytes > capacity && !lru.empty()) {
-      Entry& victim = lru.back();
-      bytes -= victim.data->size();
-      map.erase(victim.key);
-      // use_count() == 1: no reader holds it, and none can get it now that
-      // it left the map. Every cached buffer was created non-const, so the
-      // const_pointer_cast is sound.
-      if (victim.data.use_count() == 1 && spare.size() < kMaxSpareBuffers)
-        spare.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(victim.data)));
-      lru.pop_back();
-    }
+    while (bytes > capacity && !lru.empty()) Remove(std::prev(lru.end()));
   }
   static constexpr size_t kMaxSpareBuffers = 8;
 };
@@ -95,6 +101,14 @@ std::shared_ptr<std::vector<std::byte>> ChunkCache::AcquireBuffer(size_t size) {
   buffer->resize(size);
   return buffer;
 }
+
+void ChunkCache::Drop(const ObjectId& blob, uint32_t chunk) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->map.find(CacheKey{blob, chunk});
+  if (it != impl_->map.end()) impl_->Remove(it->second);
+}
+
+CodecScratchPool& ChunkCache::scratch_pool() { return impl_->scratch; }
 
 uint64_t ChunkCache::size_bytes() const {
   std::lock_guard lock(impl_->mu);

@@ -4,7 +4,6 @@
 
 #include <memory>
 #include <new>
-#include <vector>
 
 #include "codec/tensor/lossy/lossy.h"
 
@@ -26,14 +25,6 @@ lossy::Scratch& CodecScratch::lossy() {
 CodecScratch::~CodecScratch() {
   ZSTD_freeCCtx(cctx_);
   ZSTD_freeDCtx(dctx_);
-}
-
-CodecScratch& ThreadCodecScratch(uint32_t depth) {
-  // Per-thread by design: readers are called from threads we do not own.
-  thread_local std::vector<std::unique_ptr<CodecScratch>> levels;
-  if (depth >= levels.size()) levels.resize(depth + 1);
-  if (!levels[depth]) levels[depth] = std::make_unique<CodecScratch>();
-  return *levels[depth];
 }
 
 }  // namespace ckptfs

@@ -40,7 +40,8 @@ class ScratchBuffer {
 };
 
 // Per-thread codec state: zstd contexts and plane buffers.
-// Thread safety: none; use one per thread (ThreadCodecScratch() for readers).
+// Thread safety: none; one user at a time (readers lease one from a
+// CodecScratchPool, scratch_pool.h).
 class CodecScratch {
  public:
   CodecScratch();
@@ -67,11 +68,5 @@ class CodecScratch {
   ZSTD_DCtx_s* dctx_;
   std::unique_ptr<lossy::Scratch> lossy_;
 };
-
-// The calling thread's scratch for delta-chain level `depth`, created on
-// first use and freed at thread exit. Used by readers, whose calling threads
-// (FUSE workers) are not ours; a read that follows a delta chain uses one
-// scratch per level so that the levels never share a buffer.
-CodecScratch& ThreadCodecScratch(uint32_t depth);
 
 }  // namespace ckptfs

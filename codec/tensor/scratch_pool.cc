@@ -1,0 +1,30 @@
+#include "codec/tensor/scratch_pool.h"
+
+namespace ckptfs {
+
+CodecScratchPool::Lease CodecScratchPool::Acquire() {
+  std::unique_ptr<CodecScratch> scratch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_.empty()) {
+      scratch = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (!scratch) scratch = std::make_unique<CodecScratch>();
+  return Lease(this, std::move(scratch));
+}
+
+void CodecScratchPool::GiveBack(std::unique_ptr<CodecScratch> scratch) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_.size() < max_idle_) {
+      idle_.push_back(std::move(scratch));
+      return;
+    }
+  }
+  // Freed outside the lock (a scratch may hold many MiB).
+  scratch.reset();
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,55 @@
+// A shared free list of CodecScratch for readers. A decode leases one for
+// its duration and gives it back, so the scratch memory (already faulted
+// in) is reused by whichever thread decodes next, instead of every request
+// thread of the daemon growing its own buffers (fresh pages fault on first
+// touch: a large share of a cold read's time).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "codec/tensor/scratch.h"
+
+namespace ckptfs {
+
+// Thread safety: Acquire and the leases' destructors are thread-safe.
+class CodecScratchPool {
+ public:
+  // Keeps at most `max_idle` scratches between decodes (more may be lent
+  // out at once; the extra ones are freed when given back).
+  explicit CodecScratchPool(size_t max_idle = 4) : max_idle_(max_idle) {}
+  CodecScratchPool(const CodecScratchPool&) = delete;
+  CodecScratchPool& operator=(const CodecScratchPool&) = delete;
+
+  // A scratch lent until destruction. Moves only. The pool must outlive it.
+  class Lease {
+   public:
+    Lease(CodecScratchPool* pool, std::unique_ptr<CodecScratch> scratch)
+        : pool_(pool), scratch_(std::move(scratch)) {}
+    Lease(Lease&& o) noexcept = default;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease() {
+      if (scratch_) pool_->GiveBack(std::move(scratch_));
+    }
+    CodecScratch& operator*() const { return *scratch_; }
+    CodecScratch* operator->() const { return scratch_.get(); }
+
+   private:
+    CodecScratchPool* pool_;
+    std::unique_ptr<CodecScratch> scratch_;
+  };
+
+  // An idle scratch (the most recently used: its memory is the warmest),
+  // or a new one.
+  Lease Acquire();
+
+ private:
+  void GiveBack(std::unique_ptr<CodecScratch> scratch);
+
+  const size_t max_idle_;
+  std::mutex mu_;  // leaf lock; guards idle_
+  std::vector<std::unique_ptr<CodecScratch>> idle_;
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,119 @@
+#include "fs/read_ahead.h"
+
+#include <algorithm>
+
+namespace ckptfs::fs {
+namespace {
+
+// The chunk holding logical `offset`. REQUIRES: offset < logical size.
+uint32_t ChunkAt(const std::vector<ChunkInfo>& chunks, uint64_t offset) {
+  auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
+                             [](uint64_t off, const ChunkInfo& c) { return off < c.logical_offset; });
+  return static_cast<uint32_t>(it - chunks.begin()) - 1;
+}
+
+}  // namespace
+
+ReadAhead::ReadAhead(unsigned workers, uint64_t window_bytes) : window_bytes_(window_bytes) {
+  if (window_bytes_ == 0) return;
+  for (unsigned i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(); });
+}
+
+ReadAhead::~ReadAhead() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    jobs_.clear();
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ReadAhead::RestartLocked(Stream& stream, uint32_t first) {
+  stream.cancelled->store(true, std::memory_order_relaxed);
+  stream.cancelled = std::make_shared<std::atomic<bool>>(false);
+  stream.seen = false;
+  stream.queued_until = 0;
+  stream.run_first = first;
+  stream.run_tensor_segment = -1;
+  stream.dropped_until = first;
+}
+
+void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t offset,
+                       uint64_t length) {
+  const std::vector<ChunkInfo>& chunks = blob->chunks();
+  if (chunks.size() < 2) return;
+  const uint32_t first = ChunkAt(chunks, offset);
+  const uint32_t last = ChunkAt(chunks, offset + length - 1);
+  std::vector<Job> fresh;
+  std::vector<uint32_t> drop;
+  {
+    std::lock_guard<std::mutex> lock(stream.mu);
+    if (stream.blob != blob.get()) {
+      RestartLocked(stream, first);
+      stream.blob = blob.get();
+    }
+    // The kernel sends the reads of one stretch from several threads, and
+    // its read-ahead runs ahead of the reader's own reads: any read within
+    // the run so far, or just past it, continues the run.
+    const bool sequential = stream.seen && first >= stream.run_first &&
+                            first <= static_cast<uint64_t>(stream.last_chunk) + 1;
+    if (!sequential) RestartLocked(stream, first);
+    const bool was_seen = stream.seen;
+    const std::vector<SegmentInfo>& segments = blob->segments();
+    for (uint32_t k = first; k <= last && stream.run_tensor_segment < 0; ++k) {
+      const int32_t s = chunks[k].segment;
+      if (s >= 0 && static_cast<size_t>(s) < segments.size() && segments[s].tensor >= 0) stream.run_tensor_segment = s;
+    }
+    stream.last_chunk = was_seen ? std::max(stream.last_chunk, last) : last;
+    stream.seen = true;
+    for (; stream.dropped_until + kDropLag < stream.last_chunk; ++stream.dropped_until)
+      drop.push_back(stream.dropped_until);
+    const int32_t segment =
+        stream.run_tensor_segment >= 0 ? stream.run_tensor_segment : chunks[stream.last_chunk].segment;
+    // Only the second sequential read starts decoding ahead: a single read
+    // (a header, a zip directory) is no stream.
+    uint32_t c = std::max(stream.queued_until, stream.last_chunk + 1);
+    uint64_t ahead = 0;
+    for (uint32_t k = stream.last_chunk + 1; k < c && k < chunks.size(); ++k) ahead += chunks[k].logical_length;
+    for (; was_seen && c < chunks.size() && ahead < window_bytes_; ++c) {
+      if (chunks[c].segment != segment) break;
+      ahead += chunks[c].logical_length;
+      fresh.push_back(Job{blob, c, stream.cancelled});
+    }
+    stream.queued_until = std::max(stream.queued_until, c);
+  }
+  for (uint32_t k : drop) blob->DropCached(k);
+  if (fresh.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    for (Job& j : fresh) jobs_.push_back(std::move(j));
+  }
+  cv_.notify_all();
+}
+
+void ReadAhead::Close(Stream& stream) {
+  std::lock_guard<std::mutex> lock(stream.mu);
+  stream.cancelled->store(true, std::memory_order_relaxed);
+}
+
+void ReadAhead::Work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+    if (stop_) return;
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    if (job.cancelled->load(std::memory_order_relaxed)) continue;
+    lock.unlock();
+    decodes_started_.fetch_add(1, std::memory_order_relaxed);
+    // A failure is not reported here: the reader's own read of the chunk
+    // decodes it again and reports it.
+    (void)job.blob->Prefetch(job.chunk);
+    job = Job{};  // drop the reader outside the lock
+    lock.lock();
+  }
+}
+
+}  // namespace ckptfs::fs
