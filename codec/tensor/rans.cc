@@ -202,7 +202,7 @@ Result<size_t> RansEncodeWith(SimdLevel level, const uint8_t* in, size_t n, cons
 
 namespace {
 
-Status Decode(ByteSpan stored, uint8_t* out, size_t n, bool use_avx2, std::string_view what) {
+Status Decode(ByteSpan stored, uint8_t* out, size_t n, SimdLevel level, std::string_view what) {
   rans::Freqs freqs;
   size_t used = 0;
   RETURN_IF_ERROR(rans::ReadFreqs(stored, &freqs, &used, what));
@@ -210,7 +210,9 @@ Status Decode(ByteSpan stored, uint8_t* out, size_t n, bool use_avx2, std::strin
   rans::BuildDecodeTable(freqs, &table);
   rans::StreamStart s;
   RETURN_IF_ERROR(rans::ReadStreamStart(stored.subspan(used), &s, what));
-  if (use_avx2) return rans::DecodeTail(table, s, rans::DecodeGroupsAvx2(table, s, out, n), out, n, what);
+  if (level == SimdLevel::kAvx512)
+    return rans::DecodeTail(table, s, rans::DecodeGroupsAvx512(table, s, out, n), out, n, what);
+  if (level == SimdLevel::kAvx2) return rans::DecodeTail(table, s, rans::DecodeGroupsAvx2(table, s, out, n), out, n, what);
   size_t i = 0;
   // Whole groups while a group's worst case (one word per state) is
   // surely there: no per-word checks, branch-free renormalisation.
@@ -230,11 +232,15 @@ Status Decode(ByteSpan stored, uint8_t* out, size_t n, bool use_avx2, std::strin
 }  // namespace
 
 Status RansDecodeScalar(ByteSpan stored, uint8_t* out, size_t n, std::string_view what) {
-  return Decode(stored, out, n, false, what);
+  return Decode(stored, out, n, SimdLevel::kScalar, what);
+}
+
+Status RansDecodeWith(SimdLevel level, ByteSpan stored, uint8_t* out, size_t n, std::string_view what) {
+  return Decode(stored, out, n, level, what);
 }
 
 Status RansDecode(ByteSpan stored, uint8_t* out, size_t n, std::string_view what) {
-  return Decode(stored, out, n, CpuHasSimd(SimdLevel::kAvx2), what);
+  return Decode(stored, out, n, BestSimdLevel(), what);
 }
 
 }  // namespace ckptfs

@@ -1,4 +1,4 @@
-// The rANS plane encoder's AVX-512 path: the 32 states as four vectors of
+// The rANS plane encoder's and decoder's AVX-512 paths. The encoder: the 32 states as four vectors of
 // eight 64-bit lanes, so that one 64-bit gather fetches all of a symbol's
 // coding values and the division by the frequency (a multiply by its
 // reciprocal, see rans.cc) runs in the lanes as they are. Writes the same
@@ -97,6 +97,48 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) std::byte* EncodeGro
   return w;
 }
 
+
+
+// One decode step of sixteen states: their symbols to dst[0, 16).
+CKPTFS_AVX512 __m512i DecodeVector(__m512i x, const int* table, uint8_t* dst) {
+  const __m512i slot_mask = _mm512_set1_epi32(kProbScale - 1);
+  const __m512i e = _mm512_i32gather_epi32(_mm512_and_si512(x, slot_mask), table, 4);
+  const __m512i freq = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), slot_mask), _mm512_set1_epi32(1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(_mm512_and_si512(e, _mm512_set1_epi32(0xff))));
+  return _mm512_add_epi32(_mm512_mullo_epi32(freq, _mm512_srli_epi32(x, kProbBits)), _mm512_srli_epi32(e, 20));
+}
+
+// Renormalises the sixteen states of x in lane order: an expand puts the
+// next words, in order, into the lanes below kLower.
+CKPTFS_AVX512 __m512i RefillVector(__m512i x, const std::byte*& words) {
+  const __mmask16 m = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(static_cast<int>(kLower)));
+  const __m512i next = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words)));
+  words += 2 * __builtin_popcount(static_cast<unsigned>(m));
+  return _mm512_mask_or_epi32(x, m, _mm512_slli_epi32(x, 16), _mm512_maskz_expand_epi32(m, next));
+}
+
+// Two vectors of sixteen states, refilled in state order as the scalar
+// decoder does.
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) size_t DecodeGroupsAvx512(const DecodeTable& table,
+                                                                                     StreamStart& s, uint8_t* out,
+                                                                                     size_t n) {
+  static_assert(kStates == 32, "two vectors of sixteen states");
+  __m512i x0 = _mm512_loadu_si512(s.states.data()), x1 = _mm512_loadu_si512(s.states.data() + 16);
+  const auto* base = reinterpret_cast<const int*>(table.data());
+  size_t i = 0;
+  // A group reads at most 64 bytes of words: the first refill's 32-byte
+  // load uses at most 32 of them, so the second's stays inside the checked 64.
+  for (; i + kStates <= n && s.end - s.words >= static_cast<ptrdiff_t>(2 * kStates); i += kStates) {
+    x0 = DecodeVector(x0, base, out + i);
+    x1 = DecodeVector(x1, base, out + i + 16);
+    x0 = RefillVector(x0, s.words);
+    x1 = RefillVector(x1, s.words);
+  }
+  _mm512_storeu_si512(s.states.data(), x0);
+  _mm512_storeu_si512(s.states.data() + 16, x1);
+  return i;
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -106,6 +148,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) std::byte* EncodeGro
 std::byte* EncodeGroupsAvx512(const uint8_t*, size_t, const uint64_t*, uint32_t*, std::byte*, const std::byte*) {
   return nullptr;
 }
+size_t DecodeGroupsAvx512(const DecodeTable&, StreamStart&, uint8_t*, size_t) { return 0; }
 
 #endif
 

@@ -22,7 +22,8 @@ constexpr uint32_t kProbScale = 1u << kProbBits;
 // States live in [kLower, 2^32); renormalisation moves 16-bit words.
 constexpr uint32_t kLower = 1u << 16;
 // Byte i of a plane goes through state i % kStates. 32 states give the
-// AVX2 decoder four independent 8-lane vectors to hide gather latency.
+// AVX2 decoder four independent 8-lane vectors (the AVX-512 one two of 16
+// lanes) to hide gather latency.
 constexpr size_t kStates = 32;
 constexpr size_t kStateBytes = 4 * kStates;
 constexpr size_t kBitmapBytes = 32;
@@ -80,6 +81,9 @@ namespace ckptfs::rans {
 // the symbols done (a multiple of kStates; the caller finishes with
 // DecodeTail). Returns 0 where AVX2 is not available.
 size_t DecodeGroupsAvx2(const DecodeTable& table, StreamStart& s, uint8_t* out, size_t n);
+// The same with AVX-512 (two vectors of sixteen states). Returns 0 where
+// AVX-512 is not available.
+size_t DecodeGroupsAvx512(const DecodeTable& table, StreamStart& s, uint8_t* out, size_t n);
 
 // The encoder's per-symbol values for the AVX2 path: the division
 // multiplier (see rans.cc) and freq | start << 13 | shift << 25.

@@ -1,7 +1,7 @@
 // libFuzzer target for the rANS plane coder. The first two input bytes give
-// the plane length (up to 64 KiB), the rest is a stream: the AVX2 and the
-// scalar decoder must both return a status without crashing or reading out
-// of bounds, and agree. The stream bytes are also encoded as a plane and
+// the plane length (up to 64 KiB), the rest is a stream: every decoder the
+// CPU runs (scalar, AVX2, AVX-512) must return a status without crashing or
+// reading out of bounds, and all must agree. The stream bytes are also encoded as a plane and
 // must decode back to themselves, the same from every encoder path.
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Status b = RansDecodeScalar(stored, slow.data(), n, "fuzz");
   if (a.code() != b.code()) std::abort();
   if (a.ok() && fast != slow) std::abort();
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!CpuHasSimd(level)) continue;
+    std::vector<uint8_t> other(n);
+    Status c = RansDecodeWith(level, stored, other.data(), n, "fuzz");
+    if (c.code() != b.code() || (c.ok() && other != slow)) std::abort();
+  }
 
   const uint8_t* plane = data + 2;
   const size_t count = size - 2;

@@ -30,8 +30,8 @@ std::vector<std::byte> Encode(const std::vector<uint8_t>& in, size_t capacity = 
   return out;
 }
 
-// Decodes with both the dispatching and the scalar decoder; they must agree
-// on the status and the bytes.
+// Decodes with the dispatching decoder and with every instruction set the
+// CPU has; they must agree with the scalar one on the status and the bytes.
 Status Decode(ByteSpan stored, size_t n, std::vector<uint8_t>* out) {
   out->assign(n, 0xcc);
   std::vector<uint8_t> scalar(n, 0xcc);
@@ -40,6 +40,15 @@ Status Decode(ByteSpan stored, size_t n, std::vector<uint8_t>* out) {
   EXPECT_EQ(fast.code(), slow.code()) << fast.ToString() << " vs " << slow.ToString();
   if (fast.ok() && slow.ok()) {
     EXPECT_EQ(*out, scalar);
+  }
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!CpuHasSimd(level)) continue;
+    std::vector<uint8_t> other(n, 0xcc);
+    Status st = RansDecodeWith(level, stored, other.data(), n, "test");
+    EXPECT_EQ(st.code(), slow.code()) << "level " << static_cast<int>(level) << ": " << st.ToString();
+    if (st.ok() && slow.ok()) {
+      EXPECT_EQ(other, scalar) << "level " << static_cast<int>(level);
+    }
   }
   return fast;
 }
