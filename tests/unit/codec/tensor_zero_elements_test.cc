@@ -14,6 +14,23 @@ bool IsZeroElement(const std::vector<std::byte>& in, size_t width, size_t i) {
   return std::all_of(in.begin() + width * i, in.begin() + width * (i + 1), [](std::byte b) { return b == std::byte{0}; });
 }
 
+// Splits the kept elements of `in` into planes with every instruction set
+// the CPU has; the planes lie back to back with a guard byte after them,
+// which the split must leave alone. Calls check(planes, level) for each.
+template <typename Check>
+void SplitAtEveryLevel(const std::vector<std::byte>& in, size_t count, size_t width,
+                       const std::vector<std::byte>& mask, size_t kept, Check check) {
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!CpuHasSimd(level)) continue;
+    std::vector<std::byte> planes(width * kept + 1, std::byte{0x5a});
+    std::array<std::byte*, 4> p{};
+    for (size_t k = 0; k < width; ++k) p[k] = planes.data() + k * kept;
+    SplitNonZeroElements(in.data(), count, width, mask.data(), kept, p.data(), level);
+    EXPECT_EQ(planes.back(), std::byte{0x5a}) << "level " << static_cast<int>(level);
+    check(p, level);
+  }
+}
+
 TEST(ZeroElements, MaskSplitAndUnpackForEveryTailLength) {
   for (size_t width : {2u, 4u}) {
     for (size_t count : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 63u, 1000u}) {
@@ -40,17 +57,11 @@ TEST(ZeroElements, MaskSplitAndUnpackForEveryTailLength) {
       std::vector<std::byte> packed;
       for (size_t i = 0; i < count; ++i)
         if (!IsZeroElement(in, width, i)) packed.insert(packed.end(), in.begin() + width * i, in.begin() + width * (i + 1));
-      for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
-        if (!CpuHasSimd(level)) continue;
-        std::vector<std::byte> planes(width * kept + 1, std::byte{0x5a});
-        std::array<std::byte*, 4> p{};
-        for (size_t k = 0; k < width; ++k) p[k] = planes.data() + k * kept;
-        SplitNonZeroElements(in.data(), count, width, mask.data(), kept, p.data(), level);
-        EXPECT_EQ(planes.back(), std::byte{0x5a});
+      SplitAtEveryLevel(in, count, width, mask, kept, [&](const std::array<std::byte*, 4>& p, SimdLevel level) {
         for (size_t j = 0; j < kept; ++j)
           for (size_t k = 0; k < width; ++k)
             ASSERT_EQ(p[k][j], packed[width * j + k]) << j << " " << k << " level " << static_cast<int>(level);
-      }
+      });
       packed.resize(width * count);
       std::vector<std::byte> back(width * count, std::byte{0x77});
       UnpackNonZeroElements(packed.data(), mask.data(), count, width, back.data());
@@ -69,17 +80,11 @@ TEST(ZeroElements, SplitSkipsLongZeroRuns) {
     std::vector<std::byte> mask((count + 7) / 8);
     const size_t kept = count - ZeroElementMask(in.data(), count, width, mask.data());
     ASSERT_EQ(kept, 13u);
-    for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
-      if (!CpuHasSimd(level)) continue;
-      std::vector<std::byte> planes(width * kept + 1, std::byte{0x5a});
-      std::array<std::byte*, 4> p{};
-      for (size_t k = 0; k < width; ++k) p[k] = planes.data() + k * kept;
-      SplitNonZeroElements(in.data(), count, width, mask.data(), kept, p.data(), level);
-      EXPECT_EQ(planes.back(), std::byte{0x5a});
+    SplitAtEveryLevel(in, count, width, mask, kept, [&](const std::array<std::byte*, 4>& p, SimdLevel) {
       EXPECT_EQ(p[width - 1][10], std::byte(2500 % 200 + 1));
       EXPECT_EQ(p[width - 1][12], std::byte(4999 % 200 + 1));
       EXPECT_EQ(p[0][12], std::byte{0});
-    }
+    });
   }
 }
 
