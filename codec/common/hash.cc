@@ -10,6 +10,7 @@
 #include <new>
 
 #include "codec/common/hash_avx2.h"
+#include "codec/common/simd_level.h"
 
 namespace ckptfs {
 
@@ -19,8 +20,7 @@ namespace {
 // (SSE2) one and gives the same values. Checked once per process.
 bool UseAvx2() {
 #if defined(__x86_64__) && !defined(__AVX2__)
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
+  return BestSimdLevel() != SimdLevel::kScalar;
 #else
   return false;  // not x86-64, or the baseline build already uses AVX2
 #endif

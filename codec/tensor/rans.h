@@ -14,7 +14,7 @@
 
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
-#include "codec/tensor/simd_level.h"
+#include "codec/common/simd_level.h"
 
 namespace ckptfs {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "codec/tensor/simd_level.h"
+#include "codec/common/simd_level.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

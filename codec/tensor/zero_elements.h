@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "codec/tensor/simd_level.h"
+#include "codec/common/simd_level.h"
 
 namespace ckptfs {
 

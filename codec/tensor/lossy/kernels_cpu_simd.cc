@@ -8,6 +8,8 @@
 #include <cstring>
 #include <iterator>
 
+#include "codec/common/simd_level.h"
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -51,7 +53,7 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
 bool SimdAvailable() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-  return __builtin_cpu_supports("avx2") && f16c;
+  return CpuHasSimd(SimdLevel::kAvx2) && f16c;
 }
 
 namespace {

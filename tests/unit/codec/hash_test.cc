@@ -12,6 +12,7 @@
 
 #include "codec/common/hash.h"
 #include "codec/common/hash_avx2.h"
+#include "codec/common/simd_level.h"
 
 namespace ckptfs {
 namespace {
@@ -51,7 +52,7 @@ TEST(HashTest, ObjectIdMatchesBaselineXxh3_128) {
 
 #if defined(__x86_64__)
 TEST(HashTest, Avx2BuildMatchesBaseline) {
-  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU";
+  if (!CpuHasSimd(SimdLevel::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   for (size_t n : kLengths) {
     auto data = RandomBytes(n, static_cast<uint32_t>(n) + 2);
     EXPECT_EQ(hash_avx2::Xxh3_64(data.data(), data.size()), XXH3_64bits(data.data(), data.size())) << n;

@@ -1,7 +1,7 @@
-// The vector instruction sets that the tensor kernels (byte planes, zero
-// elements, rANS) have paths for. Every kernel family also has a portable
-// path, and all paths of a family write the same bytes; tests run each
-// level the CPU has against the portable one.
+// The vector instruction sets that the kernels (byte planes, zero
+// elements, rANS, the XXH3 checksums) have paths for. Every kernel family
+// also has a portable path, and all paths of a family write the same bytes;
+// tests run each level the CPU has against the portable one.
 #pragma once
 
 namespace ckptfs {

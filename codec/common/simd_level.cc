@@ -1,4 +1,4 @@
-#include "codec/tensor/simd_level.h"
+#include "codec/common/simd_level.h"
 
 namespace ckptfs {
 
