@@ -34,16 +34,17 @@ uint64_t Checksum64(ByteSpan data) {
   return XXH3_64bits(data.data(), data.size());
 }
 
-Checksum64Stream::Checksum64Stream() : state_(XXH3_createState()) {
+Xxh3State::Xxh3State() : state_(XXH3_createState()) {
   if (state_ == nullptr) throw std::bad_alloc();
-  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
 }
-Checksum64Stream::~Checksum64Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+Xxh3State::~Xxh3State() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+Checksum64Stream::Checksum64Stream() { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_.get())); }
 void Checksum64Stream::Update(ByteSpan data) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data.data(), data.size());
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_.get()), data.data(), data.size());
 }
 uint64_t Checksum64Stream::Digest() const {
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_.get()));
 }
 
 uint32_t Crc32(ByteSpan data, uint32_t crc) { return libdeflate_crc32(crc, data.data(), data.size()); }
@@ -68,16 +69,12 @@ ObjectId ObjectId::Of(ByteSpan content) {
   return FromXxh128(XXH3_128bits(content.data(), content.size()));
 }
 
-ObjectIdStream::ObjectIdStream() : state_(XXH3_createState()) {
-  if (state_ == nullptr) throw std::bad_alloc();
-  XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
-}
-ObjectIdStream::~ObjectIdStream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+ObjectIdStream::ObjectIdStream() { XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_.get())); }
 void ObjectIdStream::Update(ByteSpan data) {
-  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data.data(), data.size());
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_.get()), data.data(), data.size());
 }
 ObjectId ObjectIdStream::Digest() const {
-  return FromXxh128(XXH3_128bits_digest(static_cast<const XXH3_state_t*>(state_)));
+  return FromXxh128(XXH3_128bits_digest(static_cast<const XXH3_state_t*>(state_.get())));
 }
 
 Result<ObjectId> ObjectId::FromHex(std::string_view hex) {

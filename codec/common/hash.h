@@ -15,19 +15,30 @@ namespace ckptfs {
 
 uint64_t Checksum64(ByteSpan data);
 
+// One XXH3 streaming state, owned; the two streams below hold one each.
+// Kept opaque so that xxhash.h stays private to hash.cc.
+class Xxh3State {
+ public:
+  Xxh3State();  // throws std::bad_alloc
+  ~Xxh3State();
+  Xxh3State(const Xxh3State&) = delete;
+  Xxh3State& operator=(const Xxh3State&) = delete;
+  void* get() const { return state_; }  // XXH3_state_t*
+
+ private:
+  void* state_;
+};
+
 // Incremental XXH3-64 over several spans; same value as Checksum64 of their
 // concatenation. Not thread-safe.
 class Checksum64Stream {
  public:
   Checksum64Stream();
-  ~Checksum64Stream();
-  Checksum64Stream(const Checksum64Stream&) = delete;
-  Checksum64Stream& operator=(const Checksum64Stream&) = delete;
   void Update(ByteSpan data);
   uint64_t Digest() const;
 
  private:
-  void* state_;  // XXH3_state_t*, kept opaque so xxhash.h stays private
+  Xxh3State state_;
 };
 
 uint32_t Crc32(ByteSpan data, uint32_t crc = 0);
@@ -40,14 +51,11 @@ struct ObjectId;
 class ObjectIdStream {
  public:
   ObjectIdStream();
-  ~ObjectIdStream();
-  ObjectIdStream(const ObjectIdStream&) = delete;
-  ObjectIdStream& operator=(const ObjectIdStream&) = delete;
   void Update(ByteSpan data);
   ObjectId Digest() const;
 
  private:
-  void* state_;  // XXH3_state_t*
+  Xxh3State state_;
 };
 
 // 16-byte content address of an immutable object. Hex form: 32 lowercase
