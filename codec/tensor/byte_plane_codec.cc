@@ -15,6 +15,7 @@
 #include "codec/tensor/byte_planes.h"
 #include "codec/tensor/codecs.h"
 #include "codec/tensor/rans.h"
+#include "codec/tensor/rans_stream.h"
 #include "codec/tensor/zero_elements.h"
 
 namespace ckptfs {
@@ -232,6 +233,89 @@ size_t CountSetBits(const std::byte* p, size_t n) {
   return bits;
 }
 
+// The streamed decode works on blocks of this many elements. The rANS
+// decoder is bound by the latency of its two state vectors (table gather,
+// multiply) and leaves most execution ports idle; with small blocks the
+// merge and the zero expansion of one block (independent of the rANS
+// states) run in those ports while the next block decodes, and every
+// step's data stays in L1. On the benchmark checkpoint's bf16 tensors 256-
+// 512 elements decode ~35% faster than decoding each plane whole and then
+// merging and expanding (8192: ~5%).
+constexpr size_t kStreamBlock = 512;
+constexpr size_t kCacheLine = 64;
+
+// The plane that DecodeStreamed takes from a rANS stream: the one kRans
+// plane when every other plane is raw (the usual float chunk: sign and
+// exponent byte coded, mantissa bytes raw); else `width`, for the
+// plane-by-plane path.
+size_t StreamedRansPlane(const uint8_t* modes, size_t width) {
+  size_t rans_plane = width;
+  for (size_t k = 0; k < width; ++k) {
+    if (static_cast<PlaneMode>(modes[k]) == PlaneMode::kRans && rans_plane == width) rans_plane = k;
+    else if (static_cast<PlaneMode>(modes[k]) != PlaneMode::kRaw) return width;
+  }
+  return rans_plane;
+}
+
+// Decodes planes bodies[0, width) of `kept` elements each, all raw but
+// bodies[rans_plane], into `out` (count elements), block by block; with a
+// mask (sparse payload) the zero elements go back in as each block is
+// merged. `first_plane` numbers the planes in messages.
+Status DecodeStreamed(const ByteSpan* bodies, size_t rans_plane, size_t first_plane, size_t width, size_t count,
+                      size_t kept, const std::byte* mask, CodecScratch& scratch, MutableByteSpan out,
+                      std::string_view what) {
+  for (size_t k = 0; k < width; ++k) {
+    if (k != rans_plane && bodies[k].size() != kept)
+      return Status::Corruption(fmt::format("{}: raw plane {} is {} bytes, want {}", what, first_plane + k,
+                                            bodies[k].size(), kept));
+  }
+  RansStreamDecoder rans;
+  RETURN_IF_ERROR(rans.Open(bodies[rans_plane], kept, fmt::format("{}: plane {}", what, first_plane + rans_plane)));
+  // A piece of the rANS plane is at most a block plus the rest of a group.
+  constexpr size_t kPieceRoom = kStreamBlock + 2 * rans::kStates;
+  auto* coded = reinterpret_cast<uint8_t*>(scratch.planes.Reserve(kPieceRoom));
+  std::array<const std::byte*, kMaxWidth> planes{};
+  // Merges the kept elements [from, from + n) to `to`. The rANS steps are
+  // arithmetic: while they run, the next piece's raw bytes come in.
+  auto merge = [&](size_t from, size_t n, std::byte* to) -> Status {
+    const size_t ahead = std::min(kept, from + n + kStreamBlock);
+    for (size_t k = 0; k < width; ++k) {
+      if (k == rans_plane) continue;
+      for (size_t at = from + n; at < ahead; at += kCacheLine) __builtin_prefetch(bodies[k].data() + at);
+    }
+    RETURN_IF_ERROR(rans.Next(coded, n));
+    for (size_t k = 0; k < width; ++k)
+      planes[k] = k == rans_plane ? reinterpret_cast<const std::byte*>(coded) : bodies[k].data() + from;
+    MergeBytePlanes(planes.data(), n, width, to);
+    return Status::Ok();
+  };
+  if (mask == nullptr) {
+    for (size_t i = 0; i < count; i += kStreamBlock)
+      RETURN_IF_ERROR(merge(i, std::min(kStreamBlock, count - i), out.data() + i * width));
+    return rans.Finish();
+  }
+  // `packed` holds the merged kept elements [taken, merged): fewer than a
+  // group past the blocks put back so far, plus the next block's.
+  std::byte* packed = scratch.packed.Reserve(width * kPieceRoom);
+  size_t taken = 0, merged = 0;
+  for (size_t i = 0; i < count; i += kStreamBlock) {
+    const size_t n = std::min(kStreamBlock, count - i);
+    const size_t block_kept = n - CountSetBits(mask + i / 8, MaskBytes(n));
+    if (merged < taken + block_kept) {
+      // Up to a group boundary, so that the next piece starts on one and
+      // takes the vector path.
+      const size_t to = std::min((taken + block_kept + rans::kStates - 1) / rans::kStates * rans::kStates, kept);
+      RETURN_IF_ERROR(merge(merged, to - merged, packed + (merged - taken) * width));
+      merged = to;
+    }
+    // Unpacking reads up to n elements from `packed`: within kPieceRoom.
+    UnpackNonZeroElements(packed, mask + i / 8, n, width, out.data() + i * width);
+    taken += block_kept;
+    std::memmove(packed, packed + block_kept * width, (merged - taken) * width);
+  }
+  return rans.Finish();
+}
+
 // Decodes the payload `stored` of a chunk of out.size() bytes into `out`.
 Status DecodePlanes(ByteSpan stored, DType dtype, CodecScratch& scratch, MutableByteSpan out,
                     std::string_view what) {
@@ -280,6 +364,9 @@ Status DecodePlanes(ByteSpan stored, DType dtype, CodecScratch& scratch, Mutable
     kept = count - zeros;
   }
   const size_t first_plane = sparse ? 1 : 0;
+  if (const size_t rans_plane = StreamedRansPlane(modes.data() + first_plane, width); rans_plane < width)
+    return DecodeStreamed(bodies.data() + first_plane, rans_plane, first_plane, width, count, kept, mask, scratch,
+                          out, what);
   std::byte* buffer = scratch.planes.Reserve(width * kept);
   std::array<const std::byte*, kMaxWidth> planes{};
   for (size_t k = 0; k < width; ++k) {

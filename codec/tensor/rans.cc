@@ -213,19 +213,7 @@ Status Decode(ByteSpan stored, uint8_t* out, size_t n, SimdLevel level, std::str
   if (level == SimdLevel::kAvx512)
     return rans::DecodeTail(table, s, rans::DecodeGroupsAvx512(table, s, out, n), out, n, what);
   if (level == SimdLevel::kAvx2) return rans::DecodeTail(table, s, rans::DecodeGroupsAvx2(table, s, out, n), out, n, what);
-  size_t i = 0;
-  // Whole groups while a group's worst case (one word per state) is
-  // surely there: no per-word checks, branch-free renormalisation.
-  for (; i + kStates <= n && s.end - s.words >= static_cast<ptrdiff_t>(2 * kStates); i += kStates) {
-    for (size_t j = 0; j < kStates; ++j) {
-      uint32_t x = s.states[j];
-      out[i + j] = rans::DecodeStep(table, x);
-      const bool refill = x < kLower;
-      const uint32_t word = LoadLE16(s.words);
-      s.states[j] = refill ? x << 16 | word : x;
-      s.words += refill ? 2 : 0;
-    }
-  }
+  const size_t i = rans::DecodeGroupsScalar(table, s, out, n);
   return rans::DecodeTail(table, s, i, out, n, what);
 }
 

@@ -72,6 +72,16 @@ Status ReadStreamStart(ByteSpan stored, StreamStart* start, std::string_view wha
 Status DecodeTail(const DecodeTable& table, StreamStart& s, size_t from, uint8_t* out, size_t n,
                   std::string_view what);
 
+// DecodeTail's two halves, for decoding a stream piece by piece: symbols
+// [from, n) one by one with every word read checked, out[i] going through
+// state (first + i) % kStates; and the end check.
+Status DecodeChecked(const DecodeTable& table, StreamStart& s, size_t first, size_t from, uint8_t* out, size_t n,
+                     std::string_view what);
+Status CheckStreamEnd(const StreamStart& s, std::string_view what);
+
+// The portable whole-group decoder: as DecodeGroupsAvx2, without vectors.
+size_t DecodeGroupsScalar(const DecodeTable& table, StreamStart& s, uint8_t* out, size_t n);
+
 }  // namespace ckptfs::rans
 
 namespace ckptfs::rans {

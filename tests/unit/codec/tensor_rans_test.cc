@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codec/tensor/rans_model.h"
+#include "codec/tensor/rans_stream.h"
 
 namespace ckptfs {
 namespace {
@@ -48,6 +49,25 @@ Status Decode(ByteSpan stored, size_t n, std::vector<uint8_t>* out) {
     EXPECT_EQ(st.code(), slow.code()) << "level " << static_cast<int>(level) << ": " << st.ToString();
     if (st.ok() && slow.ok()) {
       EXPECT_EQ(other, scalar) << "level " << static_cast<int>(level);
+    }
+  }
+  // Piece by piece, in pieces that start on group boundaries and pieces
+  // that do not, at every level.
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!CpuHasSimd(level)) continue;
+    std::vector<uint8_t> other(n, 0xcc);
+    RansStreamDecoder stream;
+    Status st = stream.Open(stored, n, "test", level);
+    constexpr size_t kPieces[] = {64, 5, 27, 96, 1, 31, 33, 512};
+    for (size_t at = 0, p = 0; st.ok() && at < n; ++p) {
+      const size_t piece = std::min(kPieces[p % std::size(kPieces)], n - at);
+      st = stream.Next(other.data() + at, piece);
+      at += piece;
+    }
+    if (st.ok()) st = stream.Finish();
+    EXPECT_EQ(st.code(), slow.code()) << "stream, level " << static_cast<int>(level) << ": " << st.ToString();
+    if (st.ok() && slow.ok()) {
+      EXPECT_EQ(other, scalar) << "stream, level " << static_cast<int>(level);
     }
   }
   return fast;
