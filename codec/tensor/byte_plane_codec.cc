@@ -58,6 +58,10 @@ constexpr size_t kElementSampleStride = 31;
 // still in L1 when they are sampled; the strided reads alone would touch
 // every other cache line.
 constexpr size_t kScanBlock = 16 * kElementSampleStride;
+// The scan is the chunk's first read and waits on memory with the hardware
+// prefetcher alone (bf16: ~13% of encoding, ~5% with this): it asks for
+// the block this many elements ahead while it works on one.
+constexpr size_t kScanAhead = 8 * kScanBlock;
 // Planes split from too few sampled elements (a sparse chunk of nearly
 // only zeros) are sampled themselves, every kPlaneSampleStride-th byte.
 constexpr size_t kPlaneSampleStride = 32;
@@ -103,19 +107,28 @@ PlaneStats SamplePlane(const uint8_t* p, size_t n) {
 }
 
 // Byte histograms of every kElementSampleStride-th element by plane; the
-// all-zero ones are only counted.
+// all-zero ones are only counted. Alternate samples go to two sets of
+// tables: the common values (an exponent byte) would otherwise serialise
+// every increment on one counter (store-to-load forwarding).
 struct ElementSample {
-  std::array<std::array<uint32_t, 256>, kMaxWidth> hist{};
+  std::array<std::array<std::array<uint32_t, 256>, kMaxWidth>, 2> hist{};
   size_t zeros = 0;
+
+  // Plane k's histogram.
+  std::array<uint32_t, 256> Plane(size_t k) const {
+    std::array<uint32_t, 256> h;
+    for (size_t v = 0; v < 256; ++v) h[v] = hist[0][k][v] + hist[1][k][v];
+    return h;
+  }
 };
 
 // Adds the samples of in[0, count) (elements 0, kElementSampleStride, ...)
 // to `sample`. Byte k of an element is plane k's, whatever the byte order.
 void SampleElements(const std::byte* in, size_t count, size_t width, ElementSample* sample) {
   const auto* p = reinterpret_cast<const uint8_t*>(in);
-  auto& h = sample->hist;
   size_t zeros = 0;
-  for (size_t i = 0; i < count; i += kElementSampleStride) {
+  for (size_t i = 0, n = 0; i < count; i += kElementSampleStride, ++n) {
+    auto& h = sample->hist[n & 1];
     const uint8_t* e = p + i * width;
     if (width == 4) {
       const bool zero = (e[0] | e[1] | e[2] | e[3]) == 0;
@@ -139,8 +152,11 @@ void SampleElements(const std::byte* in, size_t count, size_t width, ElementSamp
 // The zero mask of in[0, count) and the samples; returns the number of zero elements.
 size_t ScanElements(const std::byte* in, size_t count, size_t width, std::byte* mask, ElementSample* sample) {
   size_t zeros = 0;
+  const size_t bytes = count * width;
   for (size_t b = 0; b < count; b += kScanBlock) {
     const size_t n = std::min(kScanBlock, count - b);
+    for (size_t at = (b + kScanAhead) * width; at < std::min(bytes, (b + kScanAhead + n) * width); at += 64)
+      __builtin_prefetch(in + at);
     zeros += ZeroElementMask(in + b * width, n, width, mask + b / 8);
     SampleElements(in + b * width, n, width, sample);
   }
@@ -412,7 +428,7 @@ Result<size_t> SplitAndEncode(ByteSpan data, DType dtype, int level, CodecScratc
   size_t in_place = 0;  // planes [0, in_place) are split into `out` as they are stored
   std::byte* buffer = scratch.planes.Reserve(width * kept);
   for (size_t k = 0; k < width; ++k) {
-    std::array<uint32_t, 256> hist = sample.hist[k];
+    std::array<uint32_t, 256> hist = sample.Plane(k);
     if (!sparse) hist[0] += static_cast<uint32_t>(sample.zeros);
     stats[k] = StatsOf(hist);
     const bool raw = kept == 0 || (stats[k].samples != 0 && stats[k].entropy_bits >= kRawEntropyBits);

@@ -9,12 +9,16 @@
 
 #include <cstddef>
 
+#include "codec/common/simd_level.h"
+
 namespace ckptfs {
 
 // Writes byte k of element i of `in` (count elements of `width` bytes) to
 // planes[k][i]. REQUIRES: width in {2, 4}; each plane holds `count` bytes;
-// planes do not overlap `in`.
-void SplitBytePlanes(const std::byte* in, size_t count, size_t width, std::byte* const* planes);
+// planes do not overlap `in`; CpuHasSimd(level) (the AVX-512 path
+// shuffles 64 bytes a step; every level writes the same bytes).
+void SplitBytePlanes(const std::byte* in, size_t count, size_t width, std::byte* const* planes,
+                     SimdLevel level = BestSimdLevel());
 
 // The inverse of SplitBytePlanes. REQUIRES: as SplitBytePlanes.
 void MergeBytePlanes(const std::byte* const* planes, size_t count, size_t width, std::byte* out);
