@@ -119,8 +119,9 @@ ByteHistogram ModelBytes(const uint8_t* p, size_t n) {
 
 namespace {
 
+// `ifma`: at kAvx512, take the IFMA path where the CPU has it.
 Result<size_t> Encode(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out, size_t capacity,
-                      SimdLevel level) {
+                      SimdLevel level, bool ifma = true) {
   size_t total = 0;
   for (uint32_t c : hist) total += c;
   const rans::Freqs freqs = rans::NormalizeFreqs(hist, total);
@@ -148,7 +149,17 @@ Result<size_t> Encode(const uint8_t* in, size_t n, const ByteHistogram& hist, st
     }
     s = EncodeStep(s, e);
   }
-  if (level == SimdLevel::kAvx512) {
+  if (level == SimdLevel::kAvx512 && ifma && rans::CpuHasAvx512Ifma()) {
+    rans::IfmaEncodeTables tables{};
+    for (size_t s = 0; s < 256; ++s) {
+      if (freqs[s] == 0) continue;
+      const uint64_t m = ((uint64_t{1} << 51) + freqs[s] - 1) / freqs[s];
+      tables.divide[s] = m | uint64_t{kProbScale - freqs[s]} << 52;
+      tables.start[s] = symbols[s].start;
+    }
+    w = rans::EncodeGroupsAvx512Ifma(in, whole, tables, x.data(), w, lowest);
+    if (w == nullptr) return Status::Unsupported("rANS: no room");
+  } else if (level == SimdLevel::kAvx512) {
     std::array<uint64_t, 256> table;
     for (size_t s = 0; s < 256; ++s)
       table[s] = symbols[s].rcp | uint64_t{freqs[s]} << 32 | uint64_t{symbols[s].start} << 45 |
@@ -198,6 +209,11 @@ Result<size_t> RansEncode(const uint8_t* in, size_t n, const ByteHistogram& hist
 Result<size_t> RansEncodeWith(SimdLevel level, const uint8_t* in, size_t n, const ByteHistogram& hist,
                               std::byte* out, size_t capacity) {
   return Encode(in, n, hist, out, capacity, level);
+}
+
+Result<size_t> RansEncodeAvx512WithoutIfma(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
+                                           size_t capacity) {
+  return Encode(in, n, hist, out, capacity, SimdLevel::kAvx512, /*ifma=*/false);
 }
 
 namespace {

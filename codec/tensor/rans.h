@@ -46,6 +46,11 @@ Result<size_t> RansEncode(const uint8_t* in, size_t n, const ByteHistogram& hist
 // CpuHasSimd(level).
 Result<size_t> RansEncodeWith(SimdLevel level, const uint8_t* in, size_t n, const ByteHistogram& hist,
                               std::byte* out, size_t capacity);
+// At kAvx512 it takes a path built on AVX-512 IFMA and VBMI where the CPU
+// has them; this is the AVX-512 path without them, for tests. REQUIRES:
+// CpuHasSimd(SimdLevel::kAvx512).
+Result<size_t> RansEncodeAvx512WithoutIfma(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
+                                           size_t capacity);
 
 // Decodes `stored` into out[0, n). Every field is checked: a stream that is
 // not exactly what RansEncode writes for n bytes is Corruption.

@@ -28,6 +28,15 @@ std::vector<std::byte> Encode(const std::vector<uint8_t>& in, size_t capacity = 
     other.resize(m.ok() ? *m : 0);
     EXPECT_EQ(out, other) << "level " << static_cast<int>(level);
   }
+  // The AVX-512 path without IFMA, which the CPU may otherwise never take.
+  if (CpuHasSimd(SimdLevel::kAvx512)) {
+    std::vector<std::byte> other(capacity != 0 ? capacity : in.size() + 1024);
+    Result<size_t> m =
+        RansEncodeAvx512WithoutIfma(in.data(), in.size(), CountBytes(in.data(), in.size()), other.data(), other.size());
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    other.resize(m.ok() ? *m : 0);
+    EXPECT_EQ(out, other) << "AVX-512 without IFMA";
+  }
   return out;
 }
 
