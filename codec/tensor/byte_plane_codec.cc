@@ -82,10 +82,13 @@ struct PlaneStats {
   double entropy_bits = 0;
   size_t samples = 0;
   bool maybe_constant = false;  // every sample the same byte
+  bool from_elements = false;   // `hist` counts the element sample's bytes of the plane
+  ByteHistogram hist{};
 };
 
-PlaneStats StatsOf(const std::array<uint32_t, 256>& hist) {
+PlaneStats StatsOf(const ByteHistogram& hist) {
   PlaneStats stats;
+  stats.hist = hist;
   for (uint32_t c : hist) stats.samples += c;
   double h = 0;
   int distinct = 0;
@@ -180,7 +183,10 @@ std::pair<PlaneMode, size_t> EncodePlane(const std::byte* plane_bytes, size_t co
       Result<size_t> z = ZstdCompressFrame(scratch, level, ByteSpan(plane_bytes, count), out, count - 1);
       if (z.ok()) return {PlaneMode::kZstd, *z};
     } else {
-      Result<size_t> r = RansEncode(plane, count, ModelBytes(plane, count), out, count - 1);
+      // The element sample, when there is one, is the model's sample.
+      const ByteHistogram model =
+          stats.from_elements ? ModelBytesFromSample(plane, count, stats.hist) : ModelBytes(plane, count);
+      Result<size_t> r = RansEncode(plane, count, model, out, count - 1);
       if (r.ok()) return {PlaneMode::kRans, *r};
     }
   }
@@ -431,6 +437,7 @@ Result<size_t> SplitAndEncode(ByteSpan data, DType dtype, int level, CodecScratc
     std::array<uint32_t, 256> hist = sample.Plane(k);
     if (!sparse) hist[0] += static_cast<uint32_t>(sample.zeros);
     stats[k] = StatsOf(hist);
+    stats[k].from_elements = true;
     const bool raw = kept == 0 || (stats[k].samples != 0 && stats[k].entropy_bits >= kRawEntropyBits);
     if (raw && in_place == k) {
       planes[k] = out + at + k * kept;

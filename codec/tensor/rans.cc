@@ -89,6 +89,26 @@ constexpr size_t kModelMaxMissed = 32;
 
 }  // namespace
 
+namespace {
+
+// `h` (sampled counts of p[0, n)) plus one for each value that the sample
+// missed within the ranges of p; CountBytes(p, n) when that adds too many.
+ByteHistogram CompleteModel(const uint8_t* p, size_t n, ByteHistogram h) {
+  const rans::ByteRanges ranges = rans::FindByteRanges(p, n);
+  size_t missed = 0;
+  auto cover = [&](uint32_t lo, uint32_t hi) {
+    for (uint32_t v = lo; v <= hi; ++v) {
+      missed += h[v] == 0;
+      h[v] = h[v] == 0 ? 1 : h[v];
+    }
+  };
+  if (ranges.low_min < 0x80) cover(ranges.low_min, ranges.low_max);
+  if (ranges.high_max >= 0x80) cover(ranges.high_min, ranges.high_max);
+  return missed > kModelMaxMissed ? CountBytes(p, n) : h;
+}
+
+}  // namespace
+
 ByteHistogram ModelBytes(const uint8_t* p, size_t n) {
   if (n < kModelMinBytes) return CountBytes(p, n);
   // Four tables, as in CountBytes: the common values would otherwise
@@ -104,17 +124,14 @@ ByteHistogram ModelBytes(const uint8_t* p, size_t n) {
   for (; i < n; i += kModelSampleStride) ++t[0][p[i]];
   ByteHistogram h;
   for (size_t v = 0; v < 256; ++v) h[v] = t[0][v] + t[1][v] + t[2][v] + t[3][v];
-  const rans::ByteRanges ranges = rans::FindByteRanges(p, n);
-  size_t missed = 0;
-  auto cover = [&](uint32_t lo, uint32_t hi) {
-    for (uint32_t v = lo; v <= hi; ++v) {
-      missed += h[v] == 0;
-      h[v] = h[v] == 0 ? 1 : h[v];
-    }
-  };
-  if (ranges.low_min < 0x80) cover(ranges.low_min, ranges.low_max);
-  if (ranges.high_max >= 0x80) cover(ranges.high_min, ranges.high_max);
-  return missed > kModelMaxMissed ? CountBytes(p, n) : h;
+  return CompleteModel(p, n, h);
+}
+
+ByteHistogram ModelBytesFromSample(const uint8_t* p, size_t n, const ByteHistogram& sample) {
+  size_t samples = 0;
+  for (uint32_t c : sample) samples += c;
+  if (n < kModelMinBytes || samples < kModelMinBytes / kModelSampleStride) return ModelBytes(p, n);
+  return CompleteModel(p, n, sample);
 }
 
 namespace {

@@ -32,6 +32,12 @@ ByteHistogram CountBytes(const uint8_t* p, size_t n);
 // about 0.1% of what exact counts give on trained float planes.
 ByteHistogram ModelBytes(const uint8_t* p, size_t n);
 
+// ModelBytes from the caller's sample of p[0, n) (counts of bytes of p,
+// such as every k-th element's byte of this plane) instead of its own,
+// which saves reading the plane for it. With fewer samples than ModelBytes
+// takes of its smallest plane, or n small, it is ModelBytes(p, n).
+ByteHistogram ModelBytesFromSample(const uint8_t* p, size_t n, const ByteHistogram& sample);
+
 // Encodes in[0, n) (n >= 1) into out[0, capacity) with frequencies in the
 // proportions of `hist`, which must count every byte value that occurs in
 // in[0, n) at least once: CountBytes(in, n) or ModelBytes(in, n). Returns

@@ -270,6 +270,32 @@ TEST(Rans, ModelCoversEveryByteAndCodesNearTheExactCounts) {
   }
 }
 
+TEST(Rans, ModelFromACallersSampleCoversEveryByte) {
+  std::vector<uint8_t> in = SignedExponents(300001, 7);
+  const auto [lo, hi] = std::minmax_element(in.begin(), in.end(), [](uint8_t a, uint8_t b) { return (a & 0x7f) < (b & 0x7f); });
+  in[12345] = static_cast<uint8_t>((*lo & 0x7f) - 3);
+  in[54321] = static_cast<uint8_t>((*hi | 0x80) + 3);
+  ByteHistogram sample{};
+  for (size_t i = 0; i < in.size(); i += 31) ++sample[in[i]];
+  const ByteHistogram exact = CountBytes(in.data(), in.size());
+  const ByteHistogram model = ModelBytesFromSample(in.data(), in.size(), sample);
+  EXPECT_NE(model, ModelBytes(in.data(), in.size())) << "the caller's sample, not its own";
+  for (size_t s = 0; s < 256; ++s) {
+    if (exact[s] != 0) {
+      EXPECT_NE(model[s], 0u) << s;
+    }
+  }
+  std::vector<std::byte> a(in.size() + 1024), b(in.size() + 1024);
+  Result<size_t> with_exact = RansEncode(in.data(), in.size(), exact, a.data(), a.size());
+  Result<size_t> with_model = RansEncode(in.data(), in.size(), model, b.data(), b.size());
+  ASSERT_TRUE(with_exact.ok() && with_model.ok());
+  EXPECT_LT(*with_model, *with_exact * 1.002);
+  // Too few samples: the plane's own.
+  ByteHistogram few{};
+  for (size_t i = 0; i < 1000; ++i) ++few[in[i * 300]];
+  EXPECT_EQ(ModelBytesFromSample(in.data(), in.size(), few), ModelBytes(in.data(), in.size()));
+}
+
 TEST(Rans, ModelIsExactForSmallOrGappyPlanes) {
   std::vector<uint8_t> small = SignedExponents(1000, 4);
   EXPECT_EQ(ModelBytes(small.data(), small.size()), CountBytes(small.data(), small.size()));
