@@ -93,8 +93,7 @@ namespace {
 
 // `h` (sampled counts of p[0, n)) plus one for each value that the sample
 // missed within the ranges of p; CountBytes(p, n) when that adds too many.
-ByteHistogram CompleteModel(const uint8_t* p, size_t n, ByteHistogram h) {
-  const rans::ByteRanges ranges = rans::FindByteRanges(p, n);
+ByteHistogram CompleteModel(const uint8_t* p, size_t n, ByteHistogram h, const rans::ByteRanges& ranges) {
   size_t missed = 0;
   auto cover = [&](uint32_t lo, uint32_t hi) {
     for (uint32_t v = lo; v <= hi; ++v) {
@@ -124,14 +123,15 @@ ByteHistogram ModelBytes(const uint8_t* p, size_t n) {
   for (; i < n; i += kModelSampleStride) ++t[0][p[i]];
   ByteHistogram h;
   for (size_t v = 0; v < 256; ++v) h[v] = t[0][v] + t[1][v] + t[2][v] + t[3][v];
-  return CompleteModel(p, n, h);
+  return CompleteModel(p, n, h, rans::FindByteRanges(p, n));
 }
 
-ByteHistogram ModelBytesFromSample(const uint8_t* p, size_t n, const ByteHistogram& sample) {
+ByteHistogram ModelBytesFromSample(const uint8_t* p, size_t n, const ByteHistogram& sample,
+                                   const rans::ByteRanges& ranges) {
   size_t samples = 0;
   for (uint32_t c : sample) samples += c;
   if (n < kModelMinBytes || samples < kModelMinBytes / kModelSampleStride) return ModelBytes(p, n);
-  return CompleteModel(p, n, sample);
+  return CompleteModel(p, n, sample, ranges);
 }
 
 namespace {

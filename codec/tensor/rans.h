@@ -20,6 +20,14 @@ namespace ckptfs {
 
 using ByteHistogram = std::array<uint32_t, 256>;
 
+namespace rans {
+// The smallest and largest byte of a plane below 0x80 (low_min >= 0x80 if
+// there is none) and from 0x80 on (high_max < 0x80 if there is none).
+struct ByteRanges {
+  uint32_t low_min, low_max, high_min, high_max;
+};
+}  // namespace rans
+
 // The byte histogram of p[0, n).
 ByteHistogram CountBytes(const uint8_t* p, size_t n);
 
@@ -33,10 +41,11 @@ ByteHistogram CountBytes(const uint8_t* p, size_t n);
 ByteHistogram ModelBytes(const uint8_t* p, size_t n);
 
 // ModelBytes from the caller's sample of p[0, n) (counts of bytes of p,
-// such as every k-th element's byte of this plane) instead of its own,
-// which saves reading the plane for it. With fewer samples than ModelBytes
-// takes of its smallest plane, or n small, it is ModelBytes(p, n).
-ByteHistogram ModelBytesFromSample(const uint8_t* p, size_t n, const ByteHistogram& sample);
+// such as every k-th element's byte of this plane) and the exact ranges of
+// p, instead of reading the plane for them. With fewer samples than
+// ModelBytes takes of its smallest plane, or n small, it is ModelBytes(p, n).
+ByteHistogram ModelBytesFromSample(const uint8_t* p, size_t n, const ByteHistogram& sample,
+                                   const rans::ByteRanges& ranges);
 
 // Encodes in[0, n) (n >= 1) into out[0, capacity) with frequencies in the
 // proportions of `hist`, which must count every byte value that occurs in

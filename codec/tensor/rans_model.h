@@ -11,6 +11,7 @@
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
 #include "codec/common/simd_level.h"
+#include "codec/tensor/rans.h"
 
 namespace ckptfs::rans {
 
@@ -134,11 +135,7 @@ struct IfmaEncodeTables {
 std::byte* EncodeGroupsAvx512Ifma(const uint8_t* in, size_t whole, const IfmaEncodeTables& tables, uint32_t* states,
                                   std::byte* w, const std::byte* lowest);
 
-// The smallest and largest byte of p[0, n) below 0x80 (low_min >= 0x80 if
-// there is none) and from 0x80 on (high_max < 0x80 if there is none).
-struct ByteRanges {
-  uint32_t low_min, low_max, high_min, high_max;
-};
+// The ByteRanges (rans.h) of p[0, n).
 ByteRanges FindByteRanges(const uint8_t* p, size_t n);
 // Its AVX2 path. REQUIRES: CpuHasSimd(SimdLevel::kAvx2).
 ByteRanges FindByteRangesAvx2(const uint8_t* p, size_t n);

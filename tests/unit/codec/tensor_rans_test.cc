@@ -278,7 +278,8 @@ TEST(Rans, ModelFromACallersSampleCoversEveryByte) {
   ByteHistogram sample{};
   for (size_t i = 0; i < in.size(); i += 31) ++sample[in[i]];
   const ByteHistogram exact = CountBytes(in.data(), in.size());
-  const ByteHistogram model = ModelBytesFromSample(in.data(), in.size(), sample);
+  const rans::ByteRanges ranges = rans::FindByteRanges(in.data(), in.size());
+  const ByteHistogram model = ModelBytesFromSample(in.data(), in.size(), sample, ranges);
   EXPECT_NE(model, ModelBytes(in.data(), in.size())) << "the caller's sample, not its own";
   for (size_t s = 0; s < 256; ++s) {
     if (exact[s] != 0) {
@@ -293,7 +294,7 @@ TEST(Rans, ModelFromACallersSampleCoversEveryByte) {
   // Too few samples: the plane's own.
   ByteHistogram few{};
   for (size_t i = 0; i < 1000; ++i) ++few[in[i * 300]];
-  EXPECT_EQ(ModelBytesFromSample(in.data(), in.size(), few), ModelBytes(in.data(), in.size()));
+  EXPECT_EQ(ModelBytesFromSample(in.data(), in.size(), few, ranges), ModelBytes(in.data(), in.size()));
 }
 
 TEST(Rans, ModelIsExactForSmallOrGappyPlanes) {
