@@ -10,12 +10,14 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "codec/tensor/byte_planes.h"
 #include "codec/tensor/codecs.h"
 #include "codec/tensor/element_ranges.h"
 #include "codec/tensor/rans.h"
+#include "codec/tensor/rans_model.h"
 #include "codec/tensor/rans_stream.h"
 #include "codec/tensor/zero_elements.h"
 
@@ -83,9 +85,9 @@ struct PlaneStats {
   double entropy_bits = 0;
   size_t samples = 0;
   bool maybe_constant = false;  // every sample the same byte
-  bool from_elements = false;   // `hist` and `ranges` come from the chunk's scan
+  bool from_elements = false;   // `hist` (and `ranges`, if set) come from the chunk's scan
   ByteHistogram hist{};
-  rans::ByteRanges ranges{};
+  std::optional<rans::ByteRanges> ranges;
 };
 
 PlaneStats StatsOf(const ByteHistogram& hist) {
@@ -154,8 +156,8 @@ void SampleElements(const std::byte* in, size_t count, size_t width, ElementSamp
   sample->zeros += zeros;
 }
 
-// The zero mask of in[0, count), the samples and the planes' byte ranges;
-// returns the number of zero elements.
+// The zero mask of in[0, count), the samples and, with `ranges`, the
+// planes' byte ranges; returns the number of zero elements.
 size_t ScanElements(const std::byte* in, size_t count, size_t width, std::byte* mask, ElementSample* sample,
                     ElementByteRanges* ranges) {
   size_t zeros = 0;
@@ -166,7 +168,7 @@ size_t ScanElements(const std::byte* in, size_t count, size_t width, std::byte* 
       __builtin_prefetch(in + at);
     zeros += ZeroElementMask(in + b * width, n, width, mask + b / 8);
     SampleElements(in + b * width, n, width, sample);
-    ranges->Add(in + b * width, n);
+    if (ranges != nullptr) ranges->Add(in + b * width, n);
   }
   return zeros;
 }
@@ -190,7 +192,9 @@ std::pair<PlaneMode, size_t> EncodePlane(const std::byte* plane_bytes, size_t co
     } else {
       // The element sample, when there is one, is the model's sample.
       const ByteHistogram model =
-          stats.from_elements ? ModelBytesFromSample(plane, count, stats.hist, stats.ranges) : ModelBytes(plane, count);
+          !stats.from_elements ? ModelBytes(plane, count)
+          : stats.ranges       ? ModelBytesFromSample(plane, count, stats.hist, *stats.ranges)
+                               : ModelBytesFromSample(plane, count, stats.hist, rans::FindByteRanges(plane, count));
       Result<size_t> r = RansEncode(plane, count, model, out, count - 1);
       if (r.ok()) return {PlaneMode::kRans, *r};
     }
@@ -421,8 +425,13 @@ Result<size_t> SplitAndEncode(ByteSpan data, DType dtype, int level, CodecScratc
   const std::byte* elements = data.data();
   std::byte* mask = scratch.zero_mask.Reserve(MaskBytes(count));
   ElementSample sample;
-  ElementByteRanges ranges(width);
-  const size_t zeros = ScanElements(elements, count, width, mask, &sample, &ranges);
+  // The scan finds the byte ranges of every plane, at a cost that grows
+  // with the planes it does not need them for: 2-byte elements (one of two
+  // planes coded) gain, 4-byte ones (one of four) lose; those read the
+  // coded planes for them instead.
+  std::optional<ElementByteRanges> ranges;
+  if (width == 2) ranges.emplace(width);
+  const size_t zeros = ScanElements(elements, count, width, mask, &sample, ranges ? &*ranges : nullptr);
   // All-zero chunks (unchanged tensors' residuals) are smaller as constant planes.
   const bool sparse = zeros < count && zeros * kSparseMinZeroShareInverse >= count;
   const size_t kept = sparse ? count - zeros : count;
@@ -444,7 +453,7 @@ Result<size_t> SplitAndEncode(ByteSpan data, DType dtype, int level, CodecScratc
     if (!sparse) hist[0] += static_cast<uint32_t>(sample.zeros);
     stats[k] = StatsOf(hist);
     stats[k].from_elements = true;
-    stats[k].ranges = ranges.Plane(k, !sparse && zeros != 0);
+    if (ranges) stats[k].ranges = ranges->Plane(k, !sparse && zeros != 0);
     const bool raw = kept == 0 || (stats[k].samples != 0 && stats[k].entropy_bits >= kRawEntropyBits);
     if (raw && in_place == k) {
       planes[k] = out + at + k * kept;

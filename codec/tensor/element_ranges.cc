@@ -65,6 +65,9 @@ __attribute__((target("avx2"))) void AddAvx2(const std::byte* in, size_t count,
   _mm256_store_si256(row(kUnsignedMax), umax);
   _mm256_store_si256(row(kSignedMin), smin);
   _mm256_store_si256(row(kSignedMax), smax);
+  // GCC leaves this out before the tail call, and the dirty upper halves
+  // would slow the caller's SSE code (the entropy estimate's log2).
+  _mm256_zeroupper();
   using Element = std::conditional_t<kWidth == 2, uint16_t, uint32_t>;
   AddScalar<Element>(in + i * kWidth, count - i, lanes);
 }

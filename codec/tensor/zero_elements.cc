@@ -175,6 +175,7 @@ __attribute__((target("avx2,popcnt"))) void SplitNonZero4Avx2(const std::byte* i
     StoreHigh64(p3 + kept, hi);
     kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   SplitNonZero<uint32_t>(in, i, count, mask, kept, planes);
 }
 
@@ -200,6 +201,7 @@ __attribute__((target("avx2,popcnt"))) void SplitNonZero2Avx2(const std::byte* i
     StoreHigh64(p1 + kept, p);
     kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   SplitNonZero<uint16_t>(in, i, count, mask, kept, planes);
 }
 
@@ -217,6 +219,7 @@ __attribute__((target("avx2,popcnt"))) void Unpack4Avx2(const std::byte* packed,
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * i), e);
     taken += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   Unpack<uint32_t>(packed + 4 * taken, mask + i / 8, count - i, out + 4 * i);
 }
 
@@ -240,6 +243,7 @@ __attribute__((target("avx2,popcnt"))) void Unpack2Avx2(const std::byte* packed,
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), Narrow16(e));
     taken += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   Unpack<uint16_t>(packed + 2 * taken, mask + i / 8, count - i, out + 2 * i);
 }
 
@@ -275,6 +279,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void SplitNonZero4Av
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p3 + kept), _mm512_extracti32x4_epi32(p, 3));
     kept += 16 - static_cast<size_t>(__builtin_popcount(zeros));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   SplitNonZero<uint32_t>(in, i, count, mask, kept, planes);
 }
 
@@ -299,6 +304,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void SplitNonZero2Av
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p1 + kept), _mm512_extracti32x4_epi32(p, 1));
     kept += 16 - static_cast<size_t>(__builtin_popcount(zeros));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   SplitNonZero<uint16_t>(in, i, count, mask, kept, planes);
 }
 
@@ -317,6 +323,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void Unpack4Avx512(c
     _mm512_storeu_si512(out + 4 * i, _mm512_maskz_expand_epi32(static_cast<__mmask16>(~zeros), p));
     taken += 16 - static_cast<size_t>(__builtin_popcount(zeros));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   Unpack<uint32_t>(packed + 4 * taken, mask + i / 8, count - i, out + 4 * i);
 }
 
@@ -334,6 +341,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void Unpack2Avx512(c
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), _mm512_cvtepi32_epi16(e));
     taken += 16 - static_cast<size_t>(__builtin_popcount(zeros));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   Unpack<uint16_t>(packed + 2 * taken, mask + i / 8, count - i, out + 2 * i);
 }
 
