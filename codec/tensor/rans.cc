@@ -89,6 +89,25 @@ constexpr size_t kModelMaxMissed = 32;
 
 }  // namespace
 
+namespace {
+
+// `h` (sampled counts of p[0, n)) plus one for each value that the sample
+// missed within the ranges of p; CountBytes(p, n) when that adds too many.
+ByteHistogram CompleteModel(const uint8_t* p, size_t n, ByteHistogram h, const rans::ByteRanges& ranges) {
+  size_t missed = 0;
+  auto cover = [&](uint32_t lo, uint32_t hi) {
+    for (uint32_t v = lo; v <= hi; ++v) {
+      missed += h[v] == 0;
+      h[v] = h[v] == 0 ? 1 : h[v];
+    }
+  };
+  if (ranges.low_min < 0x80) cover(ranges.low_min, ranges.low_max);
+  if (ranges.high_max >= 0x80) cover(ranges.high_min, ranges.high_max);
+  return missed > kModelMaxMissed ? CountBytes(p, n) : h;
+}
+
+}  // namespace
+
 ByteHistogram ModelBytes(const uint8_t* p, size_t n) {
   if (n < kModelMinBytes) return CountBytes(p, n);
   // Four tables, as in CountBytes: the common values would otherwise
@@ -104,23 +123,22 @@ ByteHistogram ModelBytes(const uint8_t* p, size_t n) {
   for (; i < n; i += kModelSampleStride) ++t[0][p[i]];
   ByteHistogram h;
   for (size_t v = 0; v < 256; ++v) h[v] = t[0][v] + t[1][v] + t[2][v] + t[3][v];
-  const rans::ByteRanges ranges = rans::FindByteRanges(p, n);
-  size_t missed = 0;
-  auto cover = [&](uint32_t lo, uint32_t hi) {
-    for (uint32_t v = lo; v <= hi; ++v) {
-      missed += h[v] == 0;
-      h[v] = h[v] == 0 ? 1 : h[v];
-    }
-  };
-  if (ranges.low_min < 0x80) cover(ranges.low_min, ranges.low_max);
-  if (ranges.high_max >= 0x80) cover(ranges.high_min, ranges.high_max);
-  return missed > kModelMaxMissed ? CountBytes(p, n) : h;
+  return CompleteModel(p, n, h, rans::FindByteRanges(p, n));
+}
+
+ByteHistogram ModelBytesFromSample(const uint8_t* p, size_t n, const ByteHistogram& sample,
+                                   const rans::ByteRanges& ranges) {
+  size_t samples = 0;
+  for (uint32_t c : sample) samples += c;
+  if (n < kModelMinBytes || samples < kModelMinBytes / kModelSampleStride) return ModelBytes(p, n);
+  return CompleteModel(p, n, sample, ranges);
 }
 
 namespace {
 
+// `ifma`: at kAvx512, take the IFMA path where the CPU has it.
 Result<size_t> Encode(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out, size_t capacity,
-                      SimdLevel level) {
+                      SimdLevel level, bool ifma = true) {
   size_t total = 0;
   for (uint32_t c : hist) total += c;
   const rans::Freqs freqs = rans::NormalizeFreqs(hist, total);
@@ -148,7 +166,17 @@ Result<size_t> Encode(const uint8_t* in, size_t n, const ByteHistogram& hist, st
     }
     s = EncodeStep(s, e);
   }
-  if (level == SimdLevel::kAvx512) {
+  if (level == SimdLevel::kAvx512 && ifma && rans::CpuHasAvx512Ifma()) {
+    rans::IfmaEncodeTables tables{};
+    for (size_t s = 0; s < 256; ++s) {
+      if (freqs[s] == 0) continue;
+      const uint64_t m = ((uint64_t{1} << 51) + freqs[s] - 1) / freqs[s];
+      tables.divide[s] = m | uint64_t{kProbScale - freqs[s]} << 52;
+      tables.start[s] = symbols[s].start;
+    }
+    w = rans::EncodeGroupsAvx512Ifma(in, whole, tables, x.data(), w, lowest);
+    if (w == nullptr) return Status::Unsupported("rANS: no room");
+  } else if (level == SimdLevel::kAvx512) {
     std::array<uint64_t, 256> table;
     for (size_t s = 0; s < 256; ++s)
       table[s] = symbols[s].rcp | uint64_t{freqs[s]} << 32 | uint64_t{symbols[s].start} << 45 |
@@ -200,6 +228,11 @@ Result<size_t> RansEncodeWith(SimdLevel level, const uint8_t* in, size_t n, cons
   return Encode(in, n, hist, out, capacity, level);
 }
 
+Result<size_t> RansEncodeAvx512WithoutIfma(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
+                                           size_t capacity) {
+  return Encode(in, n, hist, out, capacity, SimdLevel::kAvx512, /*ifma=*/false);
+}
+
 namespace {
 
 Status Decode(ByteSpan stored, uint8_t* out, size_t n, SimdLevel level, std::string_view what) {
@@ -213,19 +246,7 @@ Status Decode(ByteSpan stored, uint8_t* out, size_t n, SimdLevel level, std::str
   if (level == SimdLevel::kAvx512)
     return rans::DecodeTail(table, s, rans::DecodeGroupsAvx512(table, s, out, n), out, n, what);
   if (level == SimdLevel::kAvx2) return rans::DecodeTail(table, s, rans::DecodeGroupsAvx2(table, s, out, n), out, n, what);
-  size_t i = 0;
-  // Whole groups while a group's worst case (one word per state) is
-  // surely there: no per-word checks, branch-free renormalisation.
-  for (; i + kStates <= n && s.end - s.words >= static_cast<ptrdiff_t>(2 * kStates); i += kStates) {
-    for (size_t j = 0; j < kStates; ++j) {
-      uint32_t x = s.states[j];
-      out[i + j] = rans::DecodeStep(table, x);
-      const bool refill = x < kLower;
-      const uint32_t word = LoadLE16(s.words);
-      s.states[j] = refill ? x << 16 | word : x;
-      s.words += refill ? 2 : 0;
-    }
-  }
+  const size_t i = rans::DecodeGroupsScalar(table, s, out, n);
   return rans::DecodeTail(table, s, i, out, n, what);
 }
 

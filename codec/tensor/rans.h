@@ -20,6 +20,14 @@ namespace ckptfs {
 
 using ByteHistogram = std::array<uint32_t, 256>;
 
+namespace rans {
+// The smallest and largest byte of a plane below 0x80 (low_min >= 0x80 if
+// there is none) and from 0x80 on (high_max < 0x80 if there is none).
+struct ByteRanges {
+  uint32_t low_min, low_max, high_min, high_max;
+};
+}  // namespace rans
+
 // The byte histogram of p[0, n).
 ByteHistogram CountBytes(const uint8_t* p, size_t n);
 
@@ -31,6 +39,13 @@ ByteHistogram CountBytes(const uint8_t* p, size_t n);
 // missed, or n is small, it is CountBytes(p, n). The coded size is within
 // about 0.1% of what exact counts give on trained float planes.
 ByteHistogram ModelBytes(const uint8_t* p, size_t n);
+
+// ModelBytes from the caller's sample of p[0, n) (counts of bytes of p,
+// such as every k-th element's byte of this plane) and the exact ranges of
+// p, instead of reading the plane for them. With fewer samples than
+// ModelBytes takes of its smallest plane, or n small, it is ModelBytes(p, n).
+ByteHistogram ModelBytesFromSample(const uint8_t* p, size_t n, const ByteHistogram& sample,
+                                   const rans::ByteRanges& ranges);
 
 // Encodes in[0, n) (n >= 1) into out[0, capacity) with frequencies in the
 // proportions of `hist`, which must count every byte value that occurs in
@@ -46,6 +61,11 @@ Result<size_t> RansEncode(const uint8_t* in, size_t n, const ByteHistogram& hist
 // CpuHasSimd(level).
 Result<size_t> RansEncodeWith(SimdLevel level, const uint8_t* in, size_t n, const ByteHistogram& hist,
                               std::byte* out, size_t capacity);
+// At kAvx512 it takes a path built on AVX-512 IFMA and VBMI where the CPU
+// has them; this is the AVX-512 path without them, for tests. REQUIRES:
+// CpuHasSimd(SimdLevel::kAvx512).
+Result<size_t> RansEncodeAvx512WithoutIfma(const uint8_t* in, size_t n, const ByteHistogram& hist, std::byte* out,
+                                           size_t capacity);
 
 // Decodes `stored` into out[0, n). Every field is checked: a stream that is
 // not exactly what RansEncode writes for n bytes is Corruption.

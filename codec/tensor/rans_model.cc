@@ -111,10 +111,10 @@ Status ReadStreamStart(ByteSpan stored, StreamStart* start, std::string_view wha
   return Status::Ok();
 }
 
-Status DecodeTail(const DecodeTable& table, StreamStart& s, size_t from, uint8_t* out, size_t n,
-                  std::string_view what) {
+Status DecodeChecked(const DecodeTable& table, StreamStart& s, size_t first, size_t from, uint8_t* out, size_t n,
+                     std::string_view what) {
   for (size_t i = from; i < n; ++i) {
-    uint32_t& x = s.states[i % kStates];
+    uint32_t& x = s.states[(first + i) % kStates];
     out[i] = DecodeStep(table, x);
     if (x < kLower) {
       if (s.end - s.words < 2) return Status::Corruption(fmt::format("{}: rANS stream truncated", what));
@@ -122,11 +122,38 @@ Status DecodeTail(const DecodeTable& table, StreamStart& s, size_t from, uint8_t
       s.words += 2;
     }
   }
+  return Status::Ok();
+}
+
+Status CheckStreamEnd(const StreamStart& s, std::string_view what) {
   if (s.words != s.end)
     return Status::Corruption(fmt::format("{}: {} rANS bytes left over", what, s.end - s.words));
   for (uint32_t x : s.states)
     if (x != kLower) return Status::Corruption(fmt::format("{}: rANS stream does not end in the start state", what));
   return Status::Ok();
+}
+
+Status DecodeTail(const DecodeTable& table, StreamStart& s, size_t from, uint8_t* out, size_t n,
+                  std::string_view what) {
+  RETURN_IF_ERROR(DecodeChecked(table, s, 0, from, out, n, what));
+  return CheckStreamEnd(s, what);
+}
+
+size_t DecodeGroupsScalar(const DecodeTable& table, StreamStart& s, uint8_t* out, size_t n) {
+  size_t i = 0;
+  // Whole groups while a group's worst case (one word per state) is
+  // surely there: no per-word checks, branch-free renormalisation.
+  for (; i + kStates <= n && s.end - s.words >= static_cast<ptrdiff_t>(2 * kStates); i += kStates) {
+    for (size_t j = 0; j < kStates; ++j) {
+      uint32_t x = s.states[j];
+      out[i + j] = DecodeStep(table, x);
+      const bool refill = x < kLower;
+      const uint32_t word = LoadLE16(s.words);
+      s.states[j] = refill ? x << 16 | word : x;
+      s.words += refill ? 2 : 0;
+    }
+  }
+  return i;
 }
 
 ByteRanges FindByteRanges(const uint8_t* p, size_t n) {

@@ -11,6 +11,7 @@
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
 #include "codec/common/simd_level.h"
+#include "codec/tensor/rans.h"
 
 namespace ckptfs::rans {
 
@@ -72,6 +73,16 @@ Status ReadStreamStart(ByteSpan stored, StreamStart* start, std::string_view wha
 Status DecodeTail(const DecodeTable& table, StreamStart& s, size_t from, uint8_t* out, size_t n,
                   std::string_view what);
 
+// DecodeTail's two halves, for decoding a stream piece by piece: symbols
+// [from, n) one by one with every word read checked, out[i] going through
+// state (first + i) % kStates; and the end check.
+Status DecodeChecked(const DecodeTable& table, StreamStart& s, size_t first, size_t from, uint8_t* out, size_t n,
+                     std::string_view what);
+Status CheckStreamEnd(const StreamStart& s, std::string_view what);
+
+// The portable whole-group decoder: as DecodeGroupsAvx2, without vectors.
+size_t DecodeGroupsScalar(const DecodeTable& table, StreamStart& s, uint8_t* out, size_t n);
+
 }  // namespace ckptfs::rans
 
 namespace ckptfs::rans {
@@ -105,11 +116,26 @@ std::byte* EncodeGroupsAvx2(const uint8_t* in, size_t whole, const EncodeTables&
 std::byte* EncodeGroupsAvx512(const uint8_t* in, size_t whole, const uint64_t* table, uint32_t* states,
                               std::byte* w, const std::byte* lowest);
 
-// The smallest and largest byte of p[0, n) below 0x80 (low_min >= 0x80 if
-// there is none) and from 0x80 on (high_max < 0x80 if there is none).
-struct ByteRanges {
-  uint32_t low_min, low_max, high_min, high_max;
+// Whether the CPU runs EncodeGroupsAvx512Ifma: AVX-512 with IFMA and VBMI.
+bool CpuHasAvx512Ifma();
+
+// The tables of EncodeGroupsAvx512Ifma, by byte value: divide = m |
+// (kProbScale - freq) << 52 with m = ceil(2^51 / freq), so that the
+// 52-bit multiply-add's high half of 2x * m is floor(x / freq) for every
+// 32-bit x (the rounding error stays under 2^-19); and the symbol's start.
+struct IfmaEncodeTables {
+  std::array<uint64_t, 256> divide;
+  std::array<uint64_t, 256> start;
 };
+
+// As EncodeGroupsAvx512, dividing by 52-bit multiply-adds instead of the
+// reciprocal multiplier and shift, and moving the emitted words with one
+// byte permute: fewer instructions on the ports that the other path fills.
+// REQUIRES: CpuHasAvx512Ifma().
+std::byte* EncodeGroupsAvx512Ifma(const uint8_t* in, size_t whole, const IfmaEncodeTables& tables, uint32_t* states,
+                                  std::byte* w, const std::byte* lowest);
+
+// The ByteRanges (rans.h) of p[0, n).
 ByteRanges FindByteRanges(const uint8_t* p, size_t n);
 // Its AVX2 path. REQUIRES: CpuHasSimd(SimdLevel::kAvx2).
 ByteRanges FindByteRangesAvx2(const uint8_t* p, size_t n);

@@ -106,6 +106,10 @@ constexpr LaneTable MakeExpandTable() {
   return t;
 }
 
+// The split reads the chunk a second time, after the mask pass has moved
+// on: the hardware prefetcher alone leaves its loads waiting on memory.
+constexpr size_t kSplitAhead = 4096;
+
 constexpr LaneTable kCompress = MakeCompressTable();
 constexpr LaneTable kExpand = MakeExpandTable();
 
@@ -153,20 +157,25 @@ __attribute__((target("avx2,popcnt"))) void SplitNonZero4Avx2(const std::byte* i
   const __m256i transpose = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
                                              0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   const __m256i quarters = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // The plane pointers in registers: the stores could alias the array, so
+  // GCC would load them again for every store.
+  std::byte* const p0 = planes[0], *const p1 = planes[1], *const p2 = planes[2], *const p3 = planes[3];
   size_t kept = 0, i = 0;
   for (; i + 8 <= count && kept + 8 <= kept_total; i += 8) {
+    __builtin_prefetch(in + 4 * i + kSplitAhead);
     const int m = static_cast<uint8_t>(mask[i / 8]);
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 4 * i));
     const __m256i packed =
         _mm256_permutevar8x32_epi32(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.lanes[m])));
     const __m256i p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(packed, transpose), quarters);
     const __m128i lo = _mm256_castsi256_si128(p), hi = _mm256_extracti128_si256(p, 1);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(planes[0] + kept), lo);
-    StoreHigh64(planes[1] + kept, lo);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(planes[2] + kept), hi);
-    StoreHigh64(planes[3] + kept, hi);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p0 + kept), lo);
+    StoreHigh64(p1 + kept, lo);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p2 + kept), hi);
+    StoreHigh64(p3 + kept, hi);
     kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   SplitNonZero<uint32_t>(in, i, count, mask, kept, planes);
 }
 
@@ -178,18 +187,21 @@ __attribute__((target("avx2,popcnt"))) void SplitNonZero2Avx2(const std::byte* i
   const __m256i transpose = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                              0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1);
   const __m256i quarters = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  std::byte* const p0 = planes[0], *const p1 = planes[1];
   size_t kept = 0, i = 0;
   for (; i + 8 <= count && kept + 8 <= kept_total; i += 8) {
+    __builtin_prefetch(in + 2 * i + kSplitAhead);
     const int m = static_cast<uint8_t>(mask[i / 8]);
     const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i)));
     const __m256i packed =
         _mm256_permutevar8x32_epi32(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.lanes[m])));
     const __m128i p = _mm256_castsi256_si128(
         _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(packed, transpose), quarters));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(planes[0] + kept), p);
-    StoreHigh64(planes[1] + kept, p);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p0 + kept), p);
+    StoreHigh64(p1 + kept, p);
     kept += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   SplitNonZero<uint16_t>(in, i, count, mask, kept, planes);
 }
 
@@ -207,6 +219,7 @@ __attribute__((target("avx2,popcnt"))) void Unpack4Avx2(const std::byte* packed,
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * i), e);
     taken += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   Unpack<uint32_t>(packed + 4 * taken, mask + i / 8, count - i, out + 4 * i);
 }
 
@@ -230,6 +243,7 @@ __attribute__((target("avx2,popcnt"))) void Unpack2Avx2(const std::byte* packed,
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), Narrow16(e));
     taken += 8 - static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   Unpack<uint16_t>(packed + 2 * taken, mask + i / 8, count - i, out + 2 * i);
 }
 
@@ -250,19 +264,22 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void SplitNonZero4Av
   const __m512i transpose =
       _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
   const __m512i quarters = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  std::byte* const p0 = planes[0], *const p1 = planes[1], *const p2 = planes[2], *const p3 = planes[3];
   size_t kept = 0, i = 0;
   for (; i + 16 <= count && kept + 16 <= kept_total; i += 16) {
+    __builtin_prefetch(in + 4 * i + kSplitAhead);
     uint16_t zeros;
     std::memcpy(&zeros, mask + i / 8, 2);
     const __m512i v = _mm512_loadu_si512(in + 4 * i);
     const __m512i packed = _mm512_maskz_compress_epi32(static_cast<__mmask16>(~zeros), v);
     const __m512i p = _mm512_permutexvar_epi32(quarters, _mm512_shuffle_epi8(packed, transpose));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[0] + kept), _mm512_castsi512_si128(p));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[1] + kept), _mm512_extracti32x4_epi32(p, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[2] + kept), _mm512_extracti32x4_epi32(p, 2));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[3] + kept), _mm512_extracti32x4_epi32(p, 3));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p0 + kept), _mm512_castsi512_si128(p));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p1 + kept), _mm512_extracti32x4_epi32(p, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p2 + kept), _mm512_extracti32x4_epi32(p, 2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p3 + kept), _mm512_extracti32x4_epi32(p, 3));
     kept += 16 - static_cast<size_t>(__builtin_popcount(zeros));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   SplitNonZero<uint32_t>(in, i, count, mask, kept, planes);
 }
 
@@ -274,18 +291,58 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void SplitNonZero2Av
   const __m512i transpose =
       _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1));
   const __m512i quarters = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  std::byte* const p0 = planes[0], *const p1 = planes[1];
   size_t kept = 0, i = 0;
   for (; i + 16 <= count && kept + 16 <= kept_total; i += 16) {
+    __builtin_prefetch(in + 2 * i + kSplitAhead);
     uint16_t zeros;
     std::memcpy(&zeros, mask + i / 8, 2);
     const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 2 * i)));
     const __m512i packed = _mm512_maskz_compress_epi32(static_cast<__mmask16>(~zeros), v);
     const __m512i p = _mm512_permutexvar_epi32(quarters, _mm512_shuffle_epi8(packed, transpose));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[0] + kept), _mm512_castsi512_si128(p));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[1] + kept), _mm512_extracti32x4_epi32(p, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p0 + kept), _mm512_castsi512_si128(p));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p1 + kept), _mm512_extracti32x4_epi32(p, 1));
     kept += 16 - static_cast<size_t>(__builtin_popcount(zeros));
   }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
   SplitNonZero<uint16_t>(in, i, count, mask, kept, planes);
+}
+
+// Putting the zeros back: VPEXPANDD moves the next non-zero elements, in
+// order, to the lanes whose mask bit is clear and zeroes the others, in
+// one step (the AVX2 path needs a table lookup, a permutation and a blend).
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void Unpack4Avx512(const std::byte* packed,
+                                                                            const std::byte* mask, size_t count,
+                                                                            std::byte* out) {
+  size_t taken = 0, i = 0;
+  for (; i + 16 <= count; i += 16) {
+    uint16_t zeros;
+    std::memcpy(&zeros, mask + i / 8, 2);
+    // A whole vector load: taken + 16 <= i + 16 <= count elements of room.
+    const __m512i p = _mm512_loadu_si512(packed + 4 * taken);
+    _mm512_storeu_si512(out + 4 * i, _mm512_maskz_expand_epi32(static_cast<__mmask16>(~zeros), p));
+    taken += 16 - static_cast<size_t>(__builtin_popcount(zeros));
+  }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
+  Unpack<uint32_t>(packed + 4 * taken, mask + i / 8, count - i, out + 4 * i);
+}
+
+// Two-byte elements widened to 32-bit lanes for the same step.
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void Unpack2Avx512(const std::byte* packed,
+                                                                            const std::byte* mask, size_t count,
+                                                                            std::byte* out) {
+  size_t taken = 0, i = 0;
+  for (; i + 16 <= count; i += 16) {
+    uint16_t zeros;
+    std::memcpy(&zeros, mask + i / 8, 2);
+    // A whole 32-byte load: taken + 16 <= i + 16 <= count elements of room.
+    const __m512i p = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + 2 * taken)));
+    const __m512i e = _mm512_maskz_expand_epi32(static_cast<__mmask16>(~zeros), p);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), _mm512_cvtepi32_epi16(e));
+    taken += 16 - static_cast<size_t>(__builtin_popcount(zeros));
+  }
+  _mm256_zeroupper();  // GCC leaves it out before the scalar finisher
+  Unpack<uint16_t>(packed + 2 * taken, mask + i / 8, count - i, out + 2 * i);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -322,12 +379,22 @@ void SplitNonZeroElements(const std::byte* in, size_t count, size_t width, const
 }
 
 void UnpackNonZeroElements(const std::byte* packed, const std::byte* mask, size_t count, size_t width,
-                           std::byte* out) {
+                           std::byte* out, SimdLevel level) {
+  switch (level) {
 #if defined(__x86_64__)
-  if (CpuHasSimd(SimdLevel::kAvx2)) return width == 4 ? Unpack4Avx2(packed, mask, count, out) : Unpack2Avx2(packed, mask, count, out);
+    case SimdLevel::kAvx512:
+      if (width == 4) Unpack4Avx512(packed, mask, count, out);
+      else Unpack2Avx512(packed, mask, count, out);
+      return;
+    case SimdLevel::kAvx2:
+      if (width == 4) Unpack4Avx2(packed, mask, count, out);
+      else Unpack2Avx2(packed, mask, count, out);
+      return;
 #endif
-  if (width == 4) Unpack<uint32_t>(packed, mask, count, out);
-  else Unpack<uint16_t>(packed, mask, count, out);
+    default:
+      if (width == 4) Unpack<uint32_t>(packed, mask, count, out);
+      else Unpack<uint16_t>(packed, mask, count, out);
+  }
 }
 
 }  // namespace ckptfs

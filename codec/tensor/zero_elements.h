@@ -27,8 +27,9 @@ void SplitNonZeroElements(const std::byte* in, size_t count, size_t width, const
 
 // Element i of `out` is zero where the mask has bit i, else the next
 // element of `packed` (the non-zero elements back to back). REQUIRES: `packed` has
-// room for `count` elements (reads run past the packed ones, within it).
+// room for `count` elements (reads run past the packed ones, within it);
+// CpuHasSimd(level) (every level writes the same bytes).
 void UnpackNonZeroElements(const std::byte* packed, const std::byte* mask, size_t count, size_t width,
-                           std::byte* out);
+                           std::byte* out, SimdLevel level = BestSimdLevel());
 
 }  // namespace ckptfs

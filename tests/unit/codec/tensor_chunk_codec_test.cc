@@ -258,6 +258,45 @@ TEST(ChunkCodec, RawAndCodedPlanesInAnyOrderRoundTrip) {
   }
 }
 
+TEST(ChunkCodec, StreamedDecodeHandlesZeroRunsAcrossBlocks) {
+  // The usual float chunk (top byte rANS, the others raw) decodes block by
+  // block, putting the zeros back as it goes: zero runs longer than a block
+  // (blocks with nothing to decode), blocks with no zeros, runs across
+  // block ends; dense too. Truncating the rANS plane's stream is an error.
+  CodecScratch scratch;
+  ScratchBuffer out;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const size_t width = DTypeSize(dtype), count = 20011;
+    const std::vector<std::byte> noise = testing::RandomBytes(width * count, 17);
+    for (bool sparse : {false, true}) {
+      std::vector<std::byte> data(noise);
+      for (size_t i = 0; i < count; ++i) {
+        data[width * i + width - 1] = std::byte(0x3c + (i * 5 % 7) / 3);
+        const bool zero = sparse && (i % 4000 < 1300 || (i % 4000 > 2600 && i % 9 == 0));
+        if (zero) std::fill_n(data.begin() + width * i, width, std::byte{0});
+      }
+      ChunkContext ctx{dtype, 3, {}};
+      Result<size_t> n = FindChunkCodec(ChunkCodec::kBytePlaneZstd)->Encode(data, ctx, scratch, &out);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      ASSERT_EQ(static_cast<uint8_t>(out.data()[0]), (sparse ? 0x80 : 0) | width);
+      const size_t first = sparse ? 1 : 0;
+      for (size_t k = 0; k < width; ++k)
+        ASSERT_EQ(static_cast<uint8_t>(out.data()[1 + 5 * (first + k)]), k + 1 == width ? 3 : 0) << k;
+      std::vector<std::byte> stored(out.data(), out.data() + *n);
+      std::vector<std::byte> back(data.size());
+      ASSERT_TRUE(FindChunkCodec(ChunkCodec::kBytePlaneZstd)->Decode(stored, {}, ctx, scratch, back).ok());
+      EXPECT_EQ(back, data) << DTypeName(dtype) << (sparse ? " sparse" : " dense");
+      // The rANS plane is last: drop its last word and declare it shorter.
+      const size_t entry = 1 + 5 * (first + width - 1) + 1;
+      uint32_t len = LoadLE32(stored.data() + entry);
+      StoreLE32(stored.data() + entry, len - 2);
+      stored.resize(stored.size() - 2);
+      EXPECT_EQ(FindChunkCodec(ChunkCodec::kBytePlaneZstd)->Decode(stored, {}, ctx, scratch, back).code(),
+                StatusCode::kCorruption);
+    }
+  }
+}
+
 TEST(ChunkCodec, SparseChunksOfAlmostOnlyZerosRoundTrip) {
   // So few non-zero elements that the element sample may hold none.
   CodecScratch scratch;

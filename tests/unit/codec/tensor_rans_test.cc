@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codec/tensor/rans_model.h"
+#include "codec/tensor/rans_stream.h"
 
 namespace ckptfs {
 namespace {
@@ -26,6 +27,15 @@ std::vector<std::byte> Encode(const std::vector<uint8_t>& in, size_t capacity = 
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     other.resize(m.ok() ? *m : 0);
     EXPECT_EQ(out, other) << "level " << static_cast<int>(level);
+  }
+  // The AVX-512 path without IFMA, which the CPU may otherwise never take.
+  if (CpuHasSimd(SimdLevel::kAvx512)) {
+    std::vector<std::byte> other(capacity != 0 ? capacity : in.size() + 1024);
+    Result<size_t> m =
+        RansEncodeAvx512WithoutIfma(in.data(), in.size(), CountBytes(in.data(), in.size()), other.data(), other.size());
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    other.resize(m.ok() ? *m : 0);
+    EXPECT_EQ(out, other) << "AVX-512 without IFMA";
   }
   return out;
 }
@@ -48,6 +58,25 @@ Status Decode(ByteSpan stored, size_t n, std::vector<uint8_t>* out) {
     EXPECT_EQ(st.code(), slow.code()) << "level " << static_cast<int>(level) << ": " << st.ToString();
     if (st.ok() && slow.ok()) {
       EXPECT_EQ(other, scalar) << "level " << static_cast<int>(level);
+    }
+  }
+  // Piece by piece, in pieces that start on group boundaries and pieces
+  // that do not, at every level.
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!CpuHasSimd(level)) continue;
+    std::vector<uint8_t> other(n, 0xcc);
+    RansStreamDecoder stream;
+    Status st = stream.Open(stored, n, "test", level);
+    constexpr size_t kPieces[] = {64, 5, 27, 96, 1, 31, 33, 512};
+    for (size_t at = 0, p = 0; st.ok() && at < n; ++p) {
+      const size_t piece = std::min(kPieces[p % std::size(kPieces)], n - at);
+      st = stream.Next(other.data() + at, piece);
+      at += piece;
+    }
+    if (st.ok()) st = stream.Finish();
+    EXPECT_EQ(st.code(), slow.code()) << "stream, level " << static_cast<int>(level) << ": " << st.ToString();
+    if (st.ok() && slow.ok()) {
+      EXPECT_EQ(other, scalar) << "stream, level " << static_cast<int>(level);
     }
   }
   return fast;
@@ -239,6 +268,33 @@ TEST(Rans, ModelCoversEveryByteAndCodesNearTheExactCounts) {
     ASSERT_TRUE(Decode(ByteSpan(b.data(), *with_model), in.size(), &back).ok());
     EXPECT_EQ(back, in);
   }
+}
+
+TEST(Rans, ModelFromACallersSampleCoversEveryByte) {
+  std::vector<uint8_t> in = SignedExponents(300001, 7);
+  const auto [lo, hi] = std::minmax_element(in.begin(), in.end(), [](uint8_t a, uint8_t b) { return (a & 0x7f) < (b & 0x7f); });
+  in[12345] = static_cast<uint8_t>((*lo & 0x7f) - 3);
+  in[54321] = static_cast<uint8_t>((*hi | 0x80) + 3);
+  ByteHistogram sample{};
+  for (size_t i = 0; i < in.size(); i += 31) ++sample[in[i]];
+  const ByteHistogram exact = CountBytes(in.data(), in.size());
+  const rans::ByteRanges ranges = rans::FindByteRanges(in.data(), in.size());
+  const ByteHistogram model = ModelBytesFromSample(in.data(), in.size(), sample, ranges);
+  EXPECT_NE(model, ModelBytes(in.data(), in.size())) << "the caller's sample, not its own";
+  for (size_t s = 0; s < 256; ++s) {
+    if (exact[s] != 0) {
+      EXPECT_NE(model[s], 0u) << s;
+    }
+  }
+  std::vector<std::byte> a(in.size() + 1024), b(in.size() + 1024);
+  Result<size_t> with_exact = RansEncode(in.data(), in.size(), exact, a.data(), a.size());
+  Result<size_t> with_model = RansEncode(in.data(), in.size(), model, b.data(), b.size());
+  ASSERT_TRUE(with_exact.ok() && with_model.ok());
+  EXPECT_LT(*with_model, *with_exact * 1.002);
+  // Too few samples: the plane's own.
+  ByteHistogram few{};
+  for (size_t i = 0; i < 1000; ++i) ++few[in[i * 300]];
+  EXPECT_EQ(ModelBytesFromSample(in.data(), in.size(), few, ranges), ModelBytes(in.data(), in.size()));
 }
 
 TEST(Rans, ModelIsExactForSmallOrGappyPlanes) {

@@ -33,7 +33,7 @@ void SplitAtEveryLevel(const std::vector<std::byte>& in, size_t count, size_t wi
 
 TEST(ZeroElements, MaskSplitAndUnpackForEveryTailLength) {
   for (size_t width : {2u, 4u}) {
-    for (size_t count : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 63u, 1000u}) {
+    for (size_t count : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 32u, 33u, 63u, 1000u}) {
       std::vector<std::byte> in = testing::RandomBytes(width * count, static_cast<uint32_t>(count + width));
       // Zero every third element, and one byte of every fifth (not zero then).
       for (size_t i = 0; i < count; i += 3) std::fill_n(in.begin() + width * i, width, std::byte{0});
@@ -63,9 +63,12 @@ TEST(ZeroElements, MaskSplitAndUnpackForEveryTailLength) {
             ASSERT_EQ(p[k][j], packed[width * j + k]) << j << " " << k << " level " << static_cast<int>(level);
       });
       packed.resize(width * count);
-      std::vector<std::byte> back(width * count, std::byte{0x77});
-      UnpackNonZeroElements(packed.data(), mask.data(), count, width, back.data());
-      ASSERT_EQ(back, in) << "width " << width << " count " << count;
+      for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+        if (!CpuHasSimd(level)) continue;
+        std::vector<std::byte> back(width * count, std::byte{0x77});
+        UnpackNonZeroElements(packed.data(), mask.data(), count, width, back.data(), level);
+        ASSERT_EQ(back, in) << "width " << width << " count " << count << " level " << static_cast<int>(level);
+      }
     }
   }
 }
