@@ -1,0 +1,271 @@
+// The log mode's fraction table and the AVX2 paths of its per-element
+// passes (see log_index.h). Compiled with -ffp-contract=off like the rest of
+// the codec: the bound check and the error terms are the same IEEE double
+// subtracts, multiplies and divides as the scalar reference, and the two
+// order-dependent sums (err2, ref2) are still added one element at a time in
+// element order, so every output equals the scalar one bit for bit.
+#include "codec/tensor/lossy/log_index.h"
+
+#include "codec/common/simd_level.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace ckptfs::lossy {
+
+std::optional<LogFractionTable> LogFractionTable::Build(const LogGrid& grid) {
+  const uint32_t k = grid.per_octave();
+  if (k >= (1u << 15)) return std::nullopt;  // levels and offsets must fit 16 bits
+  // The rounded level of fraction f at exponent 0, by the scalar reference.
+  auto level = [&](uint32_t f) {
+    return static_cast<uint32_t>(grid.Locate(std::bit_cast<float>((127u << 23) | f)).q);
+  };
+  LogFractionTable t;
+  t.ratio = grid.ratio();
+  uint32_t log2_buckets = 8;  // shift <= 15: an offset up to 2^shift fits 16 bits
+  while ((1u << log2_buckets) < 2 * k) ++log2_buckets;
+  // Thresholds are about (ratio - 1) 2^23 apart, more than a bucket of 2^23 / (2K):
+  // the first size always fits; the loop is a guard that makes it a checked fact.
+  for (; log2_buckets <= 20; ++log2_buckets) {
+    t.shift = 23 - log2_buckets;
+    const uint32_t size = 1u << t.shift;
+    t.entry.assign(size_t{1} << log2_buckets, 0);
+    bool fits = true;
+    for (uint32_t b = 0; b < t.entry.size() && fits; ++b) {
+      const uint32_t first = b << t.shift, last = first + size - 1;
+      const uint32_t r0 = level(first), r1 = level(last);
+      uint32_t offset = size;  // no threshold in the bucket: never reached
+      if (r1 == r0 + 1) {
+        uint32_t lo = first + 1, hi = last;  // the first f with level r1 lies in [lo, hi]
+        while (lo < hi) {
+          const uint32_t mid = lo + (hi - lo) / 2;
+          if (level(mid) > r0) hi = mid;
+          else lo = mid + 1;
+        }
+        offset = lo - first;
+      } else if (r1 != r0) {
+        fits = false;
+      }
+      t.entry[b] = (r0 << 16) | offset;
+    }
+    if (fits) break;
+  }
+  if (log2_buckets > 20) return std::nullopt;
+  t.level_bits.resize(k + 1);
+  for (uint32_t r = 0; r <= k; ++r) t.level_bits[r] = std::bit_cast<uint32_t>(grid.FloatValue(r));
+  return t;
+}
+
+#if defined(__x86_64__)
+
+bool LogSimdAvailable() { return CpuHasSimd(SimdLevel::kAvx2); }
+
+namespace {
+
+#define CKPTFS_LOG_AVX2 __attribute__((target("avx2"), always_inline)) inline
+
+// Lanes of a float vector (as int32 bits) that take the table path: x
+// positive with an exponent field in [1, 252], so the result is a normal
+// float (level exponent <= 126). Other positive finite lanes (subnormal,
+// or >= 2^126) need the general path.
+CKPTFS_LOG_AVX2 __m256i FastLanes(__m256i v) {
+  return _mm256_and_si256(_mm256_cmpgt_epi32(v, _mm256_set1_epi32(0x007FFFFF)),
+                          _mm256_cmpgt_epi32(_mm256_set1_epi32(253 << 23), v));
+}
+// Lanes with x > 0 and finite (OnGrid).
+CKPTFS_LOG_AVX2 __m256i OnGridLanes(__m256i v) {
+  return _mm256_and_si256(_mm256_cmpgt_epi32(v, _mm256_setzero_si256()),
+                          _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), v));
+}
+
+struct Located {
+  __m256i q, value;
+};
+// Locate for fast lanes (others get garbage).
+CKPTFS_LOG_AVX2 Located LocateLanes(const LogFractionTable& t, __m256i k, __m256i v, bool want_value) {
+  const __m256i e = _mm256_sub_epi32(_mm256_srli_epi32(v, 23), _mm256_set1_epi32(127));
+  const __m256i f = _mm256_and_si256(v, _mm256_set1_epi32(0x7FFFFF));
+  const __m256i bucket = _mm256_srli_epi32(f, static_cast<int>(t.shift));
+  const __m256i entry =
+      _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.entry.data()), bucket, 4);
+  const __m256i in_bucket = _mm256_and_si256(f, _mm256_set1_epi32(static_cast<int>((1u << t.shift) - 1)));
+  const __m256i offset = _mm256_and_si256(entry, _mm256_set1_epi32(0xFFFF));
+  // in_bucket >= offset is in_bucket > offset - 1; the mask is -1: subtract it.
+  const __m256i up = _mm256_cmpgt_epi32(in_bucket, _mm256_sub_epi32(offset, _mm256_set1_epi32(1)));
+  const __m256i r = _mm256_sub_epi32(_mm256_srli_epi32(entry, 16), up);
+  Located out;
+  out.q = _mm256_add_epi32(_mm256_mullo_epi32(e, k), r);
+  if (want_value) {
+    const __m256i bits = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.level_bits.data()), r, 4);
+    out.value = _mm256_add_epi32(bits, _mm256_slli_epi32(e, 23));
+  } else {
+    out.value = _mm256_setzero_si256();
+  }
+  return out;
+}
+
+// Sign-extends the low or high four int32 mask lanes to a double mask.
+CKPTFS_LOG_AVX2 __m256d MaskLow(__m256i m) { return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(m))); }
+CKPTFS_LOG_AVX2 __m256d MaskHigh(__m256i m) { return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1))); }
+
+template <bool kDelta>
+__attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const LogFractionTable& t,
+                                                   const std::byte* values, const std::byte* base, double max_rel,
+                                                   uint64_t n, int32_t* index, int32_t* base_index, std::byte* recon,
+                                                   LogIndexSums* sums) {
+  const __m256i k = _mm256_set1_epi32(static_cast<int>(grid.per_octave()));
+  const __m256d rel = _mm256_set1_pd(max_rel);
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
+  __m256i lo = _mm256_set1_epi32(std::numeric_limits<int32_t>::max());
+  __m256i hi = _mm256_set1_epi32(std::numeric_limits<int32_t>::min());
+  __m256d max_abs = _mm256_setzero_pd(), max_rel_seen = _mm256_setzero_pd();
+  double err2 = sums->err2, ref2 = sums->ref2;
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + 4 * i));
+    const __m256i on_grid = OnGridLanes(v);
+    const __m256i fast = FastLanes(v);
+    __m256i b, base_on_grid, base_fast;
+    if constexpr (kDelta) {
+      b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 4 * i));
+      base_on_grid = OnGridLanes(b);
+      base_fast = FastLanes(b);
+    }
+    // A lane on the grid but off the table path sends the group to the reference.
+    __m256i slow = _mm256_andnot_si256(fast, on_grid);
+    if constexpr (kDelta) slow = _mm256_or_si256(slow, _mm256_andnot_si256(base_fast, base_on_grid));
+    if (!_mm256_testz_si256(slow, slow)) {
+      sums->err2 = err2, sums->ref2 = ref2;
+      for (uint64_t j = i; j < i + 8; ++j)
+        IndexElement<F32Elem, kDelta>(grid, values, base, max_rel, j, index, base_index, recon, sums);
+      err2 = sums->err2, ref2 = sums->ref2;
+      continue;
+    }
+    const Located p = LocateLanes(t, k, v, true);
+    // The bound check in double, four lanes at a time: |value - x| <= max_rel * x.
+    const __m128i v_lo = _mm256_castsi256_si128(v), v_hi = _mm256_extracti128_si256(v, 1);
+    const __m256d x0 = _mm256_cvtps_pd(_mm_castsi128_ps(v_lo)), x1 = _mm256_cvtps_pd(_mm_castsi128_ps(v_hi));
+    const __m256d r0 = _mm256_cvtps_pd(_mm_castsi128_ps(_mm256_castsi256_si128(p.value)));
+    const __m256d r1 = _mm256_cvtps_pd(_mm_castsi128_ps(_mm256_extracti128_si256(p.value, 1)));
+    const __m256d e0 = _mm256_sub_pd(r0, x0), e1 = _mm256_sub_pd(r1, x1);
+    const __m256d a0 = _mm256_and_pd(e0, abs_mask), a1 = _mm256_and_pd(e1, abs_mask);
+    const __m256d in0 = _mm256_cmp_pd(a0, _mm256_mul_pd(rel, x0), _CMP_LE_OQ);
+    const __m256d in1 = _mm256_cmp_pd(a1, _mm256_mul_pd(rel, x1), _CMP_LE_OQ);
+    const uint32_t in_bits = static_cast<uint32_t>(_mm256_movemask_pd(in0) | (_mm256_movemask_pd(in1) << 4));
+    const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i in_bound =
+        _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(in_bits)), lane_bit), lane_bit);
+    const __m256i quant = _mm256_and_si256(on_grid, in_bound);
+    const __m256i zero = _mm256_cmpeq_epi32(v, _mm256_setzero_si256());
+    __m256i q = _mm256_blendv_epi8(_mm256_set1_epi32(kNoIndex), _mm256_set1_epi32(kZeroIndex), zero);
+    q = _mm256_blendv_epi8(q, p.q, quant);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(index + i), q);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(recon + 4 * i), _mm256_blendv_epi8(v, p.value, quant));
+    lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(_mm256_set1_epi32(std::numeric_limits<int32_t>::max()), p.q, quant));
+    hi = _mm256_max_epi32(hi, _mm256_blendv_epi8(_mm256_set1_epi32(std::numeric_limits<int32_t>::min()), p.q, quant));
+    // Error terms of the quantized lanes (0 elsewhere: adding +0 leaves a sum unchanged).
+    const __m256d m0 = MaskLow(quant), m1 = MaskHigh(quant);
+    const __m256d q0 = _mm256_and_pd(m0, a0), q1 = _mm256_and_pd(m1, a1);
+    max_abs = _mm256_max_pd(max_abs, _mm256_max_pd(q0, q1));
+    max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m0, _mm256_div_pd(a0, x0)));
+    max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m1, _mm256_div_pd(a1, x1)));
+    alignas(32) double sq[8], ref[8];
+    _mm256_store_pd(sq, _mm256_and_pd(m0, _mm256_mul_pd(e0, e0)));
+    _mm256_store_pd(sq + 4, _mm256_and_pd(m1, _mm256_mul_pd(e1, e1)));
+    const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), _mm256_and_si256(v, _mm256_set1_epi32(0x7FFFFFFF)));
+    _mm256_store_pd(ref, _mm256_and_pd(MaskLow(finite), _mm256_mul_pd(x0, x0)));
+    _mm256_store_pd(ref + 4, _mm256_and_pd(MaskHigh(finite), _mm256_mul_pd(x1, x1)));
+    for (int l = 0; l < 8; ++l) {
+      err2 += sq[l];
+      ref2 += ref[l];
+    }
+    sums->quantized += static_cast<uint64_t>(std::popcount(static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(quant)))));
+    if constexpr (kDelta) {
+      const Located pb = LocateLanes(t, k, b, false);
+      const __m256i qb = _mm256_blendv_epi8(_mm256_set1_epi32(kNoIndex), pb.q, base_on_grid);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base_index + i), qb);
+      // Votes: quantized lanes over a base on the grid with |q - qb| <= kMaxShift.
+      const __m256i d = _mm256_sub_epi32(p.q, pb.q);
+      const __m256i near = _mm256_cmpgt_epi32(_mm256_set1_epi32(kMaxShift + 1), _mm256_abs_epi32(d));
+      const __m256i vote = _mm256_and_si256(_mm256_and_si256(quant, base_on_grid), near);
+      uint32_t mask = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(vote)));
+      if (mask != 0) {
+        alignas(32) int32_t ds[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ds), d);
+        for (; mask != 0; mask &= mask - 1) {
+          const int l = std::countr_zero(mask);
+          ++sums->votes[l & 3][ds[l] + kMaxShift];
+        }
+      }
+    }
+  }
+  sums->err2 = err2, sums->ref2 = ref2;
+  for (; i < n; ++i) IndexElement<F32Elem, kDelta>(grid, values, base, max_rel, i, index, base_index, recon, sums);
+  alignas(32) int32_t lanes_lo[8], lanes_hi[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes_lo), lo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes_hi), hi);
+  alignas(32) double abs_lanes[4], rel_lanes[4];
+  _mm256_store_pd(abs_lanes, max_abs);
+  _mm256_store_pd(rel_lanes, max_rel_seen);
+  for (int l = 0; l < 8; ++l) sums->lo = std::min(sums->lo, lanes_lo[l]), sums->hi = std::max(sums->hi, lanes_hi[l]);
+  for (int l = 0; l < 4; ++l) {
+    sums->max_abs = std::max(sums->max_abs, abs_lanes[l]);
+    sums->achieved_rel = std::max(sums->achieved_rel, rel_lanes[l]);
+  }
+}
+
+}  // namespace
+
+void IndexPassF32Avx2(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
+                      const std::byte* base, double max_rel, uint64_t n, int32_t* index, int32_t* base_index,
+                      std::byte* recon, LogIndexSums* sums) {
+  if (base != nullptr) {
+    IndexPassAvx2<true>(grid, table, values, base, max_rel, n, index, base_index, recon, sums);
+  } else {
+    IndexPassAvx2<false>(grid, table, values, base, max_rel, n, index, base_index, recon, sums);
+  }
+}
+
+__attribute__((target("avx2"))) void SymbolPassAvx2(const int32_t* index, const int32_t* base_index, int64_t origin,
+                                                    int64_t shift, uint64_t n, uint32_t* symbols) {
+  const __m256i origin_v = _mm256_set1_epi32(static_cast<int32_t>(origin));
+  const __m256i shift_v = _mm256_set1_epi32(static_cast<int32_t>(shift));
+  const __m256i no_index = _mm256_set1_epi32(kNoIndex);
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + i));
+    __m256i predicted = origin_v;
+    if (base_index != nullptr) {
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base_index + i));
+      predicted = _mm256_blendv_epi8(_mm256_add_epi32(b, shift_v), origin_v, _mm256_cmpeq_epi32(b, no_index));
+    }
+    // |q|, |predicted| < 2^25, so the int32 difference equals the int64 one
+    // (lanes without an index wrap, and are replaced below).
+    const __m256i d = _mm256_sub_epi32(q, predicted);
+    const __m256i zigzag = _mm256_xor_si256(_mm256_slli_epi32(d, 1), _mm256_srai_epi32(d, 31));
+    __m256i sym = _mm256_andnot_si256(_mm256_cmpeq_epi32(d, _mm256_setzero_si256()),
+                                      _mm256_add_epi32(zigzag, _mm256_set1_epi32(1)));
+    const __m256i far = _mm256_or_si256(_mm256_cmpgt_epi32(d, _mm256_set1_epi32((1 << 30) - 1)),
+                                        _mm256_cmpgt_epi32(_mm256_set1_epi32(-(1 << 30) + 1), d));
+    sym = _mm256_or_si256(sym, _mm256_or_si256(far, _mm256_cmpeq_epi32(q, no_index)));
+    sym = _mm256_blendv_epi8(sym, _mm256_set1_epi32(static_cast<int>(kSymbolZero)),
+                             _mm256_cmpeq_epi32(q, _mm256_set1_epi32(kZeroIndex)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(symbols + i), sym);
+  }
+  for (; i < n; ++i) {
+    const int64_t predicted = base_index != nullptr ? Predict(base_index[i], origin, shift) : origin;
+    symbols[i] = Symbol(index[i], predicted);
+  }
+}
+
+#else
+
+bool LogSimdAvailable() { return false; }
+void IndexPassF32Avx2(const LogGrid&, const LogFractionTable&, const std::byte*, const std::byte*, double, uint64_t,
+                      int32_t*, int32_t*, std::byte*, LogIndexSums*) {}
+void SymbolPassAvx2(const int32_t*, const int32_t*, int64_t, int64_t, uint64_t, uint32_t*) {}
+
+#endif
+
+}  // namespace ckptfs::lossy

@@ -1,0 +1,121 @@
+// The log mode's vector paths (log_index.h) against the scalar reference:
+// the fraction table reproduces LogGrid::Locate for every binary32 fraction,
+// and whole chunks (key and delta frames, odd lengths, every element class)
+// encode to the same bytes, reconstruction and statistics either way.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "codec/tensor/lossy/log_codec.h"
+#include "codec/tensor/lossy/log_index.h"
+#include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/scratch.h"
+#include "tests/unit/codec/lossy_test_util.h"
+
+namespace ckptfs::lossy {
+namespace {
+
+// The table's rounded level of fraction f (the formula of log_index.h).
+uint32_t TableLevel(const LogFractionTable& t, uint32_t f) {
+  const uint32_t entry = t.entry[f >> t.shift];
+  return (entry >> 16) + ((f & ((1u << t.shift) - 1)) >= (entry & 0xFFFF) ? 1 : 0);
+}
+
+TEST(LossyLogSimd, FractionTableEqualsLocateForEveryFraction) {
+  for (double max_rel : {1e-3, 1e-2, 5e-2, 0.5}) {
+    Result<LogGrid> grid = LogGrid::FromRatio(LogGrid::RatioFor(max_rel));
+    ASSERT_TRUE(grid.ok());
+    std::optional<LogFractionTable> t = LogFractionTable::Build(*grid);
+    ASSERT_TRUE(t.has_value()) << max_rel;
+    const uint32_t k = grid->per_octave();
+    ASSERT_EQ(t->level_bits.size(), k + 1);
+    for (uint32_t f = 0; f < (1u << 23); ++f) {
+      const LogGrid::Point p = grid->Locate(std::bit_cast<float>((127u << 23) | f));
+      const uint32_t r = TableLevel(*t, f);
+      if (static_cast<int64_t>(r) != p.q || t->level_bits[r] != std::bit_cast<uint32_t>(p.value)) {
+        FAIL() << "max_rel " << max_rel << " fraction " << f << " table " << r << " locate " << p.q;
+      }
+    }
+    // Other exponents: q = e K + r and the value's exponent field moves by e.
+    std::mt19937 rng(7);
+    for (uint32_t field = 1; field <= 252; ++field) {
+      for (int s = 0; s < 64; ++s) {
+        const uint32_t f = rng() & 0x7FFFFF;
+        const LogGrid::Point p = grid->Locate(std::bit_cast<float>((field << 23) | f));
+        const int64_t e = static_cast<int64_t>(field) - 127;
+        const uint32_t r = TableLevel(*t, f);
+        ASSERT_EQ(p.q, e * k + r);
+        ASSERT_EQ(std::bit_cast<uint32_t>(p.value), t->level_bits[r] + static_cast<uint32_t>(e << 23));
+      }
+    }
+  }
+}
+
+// Everything the log mode distinguishes: zeros, -0, negatives, subnormals,
+// values near FLT_MAX (slow lanes), NaN, Inf, and a wide positive range.
+std::vector<float> Mixed(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<float> g(-12.0f, 4.0f);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float u = uni(rng);
+    v[i] = u < 0.1f    ? 0.0f
+           : u < 0.11f ? 1e-42f * (1 + 100 * uni(rng))
+           : u < 0.12f ? -g(rng)
+           : u < 0.125f ? std::numeric_limits<float>::max() * (0.25f + 0.75f * uni(rng))
+           : u < 0.13f ? (u < 0.127f ? NAN : INFINITY)
+           : u < 0.135f ? -0.0f
+                        : g(rng);
+  }
+  return v;
+}
+
+void ExpectSame(const EncodedChunk& a, const EncodedChunk& b) {
+  EXPECT_TRUE(a.bytes == b.bytes);
+  EXPECT_TRUE(a.reconstruction == b.reconstruction);
+  EXPECT_EQ(std::bit_cast<uint64_t>(a.stats.err2_sum), std::bit_cast<uint64_t>(b.stats.err2_sum));
+  EXPECT_EQ(std::bit_cast<uint64_t>(a.stats.ref2_sum), std::bit_cast<uint64_t>(b.stats.ref2_sum));
+  EXPECT_EQ(a.stats.max_abs, b.stats.max_abs);
+  EXPECT_EQ(a.stats.max_rel, b.stats.max_rel);
+  EXPECT_EQ(a.stats.quantized, b.stats.quantized);
+  EXPECT_EQ(a.stats.exact, b.stats.exact);
+}
+
+TEST(LossyLogSimd, ChunksEncodeAsTheScalarReference) {
+  if (!LogSimdAvailable()) GTEST_SKIP() << "no AVX2";
+  Scratch simd_scratch, scalar_scratch;
+  for (ElementType type : {ElementType::kF32, ElementType::kF16, ElementType::kBF16}) {
+    for (double max_rel : {1e-3, 1e-2, 0.5}) {
+      for (size_t n : {size_t{5003}, size_t{70001}}) {
+        SCOPED_TRACE("type " + std::to_string(static_cast<int>(type)) + " max_rel " + std::to_string(max_rel) +
+                     " n " + std::to_string(n));
+        const std::vector<float> v0 = Mixed(n, static_cast<uint32_t>(n));
+        // The next version: most elements decay alike, some move, some change class.
+        std::vector<float> v1 = v0;
+        std::mt19937 rng(3);
+        for (size_t i = 0; i < n; ++i) v1[i] = (rng() % 16 == 0) ? Mixed(1, rng())[0] : v0[i] * 0.97f;
+        const std::vector<std::byte> key = testing::ToElements(type, v0), next = testing::ToElements(type, v1);
+        auto encode = [&](ByteSpan values, ByteSpan base, bool simd) {
+          Scratch& s = simd ? simd_scratch : scalar_scratch;
+          if (!s.buffers().cctx) s.buffers().cctx.reset(ZSTD_createCCtx());
+          Result<std::optional<EncodedChunk>> c = EncodeLogChunk(type, values, base, max_rel, s.buffers(), 1, {}, simd);
+          EXPECT_TRUE(c.ok() && c->has_value());
+          return c.ok() && c->has_value() ? std::move(**c) : EncodedChunk{};
+        };
+        const EncodedChunk k_simd = encode(key, {}, true), k_scalar = encode(key, {}, false);
+        ExpectSame(k_simd, k_scalar);
+        const EncodedChunk d_simd = encode(next, k_scalar.reconstruction, true);
+        const EncodedChunk d_scalar = encode(next, k_scalar.reconstruction, false);
+        ExpectSame(d_simd, d_scalar);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy
