@@ -141,22 +141,18 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   // 2. Symbols and the histogram of their bit widths.
   EnsureSize(&s.log_symbols, n);
   std::span<uint32_t> symbols(s.log_symbols.data(), n);
-  // Four interleaved histograms: most symbols share a width, and one
-  // counter would serialize the loop on its own increments.
-  uint64_t width_counts[4][33] = {};
-  uint64_t far = 0;  // quantized elements whose difference is too large for a symbol
-  if (simd) SymbolPassAvx2(index.data(), delta ? base_index.data() : nullptr, origin, shift, n, symbols.data());
-  for (uint64_t i = 0; i < n; ++i) {
-    uint32_t sym;
-    if (simd) {
-      sym = symbols[i];
-    } else {
-      sym = Symbol(index[i], delta ? Predict(base_index[i], origin, shift) : origin);
+  LogWidthCounts widths;
+  if (simd) {
+    SymbolPassAvx2(index.data(), delta ? base_index.data() : nullptr, origin, shift, n, symbols.data(), &widths);
+  } else {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint32_t sym = Symbol(index[i], delta ? Predict(base_index[i], origin, shift) : origin);
       symbols[i] = sym;
+      widths.Add(i, sym, index[i]);
     }
-    if (sym != UINT32_MAX) ++width_counts[i & 3][std::bit_width(sym)];
-    else if (index[i] != kNoIndex) ++far;
   }
+  const uint64_t far = widths.far;
+  const auto& width_counts = widths.counts;
   uint64_t width_count[33] = {};
   for (uint32_t w = 0; w <= 32; ++w)
     width_count[w] = width_counts[0][w] + width_counts[1][w] + width_counts[2][w] + width_counts[3][w];
@@ -177,25 +173,36 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   // 4. Pack; escaped symbols become 0 and their elements go to the exact
   //    list with their original bits.
   const uint64_t packed_bytes = PackedLogBytes(n, best_bits);
-  EnsureSize(&s.packed, packed_bytes + kPackedSlack);
+  EnsureSize(&s.packed, packed_bytes + std::max(kPackedSlack, kPackSimdSlack));
   EnsureSize(&s.exact_positions, n);
   EnsureSize(&s.exact_raw, n * width);
-  SymbolWriter writer(s.packed.data(), best_bits);
   uint64_t exact = 0, zeros = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    uint32_t sym = symbols[i];
-    if (sym > limit) {
+  if (simd && best_bits <= kMaxPackSimdBits) {
+    exact = ListEscapesAvx2(symbols.data(), n, limit, s.exact_positions.data());
+    for (uint64_t k = 0; k < exact; ++k) {
+      const uint32_t i = s.exact_positions[k];
       const Bits bits = LoadLogBits<E>(values.data(), i);
       StoreLogBits<E>(recon.data(), i, bits);
-      s.exact_positions[exact] = static_cast<uint32_t>(i);
-      std::memcpy(s.exact_raw.data() + exact * width, &bits, width);
-      ++exact;
-      sym = 0;
+      std::memcpy(s.exact_raw.data() + k * width, &bits, width);
     }
-    zeros += sym == kSymbolZero ? 1 : 0;
-    writer.Put(sym);
+    zeros = PackSymbolsAvx2(symbols.data(), n, best_bits, s.packed.data());
+  } else {
+    SymbolWriter writer(s.packed.data(), best_bits);
+    for (uint64_t i = 0; i < n; ++i) {
+      uint32_t sym = symbols[i];
+      if (sym > limit) {
+        const Bits bits = LoadLogBits<E>(values.data(), i);
+        StoreLogBits<E>(recon.data(), i, bits);
+        s.exact_positions[exact] = static_cast<uint32_t>(i);
+        std::memcpy(s.exact_raw.data() + exact * width, &bits, width);
+        ++exact;
+        sym = 0;
+      }
+      zeros += sym == kSymbolZero ? 1 : 0;
+      writer.Put(sym);
+    }
+    writer.Finish();
   }
-  writer.Finish();
   if (escaped_quantized > 0) {
     // Rare: escaped quantized elements are exact, so their errors leave the sums.
     sums.err2 = sums.max_abs = sums.achieved_rel = 0;

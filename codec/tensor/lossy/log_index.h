@@ -127,6 +127,21 @@ inline uint32_t Symbol(int32_t q, int64_t predicted) {
   return d == 0 ? 0 : sym;  // a select, not a branch: d == 0 is common and unpredictable
 }
 
+// Step 2's histogram of the symbols' bit widths (symbols wider than the
+// chosen width are escaped). Widths above 24 may be counted one too high
+// by the vector path (a float conversion rounds): every width > 24 is
+// escaped alike, so only their total matters. Four interleaved tables: most
+// symbols share a width, and one counter would serialize the loop on its own
+// increments.
+struct LogWidthCounts {
+  uint64_t counts[4][33] = {};
+  uint64_t far = 0;  // quantized elements whose difference is too large for a symbol
+  void Add(uint64_t i, uint32_t sym, int32_t q) {
+    if (sym != UINT32_MAX) ++counts[i & 3][std::bit_width(sym)];
+    else if (q != kNoIndex) ++far;
+  }
+};
+
 // For the vector index pass: the rounded level of a binary32 fraction f
 // (23 bits, exponent 0) in a bucket table. r(f) = Locate(1 + f 2^-23).q
 // lies in [0, K] (K = the next octave's first level) and steps up by one at
@@ -156,9 +171,24 @@ void IndexPassF32Avx2(const LogGrid& grid, const LogFractionTable& table, const 
                       std::byte* recon, LogIndexSums* sums);
 
 // Step 2 by AVX2: symbols[i] = Symbol(index[i], predicted) with the
-// prediction as in the scalar pass (base_index null in a key frame).
+// prediction as in the scalar pass (base_index null in a key frame), and
+// their widths added to *widths.
 // REQUIRES: LogSimdAvailable().
 void SymbolPassAvx2(const int32_t* index, const int32_t* base_index, int64_t origin, int64_t shift, uint64_t n,
-                    uint32_t* symbols);
+                    uint32_t* symbols, LogWidthCounts* widths);
+
+// Step 4 by AVX2: the positions (ascending) of the symbols above `limit`
+// (escaped); returns their number. REQUIRES: LogSimdAvailable().
+uint64_t ListEscapesAvx2(const uint32_t* symbols, uint64_t n, uint32_t limit, uint32_t* positions);
+
+// Step 4 by AVX2: packs n symbols of `bits` bits (symbol i at bits
+// [i bits, (i + 1) bits) of a little-endian bit string, the last byte
+// padded with zeros), each symbol above 2^bits - 1 as 0; returns how many
+// packed symbols are kSymbolZero.
+// REQUIRES: LogSimdAvailable(), bits <= kMaxPackSimdBits, out writable for
+// kPackSimdSlack bytes past the packed size.
+inline constexpr uint32_t kMaxPackSimdBits = 16;
+inline constexpr size_t kPackSimdSlack = 16;
+uint64_t PackSymbolsAvx2(const uint32_t* symbols, uint64_t n, uint32_t bits, std::byte* out);
 
 }  // namespace ckptfs::lossy
