@@ -204,17 +204,15 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
     writer.Finish();
   }
   if (escaped_quantized > 0) {
-    // Rare: escaped quantized elements are exact, so their errors leave the sums.
+    // Escaped quantized elements are exact, so their errors leave the sums
+    // (common in delta frames: an element that moved far from its base).
     sums.err2 = sums.max_abs = sums.achieved_rel = 0;
     sums.quantized = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      if (symbols[i] > limit || index[i] == kNoIndex || index[i] == kZeroIndex) continue;
-      const float x = E::ToFloat(LoadLogBits<E>(values.data(), i));
-      const double e = static_cast<double>(E::ToFloat(LoadLogBits<E>(recon.data(), i))) - x;
-      sums.err2 += e * e;
-      sums.max_abs = std::max(sums.max_abs, std::fabs(e));
-      sums.achieved_rel = std::max(sums.achieved_rel, std::fabs(e) / x);
-      ++sums.quantized;
+    if (simd && std::is_same_v<E, F32Elem>) {
+      EscapedErrorSumsF32Avx2(values.data(), recon.data(), index.data(), symbols.data(), limit, n, &sums);
+    } else {
+      for (uint64_t i = 0; i < n; ++i)
+        AddEscapedErrors<E>(values.data(), recon.data(), index.data(), symbols.data(), limit, i, &sums);
     }
   }
   BuildExactList(std::span<const uint32_t>(s.exact_positions.data(), exact),

@@ -117,6 +117,7 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
   const __m256i k = _mm256_set1_epi32(static_cast<int>(grid.per_octave()));
   const __m256d rel = _mm256_set1_pd(max_rel);
   const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
+  const __m256d below_one = _mm256_set1_pd(1.0 - 0x1p-50);
   __m256i lo = _mm256_set1_epi32(std::numeric_limits<int32_t>::max());
   __m256i hi = _mm256_set1_epi32(std::numeric_limits<int32_t>::min());
   __m256d max_abs = _mm256_setzero_pd(), max_rel_seen = _mm256_setzero_pd();
@@ -168,8 +169,18 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
     const __m256d m0 = MaskLow(quant), m1 = MaskHigh(quant);
     const __m256d q0 = _mm256_and_pd(m0, a0), q1 = _mm256_and_pd(m1, a1);
     max_abs = _mm256_max_pd(max_abs, _mm256_max_pd(q0, q1));
-    max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m0, _mm256_div_pd(a0, x0)));
-    max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m1, _mm256_div_pd(a1, x1)));
+    // |e| / x can only raise a lane's running maximum where |e| > max * x; the
+    // test below is that with the product's two roundings allowed for
+    // (fl(fl(max x) (1 - 2^-50)) < max x in reals), so a skipped quotient is
+    // <= max. After the first elements the divisions are rare.
+    const __m256d need0 = _mm256_and_pd(
+        m0, _mm256_cmp_pd(a0, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x0), below_one), _CMP_GT_OQ));
+    const __m256d need1 = _mm256_and_pd(
+        m1, _mm256_cmp_pd(a1, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x1), below_one), _CMP_GT_OQ));
+    if (_mm256_movemask_pd(_mm256_or_pd(need0, need1)) != 0) {
+      max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m0, _mm256_div_pd(a0, x0)));
+      max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m1, _mm256_div_pd(a1, x1)));
+    }
     alignas(32) double sq[8], ref[8];
     _mm256_store_pd(sq, _mm256_and_pd(m0, _mm256_mul_pd(e0, e0)));
     _mm256_store_pd(sq + 4, _mm256_and_pd(m1, _mm256_mul_pd(e1, e1)));
@@ -225,6 +236,56 @@ void IndexPassF32Avx2(const LogGrid& grid, const LogFractionTable& table, const 
   } else {
     IndexPassAvx2<false>(grid, table, values, base, max_rel, n, index, base_index, recon, sums);
   }
+}
+
+__attribute__((target("avx2"))) void EscapedErrorSumsF32Avx2(const std::byte* values, const std::byte* recon,
+                                                             const int32_t* index, const uint32_t* symbols,
+                                                             uint32_t limit, uint64_t n, LogIndexSums* sums) {
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
+  const __m256d below_one = _mm256_set1_pd(1.0 - 0x1p-50);
+  const __m256i above = _mm256_set1_epi32(static_cast<int>(~limit));
+  __m256d max_abs = _mm256_setzero_pd(), max_rel_seen = _mm256_setzero_pd();
+  double err2 = sums->err2;
+  uint64_t quantized = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + i));
+    const __m256i sym = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(symbols + i));
+    // Quantized (an index that is neither kNoIndex nor kZeroIndex) and not escaped.
+    const __m256i has_index = _mm256_cmpgt_epi32(q, _mm256_set1_epi32(kZeroIndex));
+    const __m256i kept = _mm256_and_si256(has_index, _mm256_cmpeq_epi32(_mm256_and_si256(sym, above), _mm256_setzero_si256()));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + 4 * i));
+    const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(recon + 4 * i));
+    const __m256d x0 = _mm256_cvtps_pd(_mm_castsi128_ps(_mm256_castsi256_si128(v)));
+    const __m256d x1 = _mm256_cvtps_pd(_mm_castsi128_ps(_mm256_extracti128_si256(v, 1)));
+    const __m256d e0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_castsi128_ps(_mm256_castsi256_si128(r))), x0);
+    const __m256d e1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_castsi128_ps(_mm256_extracti128_si256(r, 1))), x1);
+    const __m256d m0 = MaskLow(kept), m1 = MaskHigh(kept);
+    const __m256d a0 = _mm256_and_pd(m0, _mm256_and_pd(e0, abs_mask)), a1 = _mm256_and_pd(m1, _mm256_and_pd(e1, abs_mask));
+    max_abs = _mm256_max_pd(max_abs, _mm256_max_pd(a0, a1));
+    const __m256d need0 = _mm256_and_pd(
+        m0, _mm256_cmp_pd(a0, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x0), below_one), _CMP_GT_OQ));
+    const __m256d need1 = _mm256_and_pd(
+        m1, _mm256_cmp_pd(a1, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x1), below_one), _CMP_GT_OQ));
+    if (_mm256_movemask_pd(_mm256_or_pd(need0, need1)) != 0) {
+      max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m0, _mm256_div_pd(a0, x0)));
+      max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m1, _mm256_div_pd(a1, x1)));
+    }
+    alignas(32) double sq[8];
+    _mm256_store_pd(sq, _mm256_and_pd(m0, _mm256_mul_pd(e0, e0)));
+    _mm256_store_pd(sq + 4, _mm256_and_pd(m1, _mm256_mul_pd(e1, e1)));
+    for (int l = 0; l < 8; ++l) err2 += sq[l];
+    quantized += static_cast<uint64_t>(std::popcount(static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(kept)))));
+  }
+  alignas(32) double abs_lanes[4], rel_lanes[4];
+  _mm256_store_pd(abs_lanes, max_abs);
+  _mm256_store_pd(rel_lanes, max_rel_seen);
+  sums->err2 = err2;
+  sums->quantized += quantized;
+  for (int l = 0; l < 4; ++l) {
+    sums->max_abs = std::max(sums->max_abs, abs_lanes[l]);
+    sums->achieved_rel = std::max(sums->achieved_rel, rel_lanes[l]);
+  }
+  for (; i < n; ++i) AddEscapedErrors<F32Elem>(values, recon, index, symbols, limit, i, sums);
 }
 
 __attribute__((target("avx2"))) void SymbolPassAvx2(const int32_t* index, const int32_t* base_index, int64_t origin,
@@ -340,6 +401,8 @@ __attribute__((target("avx2"))) uint64_t PackSymbolsAvx2(const uint32_t* symbols
 bool LogSimdAvailable() { return false; }
 uint64_t ListEscapesAvx2(const uint32_t*, uint64_t, uint32_t, uint32_t*) { return 0; }
 uint64_t PackSymbolsAvx2(const uint32_t*, uint64_t, uint32_t, std::byte*) { return 0; }
+void EscapedErrorSumsF32Avx2(const std::byte*, const std::byte*, const int32_t*, const uint32_t*, uint32_t, uint64_t,
+                             LogIndexSums*) {}
 void IndexPassF32Avx2(const LogGrid&, const LogFractionTable&, const std::byte*, const std::byte*, double, uint64_t,
                       int32_t*, int32_t*, std::byte*, LogIndexSums*) {}
 void SymbolPassAvx2(const int32_t*, const int32_t*, int64_t, int64_t, uint64_t, uint32_t*, LogWidthCounts*) {}

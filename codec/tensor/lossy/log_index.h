@@ -104,6 +104,21 @@ template <typename E, bool kDelta>
   }
 }
 
+// Step 4 for element i when some quantized elements were escaped: the error
+// sums over the elements that stay quantized (an index, symbol <= limit),
+// which the caller has reset. Called for every i in order.
+template <typename E>
+inline void AddEscapedErrors(const std::byte* values, const std::byte* recon, const int32_t* index,
+                             const uint32_t* symbols, uint32_t limit, uint64_t i, LogIndexSums* sums) {
+  if (symbols[i] > limit || index[i] == kNoIndex || index[i] == kZeroIndex) return;
+  const float x = E::ToFloat(LoadLogBits<E>(values, i));
+  const double e = static_cast<double>(E::ToFloat(LoadLogBits<E>(recon, i))) - x;
+  sums->err2 += e * e;
+  sums->max_abs = std::max(sums->max_abs, std::fabs(e));
+  sums->achieved_rel = std::max(sums->achieved_rel, std::fabs(e) / x);
+  ++sums->quantized;
+}
+
 // Branch-free: 0 -> 0, -1 -> 1, 1 -> 2, -2 -> 3 (|d| < 2^31).
 inline uint32_t Zigzag(int64_t d) { return static_cast<uint32_t>((d << 1) ^ (d >> 63)); }
 inline int64_t Unzigzag(uint32_t z) { return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1); }
@@ -176,6 +191,11 @@ void IndexPassF32Avx2(const LogGrid& grid, const LogFractionTable& table, const 
 // REQUIRES: LogSimdAvailable().
 void SymbolPassAvx2(const int32_t* index, const int32_t* base_index, int64_t origin, int64_t shift, uint64_t n,
                     uint32_t* symbols, LogWidthCounts* widths);
+
+// AddEscapedErrors<F32Elem> for every element by AVX2 (the same sums).
+// REQUIRES: LogSimdAvailable(); sums' error fields reset.
+void EscapedErrorSumsF32Avx2(const std::byte* values, const std::byte* recon, const int32_t* index,
+                             const uint32_t* symbols, uint32_t limit, uint64_t n, LogIndexSums* sums);
 
 // Step 4 by AVX2: the positions (ascending) of the symbols above `limit`
 // (escaped); returns their number. REQUIRES: LogSimdAvailable().
