@@ -54,6 +54,13 @@ std::optional<LogFractionTable> LogFractionTable::Build(const LogGrid& grid) {
   if (log2_buckets > 20) return std::nullopt;
   t.level_bits.resize(k + 1);
   for (uint32_t r = 0; r <= k; ++r) t.level_bits[r] = std::bit_cast<uint32_t>(grid.FloatValue(r));
+  t.low_bits.resize(t.entry.size());
+  t.high_bits.resize(t.entry.size());
+  for (size_t b = 0; b < t.entry.size(); ++b) {
+    const uint32_t r0 = t.entry[b] >> 16;
+    t.low_bits[b] = t.level_bits[r0];
+    t.high_bits[b] = t.level_bits[std::min(r0 + 1, k)];  // r0 = K: the offset is never reached
+  }
   return t;
 }
 
@@ -97,7 +104,9 @@ CKPTFS_LOG_AVX2 Located LocateLanes(const LogFractionTable& t, __m256i k, __m256
   Located out;
   out.q = _mm256_add_epi32(_mm256_mullo_epi32(e, k), r);
   if (want_value) {
-    const __m256i bits = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.level_bits.data()), r, 4);
+    const __m256i low = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.low_bits.data()), bucket, 4);
+    const __m256i high = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.high_bits.data()), bucket, 4);
+    const __m256i bits = _mm256_blendv_epi8(low, high, up);
     out.value = _mm256_add_epi32(bits, _mm256_slli_epi32(e, 23));
   } else {
     out.value = _mm256_setzero_si256();

@@ -163,12 +163,15 @@ struct LogWidthCounts {
 // each of K thresholds; bucket b = f >> shift holds at most one, so
 // r(f) = entry >> 16 + ((f & (2^shift - 1)) >= (entry & 0xffff)).
 // level_bits[r] = bits of FloatValue(r): the level's value for exponent 0,
-// to which e << 23 is added for a normal result.
+// to which e << 23 is added for a normal result. low_bits[b] and
+// high_bits[b] are level_bits of bucket b's two possible levels (r0 and
+// r0 + 1), so that the value's lookup does not wait for the entry's.
 struct LogFractionTable {
   double ratio = 0;
   uint32_t shift = 0;
   std::vector<uint32_t> entry;
   std::vector<uint32_t> level_bits;
+  std::vector<uint32_t> low_bits, high_bits;
   // Nullopt when the grid has too many levels per octave for 16-bit fields
   // (the scalar path then serves).
   static std::optional<LogFractionTable> Build(const LogGrid& grid);
