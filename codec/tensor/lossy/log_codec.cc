@@ -78,7 +78,7 @@ class SymbolWriter {
 
 template <typename E>
 Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan values, ByteSpan base, double max_rel,
-                                                Scratch::Buffers& s, int zstd_level, MutableByteSpan recon_out, bool use_simd) {
+                                                Scratch::Buffers& s, int zstd_level, MutableByteSpan recon_out, SimdLevel max_simd) {
   using Bits = typename E::Bits;
   const size_t width = sizeof(Bits);
   const uint64_t n = values.size() / width;
@@ -107,13 +107,17 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
     base_index = std::span<int32_t>(s.log_base_index.data(), n);
   }
   LogIndexSums sums;
-  const bool simd = use_simd && LogSimdAvailable();
+  const bool simd = max_simd != SimdLevel::kScalar && LogSimdAvailable();
   const bool simd_index = simd && std::is_same_v<E, F32Elem> && (s.log_table || n >= kMinSimdElements);
   if (simd_index && (!s.log_table || s.log_table->ratio != grid.ratio())) {
     std::optional<LogFractionTable> table = LogFractionTable::Build(grid);
     s.log_table = table ? std::make_shared<const LogFractionTable>(std::move(*table)) : nullptr;
   }
-  if (simd_index && s.log_table && s.log_table->ratio == grid.ratio()) {
+  if (simd_index && s.log_table && s.log_table->ratio == grid.ratio() && s.log_table->has_small &&
+      max_simd == SimdLevel::kAvx512 && LogAvx512Available()) {
+    IndexPassF32Avx512(grid, *s.log_table, values.data(), delta ? base.data() : nullptr, max_rel, n, index.data(),
+                       base_index.data(), recon.data(), &sums);
+  } else if (simd_index && s.log_table && s.log_table->ratio == grid.ratio()) {
     IndexPassF32Avx2(grid, *s.log_table, values.data(), delta ? base.data() : nullptr, max_rel, n, index.data(),
                      base_index.data(), recon.data(), &sums);
   } else if (delta) {
@@ -351,11 +355,11 @@ double LogGrid::Value(int64_t q) const {
 
 Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan values, ByteSpan base, double max_rel,
                                                    Scratch::Buffers& s, int zstd_level, MutableByteSpan recon_out,
-                                                   bool use_simd) {
+                                                   SimdLevel max_simd) {
   switch (type) {
-    case ElementType::kF32: return EncodeTyped<F32Elem>(type, values, base, max_rel, s, zstd_level, recon_out, use_simd);
-    case ElementType::kF16: return EncodeTyped<F16Elem>(type, values, base, max_rel, s, zstd_level, recon_out, use_simd);
-    case ElementType::kBF16: return EncodeTyped<BF16Elem>(type, values, base, max_rel, s, zstd_level, recon_out, use_simd);
+    case ElementType::kF32: return EncodeTyped<F32Elem>(type, values, base, max_rel, s, zstd_level, recon_out, max_simd);
+    case ElementType::kF16: return EncodeTyped<F16Elem>(type, values, base, max_rel, s, zstd_level, recon_out, max_simd);
+    case ElementType::kBF16: return EncodeTyped<BF16Elem>(type, values, base, max_rel, s, zstd_level, recon_out, max_simd);
   }
   return Status::InvalidArgument("log encode: element type");
 }

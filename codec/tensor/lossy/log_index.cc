@@ -14,6 +14,37 @@
 
 namespace ckptfs::lossy {
 
+namespace {
+
+// Splits the fractions into 2^log2_buckets buckets: per bucket the level of
+// its first fraction and the offset in the bucket where the next level
+// starts (the bucket's size when none does). False when some bucket holds
+// two level boundaries. `level(f)` is the scalar reference's level.
+template <typename LevelOf>
+bool BucketLevels(const LevelOf& level, uint32_t log2_buckets, std::vector<uint32_t>* first_level,
+                  std::vector<uint32_t>* offset) {
+  const uint32_t shift = 23 - log2_buckets, size = 1u << shift;
+  first_level->assign(size_t{1} << log2_buckets, 0);
+  offset->assign(size_t{1} << log2_buckets, size);
+  for (uint32_t b = 0; b < first_level->size(); ++b) {
+    const uint32_t first = b << shift, last = first + size - 1;
+    const uint32_t r0 = level(first), r1 = level(last);
+    (*first_level)[b] = r0;
+    if (r1 == r0) continue;
+    if (r1 != r0 + 1) return false;
+    uint32_t lo = first + 1, hi = last;  // the first f with level r1 lies in [lo, hi]
+    while (lo < hi) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      if (level(mid) > r0) hi = mid;
+      else lo = mid + 1;
+    }
+    (*offset)[b] = lo - first;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::optional<LogFractionTable> LogFractionTable::Build(const LogGrid& grid) {
   const uint32_t k = grid.per_octave();
   if (k >= (1u << 15)) return std::nullopt;  // levels and offsets must fit 16 bits
@@ -23,43 +54,33 @@ std::optional<LogFractionTable> LogFractionTable::Build(const LogGrid& grid) {
   };
   LogFractionTable t;
   t.ratio = grid.ratio();
+  t.level_bits.resize(k + 1);
+  for (uint32_t r = 0; r <= k; ++r) t.level_bits[r] = std::bit_cast<uint32_t>(grid.FloatValue(r));
   uint32_t log2_buckets = 8;  // shift <= 15: an offset up to 2^shift fits 16 bits
   while ((1u << log2_buckets) < 2 * k) ++log2_buckets;
   // Thresholds are about (ratio - 1) 2^23 apart, more than a bucket of 2^23 / (2K):
   // the first size always fits; the loop is a guard that makes it a checked fact.
-  for (; log2_buckets <= 20; ++log2_buckets) {
-    t.shift = 23 - log2_buckets;
-    const uint32_t size = 1u << t.shift;
-    t.entry.assign(size_t{1} << log2_buckets, 0);
-    bool fits = true;
-    for (uint32_t b = 0; b < t.entry.size() && fits; ++b) {
-      const uint32_t first = b << t.shift, last = first + size - 1;
-      const uint32_t r0 = level(first), r1 = level(last);
-      uint32_t offset = size;  // no threshold in the bucket: never reached
-      if (r1 == r0 + 1) {
-        uint32_t lo = first + 1, hi = last;  // the first f with level r1 lies in [lo, hi]
-        while (lo < hi) {
-          const uint32_t mid = lo + (hi - lo) / 2;
-          if (level(mid) > r0) hi = mid;
-          else lo = mid + 1;
-        }
-        offset = lo - first;
-      } else if (r1 != r0) {
-        fits = false;
-      }
-      t.entry[b] = (r0 << 16) | offset;
-    }
-    if (fits) break;
-  }
+  std::vector<uint32_t> first_level, offset;
+  while (log2_buckets <= 20 && !BucketLevels(level, log2_buckets, &first_level, &offset)) ++log2_buckets;
   if (log2_buckets > 20) return std::nullopt;
-  t.level_bits.resize(k + 1);
-  for (uint32_t r = 0; r <= k; ++r) t.level_bits[r] = std::bit_cast<uint32_t>(grid.FloatValue(r));
-  t.low_bits.resize(t.entry.size());
-  t.high_bits.resize(t.entry.size());
-  for (size_t b = 0; b < t.entry.size(); ++b) {
-    const uint32_t r0 = t.entry[b] >> 16;
-    t.low_bits[b] = t.level_bits[r0];
-    t.high_bits[b] = t.level_bits[std::min(r0 + 1, k)];  // r0 = K: the offset is never reached
+  t.shift = 23 - log2_buckets;
+  t.entry.resize(first_level.size());
+  t.low_bits.resize(first_level.size());
+  t.high_bits.resize(first_level.size());
+  for (size_t b = 0; b < first_level.size(); ++b) {
+    t.entry[b] = (first_level[b] << 16) | offset[b];
+    t.low_bits[b] = t.level_bits[first_level[b]];
+    t.high_bits[b] = t.level_bits[std::min(first_level[b] + 1, k)];  // level K: the offset is never reached
+  }
+  // The 64-bucket tables of the AVX-512 path, when 64 buckets suffice.
+  if (k < 64 && BucketLevels(level, 6, &first_level, &offset)) {
+    t.has_small = true;
+    for (uint32_t b = 0; b < 64; ++b) {
+      t.small_level[b] = first_level[b];
+      t.small_offset[b] = offset[b];
+      t.small_low_bits[b] = t.level_bits[first_level[b]];
+      t.small_high_bits[b] = t.level_bits[std::min(first_level[b] + 1, k)];
+    }
   }
   return t;
 }

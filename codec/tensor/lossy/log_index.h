@@ -172,6 +172,11 @@ struct LogFractionTable {
   std::vector<uint32_t> entry;
   std::vector<uint32_t> level_bits;
   std::vector<uint32_t> low_bits, high_bits;
+  // The same split into 64 buckets (shift 17) as separate arrays, for the
+  // AVX-512 path's two-register permutes; has_small when K < 64 and no
+  // bucket holds two boundaries.
+  bool has_small = false;
+  alignas(64) uint32_t small_level[64] = {}, small_offset[64] = {}, small_low_bits[64] = {}, small_high_bits[64] = {};
   // Nullopt when the grid has too many levels per octave for 16-bit fields
   // (the scalar path then serves).
   static std::optional<LogFractionTable> Build(const LogGrid& grid);
@@ -187,6 +192,15 @@ bool LogSimdAvailable();
 void IndexPassF32Avx2(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
                       const std::byte* base, double max_rel, uint64_t n, int32_t* index, int32_t* base_index,
                       std::byte* recon, LogIndexSums* sums);
+
+// Whether the AVX-512 index pass runs here (AVX-512 F/BW/VL CPU, x86-64 build).
+bool LogAvx512Available();
+
+// IndexPassF32Avx2 by AVX-512 with permutes of the 64-bucket tables instead
+// of gathers. REQUIRES: LogAvx512Available(), table.has_small.
+void IndexPassF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
+                        const std::byte* base, double max_rel, uint64_t n, int32_t* index, int32_t* base_index,
+                        std::byte* recon, LogIndexSums* sums);
 
 // Step 2 by AVX2: symbols[i] = Symbol(index[i], predicted) with the
 // prediction as in the scalar pass (base_index null in a key frame), and

@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "codec/common/simd_level.h"
 #include "codec/tensor/lossy/log_codec.h"
 #include "codec/tensor/lossy/log_index.h"
 #include "codec/tensor/lossy/lossy.h"
@@ -33,11 +34,28 @@ TEST(LossyLogSimd, FractionTableEqualsLocateForEveryFraction) {
     ASSERT_TRUE(t.has_value()) << max_rel;
     const uint32_t k = grid->per_octave();
     ASSERT_EQ(t->level_bits.size(), k + 1);
+    // The AVX-512 tables exist for the default grid (K = 37) at least.
+    if (max_rel == 1e-2) {
+      EXPECT_TRUE(t->has_small);
+    }
     for (uint32_t f = 0; f < (1u << 23); ++f) {
       const LogGrid::Point p = grid->Locate(std::bit_cast<float>((127u << 23) | f));
       const uint32_t r = TableLevel(*t, f);
-      if (static_cast<int64_t>(r) != p.q || t->level_bits[r] != std::bit_cast<uint32_t>(p.value)) {
+      const uint32_t bucket = f >> t->shift;
+      const bool up = (r != t->entry[bucket] >> 16);
+      const uint32_t value = up ? t->high_bits[bucket] : t->low_bits[bucket];
+      if (static_cast<int64_t>(r) != p.q || t->level_bits[r] != std::bit_cast<uint32_t>(p.value) ||
+          value != std::bit_cast<uint32_t>(p.value)) {
         FAIL() << "max_rel " << max_rel << " fraction " << f << " table " << r << " locate " << p.q;
+      }
+      if (t->has_small) {
+        const uint32_t b = f >> 17;
+        const bool small_up = (f & ((1u << 17) - 1)) >= t->small_offset[b];
+        const uint32_t small_value = small_up ? t->small_high_bits[b] : t->small_low_bits[b];
+        if (static_cast<int64_t>(t->small_level[b] + (small_up ? 1 : 0)) != p.q ||
+            small_value != std::bit_cast<uint32_t>(p.value)) {
+          FAIL() << "max_rel " << max_rel << " fraction " << f << ": the 64-bucket tables miss";
+        }
       }
     }
     // Other exponents: q = e K + r and the value's exponent field moves by e.
@@ -88,11 +106,14 @@ void ExpectSame(const EncodedChunk& a, const EncodedChunk& b) {
 
 TEST(LossyLogSimd, ChunksEncodeAsTheScalarReference) {
   if (!LogSimdAvailable()) GTEST_SKIP() << "no AVX2";
+  std::vector<SimdLevel> levels = {SimdLevel::kAvx2};
+  if (CpuHasSimd(SimdLevel::kAvx512)) levels.push_back(SimdLevel::kAvx512);
+  for (SimdLevel level : levels) {
   Scratch simd_scratch, scalar_scratch;
   for (ElementType type : {ElementType::kF32, ElementType::kF16, ElementType::kBF16}) {
     for (double max_rel : {1e-3, 1e-2, 0.5}) {
       for (size_t n : {size_t{5003}, size_t{70001}}) {
-        SCOPED_TRACE("type " + std::to_string(static_cast<int>(type)) + " max_rel " + std::to_string(max_rel) +
+        SCOPED_TRACE("level " + std::to_string(static_cast<int>(level)) + " type " + std::to_string(static_cast<int>(type)) + " max_rel " + std::to_string(max_rel) +
                      " n " + std::to_string(n));
         const std::vector<float> v0 = Mixed(n, static_cast<uint32_t>(n));
         // The next version: most elements decay alike, some move, some change class.
@@ -103,7 +124,8 @@ TEST(LossyLogSimd, ChunksEncodeAsTheScalarReference) {
         auto encode = [&](ByteSpan values, ByteSpan base, bool simd) {
           Scratch& s = simd ? simd_scratch : scalar_scratch;
           if (!s.buffers().cctx) s.buffers().cctx.reset(ZSTD_createCCtx());
-          Result<std::optional<EncodedChunk>> c = EncodeLogChunk(type, values, base, max_rel, s.buffers(), 1, {}, simd);
+          Result<std::optional<EncodedChunk>> c =
+              EncodeLogChunk(type, values, base, max_rel, s.buffers(), 1, {}, simd ? level : SimdLevel::kScalar);
           EXPECT_TRUE(c.ok() && c->has_value());
           return c.ok() && c->has_value() ? std::move(**c) : EncodedChunk{};
         };
@@ -114,6 +136,7 @@ TEST(LossyLogSimd, ChunksEncodeAsTheScalarReference) {
         ExpectSame(d_simd, d_scalar);
       }
     }
+  }
   }
 }
 
