@@ -264,10 +264,12 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   return std::optional<EncodedChunk>(std::move(chunk));
 }
 
-// `packed` has kPackedSlack readable bytes past its end.
+// `packed` has kPackedSlack readable bytes past its end. With a
+// vector_table (see DecodeDeltaF32Avx512's requirements) an f32 delta frame
+// decodes by AVX-512.
 template <typename E>
 Status DecodeTyped(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, ByteSpan packed, ByteSpan base,
-                   MutableByteSpan out) {
+                   MutableByteSpan out, const LogFractionTable* vector_table) {
   using Bits = typename E::Bits;
   const uint64_t n = out.size() / sizeof(Bits);
   const uint32_t mask = (1u << bits) - 1;
@@ -281,16 +283,15 @@ Status DecodeTyped(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t s
     for (uint64_t i = 0; i < n; ++i) StoreLogBits<E>(out.data(), i, table[SymbolAt(p, i, bits, mask)]);
     return Status::Ok();
   }
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t sym = SymbolAt(p, i, bits, mask);
-    if (sym == kSymbolZero) {
-      StoreLogBits<E>(out.data(), i, Bits{0});
-      continue;
+  const std::byte* b = base.empty() ? nullptr : base.data();
+  if constexpr (std::is_same_v<E, F32Elem>) {
+    if (vector_table != nullptr && b != nullptr) {
+      DecodeDeltaF32Avx512(grid, *vector_table, p, bits, origin, shift, b, n, out.data());
+      return Status::Ok();
     }
-    const int64_t predicted = base.empty() ? origin : Predict(BaseIndex<E>(grid, LoadLogBits<E>(base.data(), i)), origin, shift);
-    const int64_t q = predicted + (sym == 0 ? 0 : Unzigzag(sym - 1));
-    StoreLogBits<E>(out.data(), i, GridElement<E>(grid, q));
   }
+  for (uint64_t i = 0; i < n; ++i)
+    StoreLogBits<E>(out.data(), i, DecodeLogElement<E>(grid, SymbolAt(p, i, bits, mask), b, i, origin, shift));
   return Status::Ok();
 }
 
@@ -365,7 +366,7 @@ Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan va
 }
 
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
-                     Scratch::Buffers& s) {
+                     Scratch::Buffers& s, SimdLevel max_simd) {
   ByteReader r(body, "lossy log chunk");
   const double ratio = std::bit_cast<double>(r.U64());
   const int64_t origin = static_cast<int32_t>(r.U32());
@@ -388,10 +389,29 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
   RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.packed.data(), packed_bytes, "log symbols"));
   std::fill_n(s.packed.begin() + static_cast<ptrdiff_t>(packed_bytes), kPackedSlack, std::byte{0});
   ByteSpan packed(s.packed.data(), packed_bytes);
+  // The AVX-512 delta decode: f32, a grid of under 64 levels per octave, an
+  // origin whose indices fit its 32-bit lanes, and enough elements to pay
+  // for the table (unless the scratch holds it already).
+  const LogFractionTable* vector_table = nullptr;
+  const uint64_t n = h.element_count;
+  if (type == ElementType::kF32 && delta && max_simd == SimdLevel::kAvx512 && grid->per_octave() < 64 &&
+      origin > -kMaxVectorOrigin && origin < kMaxVectorOrigin && LogAvx512Available()) {
+    if ((!s.log_table || s.log_table->ratio != grid->ratio()) && n >= kMinSimdElements) {
+      std::optional<LogFractionTable> table = LogFractionTable::Build(*grid);
+      s.log_table = table ? std::make_shared<const LogFractionTable>(std::move(*table)) : nullptr;
+    }
+    if (s.log_table && s.log_table->ratio == grid->ratio() && s.log_table->has_small) vector_table = s.log_table.get();
+  }
   switch (type) {
-    case ElementType::kF32: RETURN_IF_ERROR(DecodeTyped<F32Elem>(*grid, h.bits, origin, shift, packed, base, out)); break;
-    case ElementType::kF16: RETURN_IF_ERROR(DecodeTyped<F16Elem>(*grid, h.bits, origin, shift, packed, base, out)); break;
-    case ElementType::kBF16: RETURN_IF_ERROR(DecodeTyped<BF16Elem>(*grid, h.bits, origin, shift, packed, base, out)); break;
+    case ElementType::kF32:
+      RETURN_IF_ERROR(DecodeTyped<F32Elem>(*grid, h.bits, origin, shift, packed, base, out, vector_table));
+      break;
+    case ElementType::kF16:
+      RETURN_IF_ERROR(DecodeTyped<F16Elem>(*grid, h.bits, origin, shift, packed, base, out, nullptr));
+      break;
+    case ElementType::kBF16:
+      RETURN_IF_ERROR(DecodeTyped<BF16Elem>(*grid, h.bits, origin, shift, packed, base, out, nullptr));
+      break;
   }
   return ApplyExactStream(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list, out);
 }

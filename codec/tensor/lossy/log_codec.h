@@ -145,8 +145,9 @@ Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan va
 
 // Decodes the body of a log-mode stream (everything after the header, the
 // checksum already removed and verified). `base` is empty unless h is a
-// delta frame, then out.size() bytes.
+// delta frame, then out.size() bytes. max_simd caps the vector path (the
+// output is the same at every level).
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
-                     Scratch::Buffers& s);
+                     Scratch::Buffers& s, SimdLevel max_simd = SimdLevel::kAvx512);
 
 }  // namespace ckptfs::lossy

@@ -131,6 +131,19 @@ inline int64_t Predict(int32_t base_index, int64_t origin, int64_t shift) {
   return base_index == kNoIndex ? origin : base_index + shift;
 }
 
+// The decoder's element: its value from symbol `sym` and, in a delta frame
+// (base not null), base element i.
+template <typename E>
+[[gnu::always_inline]] inline typename E::Bits DecodeLogElement(const LogGrid& grid, uint32_t sym,
+                                                                const std::byte* base, uint64_t i, int64_t origin,
+                                                                int64_t shift) {
+  if (sym == kSymbolZero) return typename E::Bits{0};
+  const int64_t predicted =
+      base == nullptr ? origin : Predict(BaseIndex<E>(grid, LoadLogBits<E>(base, i)), origin, shift);
+  const int64_t q = predicted + (sym == 0 ? 0 : Unzigzag(sym - 1));
+  return E::FromFloat(grid.FloatValue(q));
+}
+
 // Step 2: the symbol of an element of index q (as step 1 left it);
 // UINT32_MAX = exact.
 inline uint32_t Symbol(int32_t q, int64_t predicted) {
@@ -227,5 +240,17 @@ uint64_t ListEscapesAvx2(const uint32_t* symbols, uint64_t n, uint32_t limit, ui
 inline constexpr uint32_t kMaxPackSimdBits = 16;
 inline constexpr size_t kPackSimdSlack = 16;
 uint64_t PackSymbolsAvx2(const uint32_t* symbols, uint64_t n, uint32_t bits, std::byte* out);
+
+// The decode of an f32 delta frame by AVX-512: out[i] =
+// DecodeLogElement<F32Elem>(grid, symbol i, base, i, origin, shift) for
+// i < n, the symbols `bits` wide in `packed` (the layout of step 4). Groups
+// of 16 with a lane for the general path (a subnormal base or one >= 2^126,
+// a value outside the normal range) run DecodeLogElement.
+// REQUIRES: LogAvx512Available(), table.has_small and built from grid,
+// |origin| < kMaxVectorOrigin, |shift| <= kMaxShift, 1 <= bits <= 24,
+// packed readable for 8 bytes past its packed size.
+inline constexpr int64_t kMaxVectorOrigin = int64_t{1} << 28;
+void DecodeDeltaF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits,
+                          int64_t origin, int64_t shift, const std::byte* base, uint64_t n, std::byte* out);
 
 }  // namespace ckptfs::lossy

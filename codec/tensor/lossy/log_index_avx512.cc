@@ -3,6 +3,10 @@
 // (64 entries) instead of gathers. The same IEEE double operations as the
 // scalar reference and the error sums still added one element at a time in
 // element order, so every output equals IndexElement's bit for bit.
+#include <endian.h>
+
+#include <cstring>
+
 #include "codec/common/simd_level.h"
 #include "codec/tensor/lossy/log_index.h"
 
@@ -203,6 +207,102 @@ void IndexPassF32Avx512(const LogGrid& grid, const LogFractionTable& table, cons
   }
 }
 
+namespace {
+
+// Symbols i0 .. i0 + 15 (i0 a multiple of 16, so they start on a byte): one
+// 8-byte load per lane (bit offset in its byte + bits <= 7 + 24 < 64).
+CKPTFS_LOG_AVX512 __m512i Symbols16(const std::byte* group, __m256i byte_lo, __m256i byte_hi, __m512i shift_lo,
+                                    __m512i shift_hi, __m512i mask) {
+  const __m512i w_lo = _mm512_i32gather_epi64(byte_lo, group, 1);
+  const __m512i w_hi = _mm512_i32gather_epi64(byte_hi, group, 1);
+  const __m256i s_lo = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srlv_epi64(w_lo, shift_lo), mask));
+  const __m256i s_hi = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srlv_epi64(w_hi, shift_hi), mask));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(s_lo), s_hi, 1);
+}
+
+// floor(q / k) for |q| < 2^30: the double quotient is within 2^-22 of q / k,
+// so its floor is at most one too high or too low; the caller corrects.
+CKPTFS_LOG_AVX512 __m512i FloorDivEstimate(__m512i q, __m512d inv_k) {
+  const __m512d lo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(q)), inv_k);
+  const __m512d hi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(q, 1)), inv_k);
+  const __m256i e_lo = _mm512_cvttpd_epi32(_mm512_roundscale_pd(lo, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  const __m256i e_hi = _mm512_cvttpd_epi32(_mm512_roundscale_pd(hi, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(e_lo), e_hi, 1);
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
+    const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits, int64_t origin,
+    int64_t shift, const std::byte* base, uint64_t n, std::byte* out) {
+  Tables512 t;
+  t.level = LoadTable(table.small_level);
+  t.offset = LoadTable(table.small_offset);
+  // Bits of the levels 0..K-1 at exponent 0 (K < 64).
+  const uint32_t per_octave = grid.per_octave();
+  alignas(64) uint32_t level_bits[64] = {};
+  for (uint32_t j = 0; j < per_octave; ++j) level_bits[j] = table.level_bits[j];
+  const Table64 levels = LoadTable(level_bits);
+  const __m512i k = _mm512_set1_epi32(static_cast<int>(per_octave));
+  const __m512d inv_k = _mm512_set1_pd(1.0 / static_cast<double>(per_octave));
+  const __m512i origin_v = _mm512_set1_epi32(static_cast<int32_t>(origin));
+  const __m512i shift_v = _mm512_set1_epi32(static_cast<int32_t>(shift));
+  const __m512i one = _mm512_set1_epi32(1);
+  alignas(32) int32_t byte_at[16];
+  alignas(64) int64_t shift_at[16];
+  for (uint32_t l = 0; l < 16; ++l) byte_at[l] = static_cast<int32_t>(l * bits / 8), shift_at[l] = l * bits % 8;
+  const __m256i byte_lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at));
+  const __m256i byte_hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at + 8));
+  const __m512i shift_lo = _mm512_load_si512(shift_at), shift_hi = _mm512_load_si512(shift_at + 8);
+  const __m512i sym_mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i sym = Symbols16(packed + i / 8 * bits, byte_lo, byte_hi, shift_lo, shift_hi, sym_mask);
+    const __m512i b = _mm512_loadu_si512(base + 4 * i);
+    const __mmask16 base_on_grid = OnGridLanes512(b);
+    bool slow = (base_on_grid & static_cast<__mmask16>(~FastLanes512(b))) != 0;
+    // predicted + Unzigzag(sym - 1) (0 for symbol 0; symbol 1 is +0.0).
+    const __m512i z = _mm512_sub_epi32(sym, one);
+    const __m512i dz = _mm512_xor_si512(_mm512_srli_epi32(z, 1), _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                                                  _mm512_and_si512(z, one)));
+    const __mmask16 is_zero = _mm512_cmpeq_epi32_mask(sym, one);
+    const __m512i qb = LocateLanes512(t, k, b, false).q;
+    const __m512i predicted = _mm512_mask_add_epi32(origin_v, base_on_grid, qb, shift_v);
+    const __m512i q = _mm512_mask_add_epi32(predicted, _mm512_test_epi32_mask(sym, sym), predicted, dz);
+    // FloatValue(q): e = floor(q / K), j = q - e K, then the level's bits
+    // with e added to the exponent field when e is in [-126, 126].
+    __m512i e = FloorDivEstimate(q, inv_k);
+    __m512i j = _mm512_sub_epi32(q, _mm512_mullo_epi32(e, k));
+    const __mmask16 low = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
+    e = _mm512_mask_sub_epi32(e, low, e, one);
+    j = _mm512_mask_add_epi32(j, low, j, k);
+    const __mmask16 high = _mm512_cmpge_epi32_mask(j, k);
+    e = _mm512_mask_add_epi32(e, high, e, one);
+    j = _mm512_mask_sub_epi32(j, high, j, k);
+    const __mmask16 normal = _mm512_cmple_epi32_mask(_mm512_abs_epi32(e), _mm512_set1_epi32(126));
+    slow |= static_cast<__mmask16>(~is_zero & ~normal) != 0;
+    if (slow) {
+      alignas(64) uint32_t syms[16];
+      _mm512_store_si512(syms, sym);
+      for (uint32_t l = 0; l < 16; ++l) {
+        const uint32_t v = DecodeLogElement<F32Elem>(grid, syms[l], base, i + l, origin, shift);
+        StoreLogBits<F32Elem>(out, i + l, v);
+      }
+      continue;
+    }
+    const __m512i value = _mm512_add_epi32(Lookup(levels, j, _mm512_test_epi32_mask(j, _mm512_set1_epi32(32))),
+                                           _mm512_slli_epi32(e, 23));
+    _mm512_storeu_si512(out + 4 * i, _mm512_maskz_mov_epi32(static_cast<__mmask16>(~is_zero), value));
+  }
+  const uint32_t mask = (1u << bits) - 1;
+  for (; i < n; ++i) {
+    uint64_t word;
+    std::memcpy(&word, packed + i * bits / 8, 8);
+    const uint32_t sym = static_cast<uint32_t>(le64toh(word) >> (i * bits % 8)) & mask;
+    StoreLogBits<F32Elem>(out, i, DecodeLogElement<F32Elem>(grid, sym, base, i, origin, shift));
+  }
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -212,6 +312,8 @@ void IndexPassF32Avx512(const LogGrid& grid, const LogFractionTable& table, cons
 bool LogAvx512Available() { return false; }
 void IndexPassF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, const std::byte*, double, uint64_t,
                         int32_t*, int32_t*, std::byte*, LogIndexSums*) {}
+void DecodeDeltaF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, uint32_t, int64_t, int64_t,
+                          const std::byte*, uint64_t, std::byte*) {}
 
 #endif
 

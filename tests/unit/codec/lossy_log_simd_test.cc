@@ -1,7 +1,8 @@
 // The log mode's vector paths (log_index.h) against the scalar reference:
 // the fraction table reproduces LogGrid::Locate for every binary32 fraction,
-// and whole chunks (key and delta frames, odd lengths, every element class)
-// encode to the same bytes, reconstruction and statistics either way.
+// whole chunks (key and delta frames, odd lengths, every element class)
+// encode to the same bytes, reconstruction and statistics either way, and
+// delta frames decode to the same values by the vector and scalar decoders.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -15,6 +16,7 @@
 #include "codec/tensor/lossy/log_index.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/scratch.h"
+#include "codec/tensor/lossy/stream.h"
 #include "tests/unit/codec/lossy_test_util.h"
 
 namespace ckptfs::lossy {
@@ -104,6 +106,95 @@ void ExpectSame(const EncodedChunk& a, const EncodedChunk& b) {
   EXPECT_EQ(a.stats.exact, b.stats.exact);
 }
 
+// DecodeLogBody on a whole encoded log-mode chunk (header, body, trailer).
+std::vector<std::byte> DecodeLog(ElementType type, const std::vector<std::byte>& chunk, ByteSpan base, Scratch& s,
+                                 SimdLevel level) {
+  if (!s.buffers().dctx) s.buffers().dctx.reset(ZSTD_createDCtx());
+  Result<StreamHeader> h = StreamHeader::DecodeFrom(chunk);
+  EXPECT_TRUE(h.ok());
+  if (!h.ok()) return {};
+  std::vector<std::byte> out(h->element_count * ElementSize(type));
+  const ByteSpan body =
+      ByteSpan(chunk).subspan(StreamHeader::kEncodedSize, chunk.size() - StreamHeader::kEncodedSize - kTrailerSize);
+  const Status st = DecodeLogBody(type, *h, body, (h->flags & kFlagDelta) != 0 ? base : ByteSpan(), out, s.buffers(),
+                                  level);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+// Delta frames whose base and symbols reach every lane class of the vector
+// decode: a base at, below and above the table's exponent range, off the
+// grid (zero, negative, NaN, Inf), symbols 0 and +0.0, and values that
+// leave the normal range.
+TEST(LossyLogSimd, DeltaFramesDecodeAsTheScalarReference) {
+  if (!CpuHasSimd(SimdLevel::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  Scratch vector_scratch, scalar_scratch;
+  for (double max_rel : {1e-2, 0.1, 0.5}) {
+    for (size_t n : {size_t{4096}, size_t{70001}}) {
+      SCOPED_TRACE("max_rel " + std::to_string(max_rel) + " n " + std::to_string(n));
+      const std::vector<float> v0 = Mixed(n, static_cast<uint32_t>(n + 1));
+      std::vector<float> v1 = v0;
+      std::mt19937 rng(5);
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t pick = rng() % 64;
+        v1[i] = pick == 0   ? Mixed(1, rng())[0]
+                : pick == 1 ? v0[i] * 1e30f  // toward the top of the range (or Inf)
+                : pick == 2 ? v0[i] * 1e-30f  // toward subnormals
+                            : v0[i] * 0.97f;
+      }
+      const std::vector<std::byte> key = testing::ToElements(ElementType::kF32, v0);
+      const std::vector<std::byte> next = testing::ToElements(ElementType::kF32, v1);
+      if (!scalar_scratch.buffers().cctx) scalar_scratch.buffers().cctx.reset(ZSTD_createCCtx());
+      Result<std::optional<EncodedChunk>> d =
+          EncodeLogChunk(ElementType::kF32, next, key, max_rel, scalar_scratch.buffers(), 1, {}, SimdLevel::kScalar);
+      ASSERT_TRUE(d.ok() && d->has_value());
+      const EncodedChunk& delta = **d;
+      const std::vector<std::byte> scalar = DecodeLog(ElementType::kF32, delta.bytes, key, scalar_scratch, SimdLevel::kScalar);
+      const std::vector<std::byte> vector = DecodeLog(ElementType::kF32, delta.bytes, key, vector_scratch, SimdLevel::kAvx512);
+      ASSERT_TRUE(scalar == delta.reconstruction);
+      ASSERT_EQ(vector.size(), scalar.size());
+      for (size_t i = 0; i < scalar.size(); i += 4)
+        ASSERT_EQ(std::memcmp(vector.data() + i, scalar.data() + i, 4), 0) << "element " << i / 4;
+    }
+  }
+}
+
+// The vector delta decode element by element against DecodeLogElement, on
+// random symbols of every width (no exact list patches the result): bases
+// of every class, large symbols that leave the normal range, origins far
+// from the bases' indices.
+TEST(LossyLogSimd, DeltaDecodeEqualsDecodeLogElement) {
+  if (!CpuHasSimd(SimdLevel::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  std::mt19937_64 rng(11);
+  for (double max_rel : {8e-3, 1e-2, 2e-2, 3e-2, 0.1, 0.5}) {  // 3 to 46 levels per octave
+    Result<LogGrid> grid = LogGrid::FromRatio(LogGrid::RatioFor(max_rel));
+    ASSERT_TRUE(grid.ok());
+    std::optional<LogFractionTable> table = LogFractionTable::Build(*grid);
+    ASSERT_TRUE(table && table->has_small);
+    for (uint32_t bits = 1; bits <= 24; ++bits) {
+      SCOPED_TRACE("max_rel " + std::to_string(max_rel) + " bits " + std::to_string(bits));
+      const size_t n = 1000 + bits;
+      const std::vector<std::byte> base = testing::ToElements(ElementType::kF32, Mixed(n, bits));
+      std::vector<std::byte> packed((n * bits + 7) / 8 + 8);
+      for (std::byte& b : packed) b = std::byte(rng() & 0xff);
+      const int64_t origin = static_cast<int64_t>(rng() % 4001) - 2000 + (bits == 24 ? (int64_t{1} << 27) : 0);
+      const int64_t shift = static_cast<int64_t>(rng() % (2 * kMaxShift + 1)) - kMaxShift;
+      std::vector<std::byte> out(4 * n);
+      DecodeDeltaF32Avx512(*grid, *table, packed.data(), bits, origin, shift, base.data(), n, out.data());
+      const uint32_t mask = (1u << bits) - 1;
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t word;
+        std::memcpy(&word, packed.data() + i * bits / 8, 8);
+        const uint32_t sym = static_cast<uint32_t>(word >> (i * bits % 8)) & mask;
+        const uint32_t want = DecodeLogElement<F32Elem>(*grid, sym, base.data(), i, origin, shift);
+        uint32_t got;
+        std::memcpy(&got, out.data() + 4 * i, 4);
+        ASSERT_EQ(got, want) << "element " << i << " symbol " << sym;
+      }
+    }
+  }
+}
+
 TEST(LossyLogSimd, ChunksEncodeAsTheScalarReference) {
   if (!LogSimdAvailable()) GTEST_SKIP() << "no AVX2";
   std::vector<SimdLevel> levels = {SimdLevel::kAvx2};
@@ -134,6 +225,11 @@ TEST(LossyLogSimd, ChunksEncodeAsTheScalarReference) {
         const EncodedChunk d_simd = encode(next, k_scalar.reconstruction, true);
         const EncodedChunk d_scalar = encode(next, k_scalar.reconstruction, false);
         ExpectSame(d_simd, d_scalar);
+        // The delta frame decodes to the encoder's reconstruction either way.
+        EXPECT_TRUE(DecodeLog(type, d_scalar.bytes, k_scalar.reconstruction, simd_scratch, level) ==
+                    d_scalar.reconstruction);
+        EXPECT_TRUE(DecodeLog(type, d_scalar.bytes, k_scalar.reconstruction, scalar_scratch, SimdLevel::kScalar) ==
+                    d_scalar.reconstruction);
       }
     }
   }
