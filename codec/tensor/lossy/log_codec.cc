@@ -264,12 +264,12 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   return std::optional<EncodedChunk>(std::move(chunk));
 }
 
-// `packed` has kPackedSlack readable bytes past its end. With a
-// vector_table (see DecodeDeltaF32Avx512's requirements) an f32 delta frame
-// decodes by AVX-512.
+// `packed` has kPackedSlack readable bytes past its end. With avx512 an
+// f32 key frame's table decode runs by AVX-512, and with a vector_table
+// (see DecodeDeltaF32Avx512's requirements) an f32 delta frame.
 template <typename E>
 Status DecodeTyped(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, ByteSpan packed, ByteSpan base,
-                   MutableByteSpan out, const LogFractionTable* vector_table) {
+                   MutableByteSpan out, bool avx512, const LogFractionTable* vector_table) {
   using Bits = typename E::Bits;
   const uint64_t n = out.size() / sizeof(Bits);
   const uint32_t mask = (1u << bits) - 1;
@@ -280,6 +280,12 @@ Status DecodeTyped(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t s
     std::vector<Bits> table(size_t{1} << bits);
     for (uint32_t sym = 0; sym < table.size(); ++sym)
       table[sym] = sym == kSymbolZero ? Bits{0} : GridElement<E>(grid, origin + (sym == 0 ? 0 : Unzigzag(sym - 1)));
+    if constexpr (std::is_same_v<E, F32Elem>) {
+      if (avx512) {
+        DecodeKeyTableF32Avx512(table.data(), p, bits, n, out.data());
+        return Status::Ok();
+      }
+    }
     for (uint64_t i = 0; i < n; ++i) StoreLogBits<E>(out.data(), i, table[SymbolAt(p, i, bits, mask)]);
     return Status::Ok();
   }
@@ -394,8 +400,9 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
   // for the table (unless the scratch holds it already).
   const LogFractionTable* vector_table = nullptr;
   const uint64_t n = h.element_count;
-  if (type == ElementType::kF32 && delta && max_simd == SimdLevel::kAvx512 && grid->per_octave() < 64 &&
-      origin > -kMaxVectorOrigin && origin < kMaxVectorOrigin && LogAvx512Available()) {
+  const bool avx512 = max_simd == SimdLevel::kAvx512 && LogAvx512Available();
+  if (type == ElementType::kF32 && delta && avx512 && grid->per_octave() < 64 && origin > -kMaxVectorOrigin &&
+      origin < kMaxVectorOrigin) {
     if ((!s.log_table || s.log_table->ratio != grid->ratio()) && n >= kMinSimdElements) {
       std::optional<LogFractionTable> table = LogFractionTable::Build(*grid);
       s.log_table = table ? std::make_shared<const LogFractionTable>(std::move(*table)) : nullptr;
@@ -404,13 +411,13 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
   }
   switch (type) {
     case ElementType::kF32:
-      RETURN_IF_ERROR(DecodeTyped<F32Elem>(*grid, h.bits, origin, shift, packed, base, out, vector_table));
+      RETURN_IF_ERROR(DecodeTyped<F32Elem>(*grid, h.bits, origin, shift, packed, base, out, avx512, vector_table));
       break;
     case ElementType::kF16:
-      RETURN_IF_ERROR(DecodeTyped<F16Elem>(*grid, h.bits, origin, shift, packed, base, out, nullptr));
+      RETURN_IF_ERROR(DecodeTyped<F16Elem>(*grid, h.bits, origin, shift, packed, base, out, false, nullptr));
       break;
     case ElementType::kBF16:
-      RETURN_IF_ERROR(DecodeTyped<BF16Elem>(*grid, h.bits, origin, shift, packed, base, out, nullptr));
+      RETURN_IF_ERROR(DecodeTyped<BF16Elem>(*grid, h.bits, origin, shift, packed, base, out, false, nullptr));
       break;
   }
   return ApplyExactStream(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list, out);

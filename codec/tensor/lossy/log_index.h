@@ -250,6 +250,12 @@ uint64_t PackSymbolsAvx2(const uint32_t* symbols, uint64_t n, uint32_t bits, std
 // |origin| < kMaxVectorOrigin, |shift| <= kMaxShift, 1 <= bits <= 24,
 // packed readable for 8 bytes past its packed size.
 inline constexpr int64_t kMaxVectorOrigin = int64_t{1} << 28;
+// A key frame's decode through its table of all 2^bits symbols' elements by
+// AVX-512: out[i] = table[symbol i] for i < n.
+// REQUIRES: LogAvx512Available(), 1 <= bits <= 24, table has 2^bits
+// entries, packed readable for 8 bytes past its packed size.
+void DecodeKeyTableF32Avx512(const uint32_t* table, const std::byte* packed, uint32_t bits, uint64_t n,
+                             std::byte* out);
 void DecodeDeltaF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits,
                           int64_t origin, int64_t shift, const std::byte* base, uint64_t n, std::byte* out);
 

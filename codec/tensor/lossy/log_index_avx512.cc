@@ -232,6 +232,30 @@ CKPTFS_LOG_AVX512 __m512i FloorDivEstimate(__m512i q, __m512d inv_k) {
 
 }  // namespace
 
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeKeyTableF32Avx512(const uint32_t* table,
+                                                                                 const std::byte* packed,
+                                                                                 uint32_t bits, uint64_t n,
+                                                                                 std::byte* out) {
+  alignas(32) int32_t byte_at[16];
+  alignas(64) int64_t shift_at[16];
+  for (uint32_t l = 0; l < 16; ++l) byte_at[l] = static_cast<int32_t>(l * bits / 8), shift_at[l] = l * bits % 8;
+  const __m256i byte_lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at));
+  const __m256i byte_hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at + 8));
+  const __m512i shift_lo = _mm512_load_si512(shift_at), shift_hi = _mm512_load_si512(shift_at + 8);
+  const __m512i sym_mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i sym = Symbols16(packed + i / 8 * bits, byte_lo, byte_hi, shift_lo, shift_hi, sym_mask);
+    _mm512_storeu_si512(out + 4 * i, _mm512_i32gather_epi32(sym, table, 4));
+  }
+  const uint32_t mask = (1u << bits) - 1;
+  for (; i < n; ++i) {
+    uint64_t word;
+    std::memcpy(&word, packed + i * bits / 8, 8);
+    StoreLogBits<F32Elem>(out, i, table[static_cast<uint32_t>(le64toh(word) >> (i * bits % 8)) & mask]);
+  }
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
     const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits, int64_t origin,
     int64_t shift, const std::byte* base, uint64_t n, std::byte* out) {
@@ -314,6 +338,7 @@ void IndexPassF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte
                         int32_t*, int32_t*, std::byte*, LogIndexSums*) {}
 void DecodeDeltaF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, uint32_t, int64_t, int64_t,
                           const std::byte*, uint64_t, std::byte*) {}
+void DecodeKeyTableF32Avx512(const uint32_t*, const std::byte*, uint32_t, uint64_t, std::byte*) {}
 
 #endif
 

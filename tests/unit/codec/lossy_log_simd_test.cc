@@ -122,11 +122,11 @@ std::vector<std::byte> DecodeLog(ElementType type, const std::vector<std::byte>&
   return out;
 }
 
-// Delta frames whose base and symbols reach every lane class of the vector
-// decode: a base at, below and above the table's exponent range, off the
-// grid (zero, negative, NaN, Inf), symbols 0 and +0.0, and values that
-// leave the normal range.
-TEST(LossyLogSimd, DeltaFramesDecodeAsTheScalarReference) {
+// A key frame, and delta frames whose base and symbols reach every lane
+// class of the vector decode: a base at, below and above the table's
+// exponent range, off the grid (zero, negative, NaN, Inf), symbols 0 and
+// +0.0, and values that leave the normal range.
+TEST(LossyLogSimd, FramesDecodeAsTheScalarReference) {
   if (!CpuHasSimd(SimdLevel::kAvx512)) GTEST_SKIP() << "no AVX-512";
   Scratch vector_scratch, scalar_scratch;
   for (double max_rel : {1e-2, 0.1, 0.5}) {
@@ -145,6 +145,14 @@ TEST(LossyLogSimd, DeltaFramesDecodeAsTheScalarReference) {
       const std::vector<std::byte> key = testing::ToElements(ElementType::kF32, v0);
       const std::vector<std::byte> next = testing::ToElements(ElementType::kF32, v1);
       if (!scalar_scratch.buffers().cctx) scalar_scratch.buffers().cctx.reset(ZSTD_createCCtx());
+      // The key frame (decoded through its symbol table).
+      Result<std::optional<EncodedChunk>> k =
+          EncodeLogChunk(ElementType::kF32, key, {}, max_rel, scalar_scratch.buffers(), 1, {}, SimdLevel::kScalar);
+      ASSERT_TRUE(k.ok() && k->has_value());
+      EXPECT_TRUE(DecodeLog(ElementType::kF32, (*k)->bytes, {}, vector_scratch, SimdLevel::kAvx512) ==
+                  (*k)->reconstruction);
+      EXPECT_TRUE(DecodeLog(ElementType::kF32, (*k)->bytes, {}, scalar_scratch, SimdLevel::kScalar) ==
+                  (*k)->reconstruction);
       Result<std::optional<EncodedChunk>> d =
           EncodeLogChunk(ElementType::kF32, next, key, max_rel, scalar_scratch.buffers(), 1, {}, SimdLevel::kScalar);
       ASSERT_TRUE(d.ok() && d->has_value());
