@@ -296,15 +296,6 @@ class CpuKernels final : public LossyKernels {
   Status Dequantize(ElementType type, uint32_t bits, std::span<const float> levels, ByteSpan packed, ByteSpan base,
                     MutableByteSpan out, uint32_t* max_symbol) override {
     const uint64_t n = out.size() / ElementSize(type);
-    if (use_avx512_ && type == ElementType::kF32 && bits == 8) {
-      for (uint32_t s = 1; s < 256; ++s) lookup_->symbol_values[s] = levels[s - 1];
-      lookup_->symbol_values[0] = 0.0f;
-      *max_symbol = 0;
-      Dequantize8F32Avx512(*lookup_, reinterpret_cast<const uint8_t*>(packed.data()),
-                           reinterpret_cast<const uint32_t*>(BaseOrNull(base)), n,
-                           reinterpret_cast<uint32_t*>(out.data()), max_symbol);
-      return Status::Ok();
-    }
     uint64_t done_groups = 0;
     uint32_t simd_max = 0;
     if (use_simd_ && n >= kPackGroup && packed.size() >= 8) {
@@ -328,7 +319,7 @@ class CpuKernels final : public LossyKernels {
  private:
   std::vector<uint32_t> sub_histograms_;
   bool use_simd_;
-  bool use_avx512_;  // the f32 quantize pass and 8-bit dequantize
+  bool use_avx512_;  // the f32 quantize pass
   std::unique_ptr<LevelLookup> lookup_ = std::make_unique<LevelLookup>();
 };
 

@@ -4,8 +4,7 @@
 // subtracts, multiplies and compares, no FMA), the squared errors are added
 // into the same 32 lanes in element order, and the max keeps the scalar
 // rule (a NaN error never replaces the running max), so every output equals
-// the scalar reference bit for bit. Also the f32 dequantize of 8-bit
-// symbols (one byte each: sixteen by one widening load and one gather).
+// the scalar reference bit for bit.
 #include <algorithm>
 
 #include "codec/common/simd_level.h"
@@ -138,30 +137,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeF32Avx512(
 
 }  // namespace
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void Dequantize8F32Avx512(const LevelLookup& lut,
-                                                                              const uint8_t* packed,
-                                                                              const uint32_t* base, uint64_t n,
-                                                                              uint32_t* out, uint32_t* max_symbol) {
-  __m512i vmax = _mm512_setzero_si512();
-  uint64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512i sym = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + i)));
-    vmax = _mm512_max_epu32(vmax, sym);
-    const __m512 value = _mm512_i32gather_ps(sym, lut.symbol_values, 4);
-    const __m512i b = base ? _mm512_loadu_si512(base + i) : _mm512_setzero_si512();
-    const __m512 bf = base ? _mm512_castsi512_ps(b) : _mm512_setzero_ps();
-    const __m512i q = _mm512_castps_si512(_mm512_add_ps(bf, value));
-    _mm512_storeu_si512(out + i, _mm512_mask_blend_epi32(_mm512_test_epi32_mask(sym, sym), b, q));
-  }
-  uint32_t mx = std::max(*max_symbol, _mm512_reduce_max_epu32(vmax));
-  for (; i < n; ++i) {
-    const uint32_t sym = packed[i];
-    mx = std::max(mx, sym);
-    out[i] = DequantizeElement<F32Elem>(lut.symbol_values + 1, sym, base ? base[i] : 0u, base != nullptr);
-  }
-  *max_symbol = mx;
-}
-
 void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, const void* values, const void* base,
                             uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, void* recon,
                             double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact) {
@@ -180,7 +155,6 @@ void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, cons
 bool QuantizeAvx512Available() { return false; }
 void QuantizeBlockF32Avx512(const QuantizeTable&, const LevelLookup&, const void*, const void*, uint64_t, uint64_t,
                             const float*, uint8_t*, void*, double*, double*, uint64_t*, uint64_t*) {}
-void Dequantize8F32Avx512(const LevelLookup&, const uint8_t*, const uint32_t*, uint64_t, uint32_t*, uint32_t*) {}
 
 #endif
 

@@ -60,12 +60,6 @@ void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, cons
                             uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, void* recon,
                             double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact);
 
-// Dequantize for f32 with 8-bit symbols (one byte each) by AVX-512: out[i]
-// for i < n, *max_symbol raised to the largest symbol.
-// REQUIRES: QuantizeAvx512Available(), lut.symbol_values filled.
-void Dequantize8F32Avx512(const LevelLookup& lut, const uint8_t* packed, const uint32_t* base, uint64_t n,
-                          uint32_t* out, uint32_t* max_symbol);
-
 // Residual and norm lanes of elements [start, end) of one reduction block
 // (start a multiple of kReduceBlock): residual[i] = x[i] - base[i] (or x[i]),
 // lanes[i % 32] += x[i]^2 for finite x[i]. REQUIRES: SimdAvailable().
