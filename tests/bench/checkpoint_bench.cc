@@ -3,12 +3,15 @@
 // JSON (one object) on stdout.
 //
 //   checkpoint_bench [--runs N] [--clock wall|cpu] [--budget REL_L2] [--opt-budget REL_L2]
-//                    [--policy FILE.toml] [--schedule off|dsq] FILE... [--seq V0 V1 ...]
+//                    [--policy FILE.toml] [--schedule off|dsq] [--dump DIR] [--no-zstd] FILE... [--seq V0 V1 ...]
 // --budget stores float tensors lossily within that per-tensor relative L2
 // error (the mount's default policy; --opt-budget for optimizer state);
 // --policy puts a policy file's rules before those defaults (e.g. update
 // denominators lossless, to compare with their log mode in the same run);
 // --schedule dsq lets the budget of delta frames follow the update size.
+// --dump writes each encoded blob to DIR/<N>.blob (N counts the files, then
+// the versions, from 0), for comparing two builds' output with cmp.
+// --no-zstd leaves out the zstd baselines (so that a profile shows ckptfs alone).
 // --seq encodes each version against the previous one (delta frames); each
 // version also reports, over the model's lossy float tensors (not the
 // optimizer state), the true update from the previous version, the error
@@ -43,6 +46,9 @@ using Clock = std::chrono::steady_clock;
 // measured call runs on the calling thread), so that neighbours on a shared
 // machine do not count.
 bool g_cpu_clock = false;
+// --dump: where the encoded blobs go (empty = nowhere), and the next blob's number.
+std::string g_dump_dir;
+int g_dump_count = 0;
 
 double NowSeconds() {
   if (g_cpu_clock) {
@@ -168,6 +174,10 @@ nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, const p
   });
   if (!failure.ok()) return {{"error", failure.ToString()}};
   ObjectId id = ObjectId::Of(sink.bytes);
+  if (!g_dump_dir.empty()) {
+    Status written = WriteWholeFile(g_dump_dir + "/" + std::to_string(g_dump_count++) + ".blob", sink.bytes);
+    if (!written.ok()) return {{"error", written.ToString()}};
+  }
   auto reader = BlobReader::Open(std::make_shared<MemoryFile>(sink.bytes), std::nullopt, resolver);
   if (!reader.ok()) return {{"error", reader.status().ToString()}};
   std::vector<std::byte> out(file.size());
@@ -196,7 +206,7 @@ int Main(int argc, char** argv) {
   lossy::BudgetSchedule schedule;
   std::vector<std::string> files, seq;
   std::string policy_file;
-  bool in_seq = false;
+  bool in_seq = false, zstd_baselines = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
@@ -208,6 +218,8 @@ int Main(int argc, char** argv) {
       if (!parsed.ok()) return (std::fprintf(stderr, "--schedule: want off or dsq\n"), 2);
       schedule = *parsed;
     } else if (a == "--policy" && i + 1 < argc) policy_file = argv[++i];
+    else if (a == "--dump" && i + 1 < argc) g_dump_dir = argv[++i];
+    else if (a == "--no-zstd") zstd_baselines = false;
     else if (a == "--seq") in_seq = true;
     else (in_seq ? seq : files).push_back(a);
   }
@@ -242,8 +254,10 @@ int Main(int argc, char** argv) {
     ObjectId id;
     nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
     j["ckptfs"] = BenchCkptfs(*bytes, nullptr, runs, policy, schedule, {}, &resolver, &id);
-    j["zstd-1"] = BenchZstd(*bytes, 1, runs);
-    j["zstd-3"] = BenchZstd(*bytes, 3, runs);
+    if (zstd_baselines) {
+      j["zstd-1"] = BenchZstd(*bytes, 1, runs);
+      j["zstd-3"] = BenchZstd(*bytes, 3, runs);
+    }
     out["files"].push_back(j);
   }
   if (!seq.empty()) {
@@ -258,11 +272,11 @@ int Main(int argc, char** argv) {
       nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
       j["ckptfs"] = BenchCkptfs(*bytes, base ? &*base : nullptr, runs, policy, schedule, previous, &resolver, &id);
       previous = *bytes;
-      j["zstd-3"] = BenchZstd(*bytes, 3, 1);
+      if (zstd_baselines) j["zstd-3"] = BenchZstd(*bytes, 3, 1);
       if (j["ckptfs"].contains("error")) return (std::puts(j.dump(2).c_str()), 3);
       logical += bytes->size();
       stored += j["ckptfs"]["stored_bytes"].get<uint64_t>();
-      zstd_stored += j["zstd-3"]["stored_bytes"].get<uint64_t>();
+      if (zstd_baselines) zstd_stored += j["zstd-3"]["stored_bytes"].get<uint64_t>();
       out["sequence"].push_back(j);
       base = BaseRef{id, resolver.readers[id]};
     }

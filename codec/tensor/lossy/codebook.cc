@@ -29,6 +29,35 @@ void SweepNearest(std::span<const WeightedPoint> points, const std::vector<doubl
   }
 }
 
+// One Lloyd sweep's sums per level: sum_w[k] and sum_wv[k] over the points
+// nearest to level k (the SweepNearest assignment). A level's points are
+// consecutive, so each sum runs in a register from 0.0 and is stored once:
+// the same additions in the same order as `sum_w[k] += w` on a zeroed
+// array, without a store-to-load round trip per point.
+void CellSums(std::span<const WeightedPoint> points, const std::vector<double>& levels, std::vector<double>& mids,
+              std::vector<double>& sum_w, std::vector<double>& sum_wv) {
+  std::fill(sum_w.begin(), sum_w.end(), 0.0);
+  std::fill(sum_wv.begin(), sum_wv.end(), 0.0);
+  if (levels.empty()) return;
+  mids.resize(levels.size());
+  for (size_t k = 0; k + 1 < levels.size(); ++k) mids[k] = (levels[k] + levels[k + 1]) * 0.5;
+  mids[levels.size() - 1] = std::numeric_limits<double>::infinity();
+  size_t k = 0;
+  double w = 0.0, wv = 0.0;
+  for (const WeightedPoint& p : points) {
+    const double v = p.value;
+    if (v > mids[k]) {
+      sum_w[k] = w, sum_wv[k] = wv;
+      w = 0.0, wv = 0.0;
+      do ++k;
+      while (v > mids[k]);
+    }
+    w += p.weight;
+    wv += p.weight * v;
+  }
+  sum_w[k] = w, sum_wv[k] = wv;
+}
+
 }  // namespace
 
 double SeedMass(const WeightedPoint& p) {
@@ -69,12 +98,7 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const doub
     }
     std::vector<double> sum_w(levels.size()), sum_wv(levels.size());
     for (uint32_t it = 0; it < iterations; ++it) {
-      std::fill(sum_w.begin(), sum_w.end(), 0.0);
-      std::fill(sum_wv.begin(), sum_wv.end(), 0.0);
-      SweepNearest(points, levels, mids, [&](size_t pi, size_t k) {
-        sum_w[k] += points[pi].weight;
-        sum_wv[k] += points[pi].weight * points[pi].value;
-      });
+      CellSums(points, levels, mids, sum_w, sum_wv);
       bool moved = false;
       for (size_t k = 0; k < levels.size(); ++k) {
         if (sum_w[k] <= 0) continue;

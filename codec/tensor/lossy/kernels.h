@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "codec/common/bytes.h"
+#include "codec/common/simd_level.h"
 #include "codec/common/status.h"
 #include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/lossy.h"
@@ -82,9 +83,13 @@ class LossyKernels {
                             ByteSpan base, MutableByteSpan out, uint32_t* max_symbol) = 0;
 };
 
-// The CPU reference implementation. With use_simd (and an AVX2 CPU) the f32
-// hot loops run vectorized; the results are identical either way.
+// The CPU reference implementation. With use_simd (and an AVX2 CPU) the
+// hot loops run vectorized, with AVX-512 where the CPU has it; the results
+// are identical either way.
 std::unique_ptr<LossyKernels> MakeCpuKernels(bool use_simd = true);
+// The same with the vector paths capped at `max_level` (tests compare each
+// level the CPU has with the scalar reference).
+std::unique_ptr<LossyKernels> MakeCpuKernels(SimdLevel max_level);
 
 // Backend selection (the choice itself is made in gpu/lossy_backend.h, which
 // can see the device). kAuto = the GPU when a device is present.

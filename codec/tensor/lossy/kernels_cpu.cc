@@ -137,10 +137,11 @@ void QuantizeBlock(const QuantizeTable& t, const LevelLookup& lut, const std::by
 template <typename E>
 void QuantizePackTyped(const QuantizeTable& t, const std::byte* values, const std::byte* base, uint64_t n,
                        const float* residual, std::byte* packed, std::byte* recon, double* error_partials,
-                       double* max_abs_error, ClassCounts* counts, LevelLookup* lut, bool use_simd) {
+                       double* max_abs_error, ClassCounts* counts, LevelLookup* lut, bool use_simd, bool use_avx512) {
   alignas(64) uint8_t symbols[kReduceBlock];
   BuildLookup(t, lut);
   const bool simd = use_simd && lut->probe_ok;
+  const bool avx512 = simd && use_avx512 && std::is_same_v<E, F32Elem>;
   double max_err = 0.0;
   uint64_t by_class[3] = {0, 0, 0};
   for (uint64_t start = 0, blk = 0; start < n; start += kReduceBlock, ++blk) {
@@ -148,8 +149,13 @@ void QuantizePackTyped(const QuantizeTable& t, const std::byte* values, const st
     double lanes[kReduceLanes] = {};
     if (simd) {
       uint64_t pruned = 0, exact = 0;
-      QuantizeBlockSimd(TypeOf<E>(), t, *lut, values, base, start, end, residual, symbols, recon, lanes, &max_err,
-                        &pruned, &exact);
+      if (avx512) {
+        QuantizeBlockF32Avx512(t, *lut, values, base, start, end, residual, symbols, recon, lanes, &max_err, &pruned,
+                               &exact);
+      } else {
+        QuantizeBlockSimd(TypeOf<E>(), t, *lut, values, base, start, end, residual, symbols, recon, lanes, &max_err,
+                          &pruned, &exact);
+      }
       by_class[kPruned] += pruned;
       by_class[kExact] += exact;
       by_class[kQuantized] += (end - start) - pruned - exact;
@@ -233,7 +239,9 @@ const std::byte* BaseOrNull(ByteSpan base) { return base.empty() ? nullptr : bas
 
 class CpuKernels final : public LossyKernels {
  public:
-  explicit CpuKernels(bool use_simd) : use_simd_(use_simd && SimdAvailable()) {}
+  explicit CpuKernels(SimdLevel max_level)
+      : use_simd_(max_level != SimdLevel::kScalar && SimdAvailable()),
+        use_avx512_(use_simd_ && max_level == SimdLevel::kAvx512 && QuantizeAvx512Available()) {}
 
   std::string_view name() const override { return use_simd_ ? "cpu" : "cpu-scalar"; }
 
@@ -266,7 +274,7 @@ class CpuKernels final : public LossyKernels {
     WithElement(type, [&]<typename E>() {
       QuantizePackTyped<E>(table, values.data(), BaseOrNull(base), residual.size(), residual.data(), packed.data(),
                            reconstruction.data(), error_partials.data(), max_abs_error, counts, lookup_.get(),
-                           use_simd_);
+                           use_simd_, use_avx512_);
     });
     return Status::Ok();
   }
@@ -311,12 +319,17 @@ class CpuKernels final : public LossyKernels {
  private:
   std::vector<uint32_t> sub_histograms_;
   bool use_simd_;
+  bool use_avx512_;  // the f32 quantize pass
   std::unique_ptr<LevelLookup> lookup_ = std::make_unique<LevelLookup>();
 };
 
 }  // namespace
 
-std::unique_ptr<LossyKernels> MakeCpuKernels(bool use_simd) { return std::make_unique<CpuKernels>(use_simd); }
+std::unique_ptr<LossyKernels> MakeCpuKernels(bool use_simd) {
+  return std::make_unique<CpuKernels>(use_simd ? SimdLevel::kAvx512 : SimdLevel::kScalar);
+}
+
+std::unique_ptr<LossyKernels> MakeCpuKernels(SimdLevel max_level) { return std::make_unique<CpuKernels>(max_level); }
 
 Result<GpuMode> ParseGpuMode(std::string_view text) {
   if (text == "auto") return GpuMode::kAuto;

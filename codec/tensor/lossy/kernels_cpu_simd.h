@@ -53,6 +53,13 @@ void QuantizeBlockSimd(ElementType type, const QuantizeTable& t, const LevelLook
                        const void* base, uint64_t start, uint64_t end, const float* residual, uint8_t* symbols,
                        void* recon, double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact);
 
+// The same for f32 with AVX-512 (sixteen lanes, mask registers).
+// REQUIRES: QuantizeAvx512Available(), lut.probe_ok, base null or n elements.
+bool QuantizeAvx512Available();
+void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, const void* values, const void* base,
+                            uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, void* recon,
+                            double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact);
+
 // Residual and norm lanes of elements [start, end) of one reduction block
 // (start a multiple of kReduceBlock): residual[i] = x[i] - base[i] (or x[i]),
 // lanes[i % 32] += x[i]^2 for finite x[i]. REQUIRES: SimdAvailable().

@@ -9,28 +9,26 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
+#include <type_traits>
 
 #include "codec/tensor/lossy/element_ops.h"
+#include "codec/tensor/lossy/log_index.h"
 
 namespace ckptfs::lossy {
 namespace {
 
 // Bytes after the header: the grid ratio (f64), the origin (i32), the delta shift (i32).
 constexpr size_t kLogParamsSize = 16;
-// The delta shift is the most frequent index difference within this range.
-constexpr int64_t kMaxShift = 64;
-// Symbols: 0 = the predicted index, 1 = +0.0, s >= 2 = predicted + Unzigzag(s - 1).
-constexpr uint32_t kSymbolZero = 1;
 // Key frames of up to this symbol width decode through a table (at most
 // 2^16 entries, and never more entries than elements).
 constexpr uint32_t kMaxTableBits = 16;
 // Per escaped element the exact list costs its bits plus about 2 bytes of position.
 constexpr uint64_t kEscapeBits = 16;
-
-// Branch-free: 0 -> 0, -1 -> 1, 1 -> 2, -2 -> 3 (|d| < 2^31).
-uint32_t Zigzag(int64_t d) { return static_cast<uint32_t>((d << 1) ^ (d >> 63)); }
-int64_t Unzigzag(uint32_t z) { return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1); }
+// Below this many elements the vector pass is not worth building its table
+// for (unless the scratch holds one already).
+constexpr uint64_t kMinSimdElements = 4096;
 
 uint64_t PackedLogBytes(uint64_t n, uint32_t bits) { return (n * bits + 7) / 8; }
 
@@ -46,66 +44,9 @@ uint32_t SymbolAt(const std::byte* packed, uint64_t i, uint32_t bits, uint32_t m
 }
 
 template <typename E>
-typename E::Bits LoadBits(const std::byte* p, size_t i) {
-  typename E::Bits b;
-  std::memcpy(&b, p + i * sizeof b, sizeof b);
-  return b;
-}
-template <typename E>
-void StoreBits(std::byte* p, size_t i, typename E::Bits b) {
-  std::memcpy(p + i * sizeof b, &b, sizeof b);
-}
-
-// True when the element's value has a grid index (finite and > 0).
-bool OnGrid(float x) { return x > 0 && std::isfinite(x); }
-
-template <typename E>
 typename E::Bits GridElement(const LogGrid& grid, int64_t q) {
   return E::FromFloat(grid.FloatValue(q));
 }
-
-// Grid indices of finite floats fit in 32 bits: |e| <= 149 octaves of at
-// most 2^16 levels. kNoIndex marks an element without one.
-constexpr int32_t kNoIndex = std::numeric_limits<int32_t>::min();
-
-// The grid index of a base element, or kNoIndex when it is not on the grid.
-template <typename E>
-int32_t BaseIndex(const LogGrid& grid, typename E::Bits bits) {
-  const float b = E::ToFloat(bits);
-  return OnGrid(b) ? static_cast<int32_t>(grid.FloatIndex(b)) : kNoIndex;
-}
-
-// The predicted index of an element: in a delta frame, the base element's
-// index plus the chunk's shift when the base element is on the grid (a
-// second moment that decays between versions moves most indices alike);
-// else the stream's origin.
-int64_t Predict(int32_t base_index, int64_t origin, int64_t shift) {
-  return base_index == kNoIndex ? origin : base_index + shift;
-}
-
-// The symbol of an element with grid index q (or kNoIndex) and raw bits
-// `bits`; UINT32_MAX = exact.
-template <typename Bits>
-uint32_t Symbol(Bits bits, int32_t q, int64_t predicted) {
-  if (bits == 0) return kSymbolZero;
-  if (q == kNoIndex) return UINT32_MAX;
-  const int64_t d = q - predicted;
-  if (d <= -(int64_t{1} << 30) || d >= (int64_t{1} << 30)) return UINT32_MAX;
-  const uint32_t sym = Zigzag(d) + 1;
-  return d == 0 ? 0 : sym;  // a select, not a branch: d == 0 is common and unpredictable
-}
-
-// Error sums of the quantized elements, in element order.
-struct LogErrors {
-  double err2 = 0, max_abs = 0, achieved_rel = 0;
-  uint64_t quantized = 0;
-  void Add(double e, float x) {
-    err2 += e * e;
-    max_abs = std::max(max_abs, std::fabs(e));
-    achieved_rel = std::max(achieved_rel, std::fabs(e) / x);
-    ++quantized;
-  }
-};
 
 // Appends b-bit symbols (b <= 24) to a little-endian bit string (symbol i
 // occupies bits [i*b, (i+1)*b)), four bytes
@@ -135,58 +76,9 @@ class SymbolWriter {
   uint32_t filled_ = 0;
 };
 
-struct IndexRange {
-  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
-};
-
-// Step 1 of the encoder: each element's grid index (or kNoIndex), its
-// reconstruction (the grid point, or the original bits) and the range of
-// the indices; in a delta frame also the base's indices and the votes for
-// the shift (votes[d + kMaxShift] counts difference d).
-template <typename E, bool kDelta>
-IndexRange IndexPass(const LogGrid& grid, ByteSpan values, ByteSpan base, double max_rel, std::span<int32_t> index,
-                     std::span<int32_t> base_index, MutableByteSpan recon, uint64_t* votes) {
-  using Bits = typename E::Bits;
-  int32_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
-  // Four interleaved vote tables: most differences are alike, and one
-  // counter would serialize the loop on its own increments.
-  uint64_t lanes[4][2 * kMaxShift + 1] = {};
-  for (uint64_t i = 0; i < index.size(); ++i) {
-    const Bits bits = LoadBits<E>(values.data(), i);
-    const float x = E::ToFloat(bits);
-    Bits stored = bits;  // exact unless quantized
-    int32_t q = kNoIndex;
-    if (OnGrid(x)) {
-      const LogGrid::Point p = grid.Locate(x);
-      const Bits r = E::FromFloat(p.value);
-      if (std::fabs(static_cast<double>(E::ToFloat(r)) - x) <= max_rel * static_cast<double>(x)) {
-        q = static_cast<int32_t>(p.q);
-        stored = r;
-        lo = std::min(lo, q);
-        hi = std::max(hi, q);
-      }
-    }
-    index[i] = q;
-    StoreBits<E>(recon.data(), i, stored);
-    if constexpr (kDelta) {
-      const int32_t qb = BaseIndex<E>(grid, LoadBits<E>(base.data(), i));
-      base_index[i] = qb;
-      if (q != kNoIndex && qb != kNoIndex) {
-        const int64_t d = int64_t{q} - qb;
-        if (d >= -kMaxShift && d <= kMaxShift) ++lanes[i & 3][d + kMaxShift];
-      }
-    }
-  }
-  if constexpr (kDelta)
-    for (int64_t d = 0; d <= 2 * kMaxShift; ++d) votes[d] = lanes[0][d] + lanes[1][d] + lanes[2][d] + lanes[3][d];
-  IndexRange range;
-  if (lo <= hi) range.lo = lo, range.hi = hi;
-  return range;
-}
-
 template <typename E>
 Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan values, ByteSpan base, double max_rel,
-                                                Scratch::Buffers& s, int zstd_level, MutableByteSpan recon_out) {
+                                                Scratch::Buffers& s, int zstd_level, MutableByteSpan recon_out, SimdLevel max_simd) {
   using Bits = typename E::Bits;
   const size_t width = sizeof(Bits);
   const uint64_t n = values.size() / width;
@@ -214,44 +106,57 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
     EnsureSize(&s.log_base_index, n);
     base_index = std::span<int32_t>(s.log_base_index.data(), n);
   }
-  IndexRange range;
-  uint64_t votes[2 * kMaxShift + 1] = {};
-  if (delta) {
-    range = IndexPass<E, true>(grid, values, base, max_rel, index, base_index, recon, votes);
-  } else {
-    range = IndexPass<E, false>(grid, values, base, max_rel, index, base_index, recon, votes);
+  LogIndexSums sums;
+  const bool simd = max_simd != SimdLevel::kScalar && LogSimdAvailable();
+  const bool simd_index = simd && std::is_same_v<E, F32Elem> && (s.log_table || n >= kMinSimdElements);
+  if (simd_index && (!s.log_table || s.log_table->ratio != grid.ratio())) {
+    std::optional<LogFractionTable> table = LogFractionTable::Build(grid);
+    s.log_table = table ? std::make_shared<const LogFractionTable>(std::move(*table)) : nullptr;
   }
-  const int64_t lo = range.lo, hi = range.hi;
+  if (simd_index && s.log_table && s.log_table->ratio == grid.ratio() && s.log_table->has_small &&
+      max_simd == SimdLevel::kAvx512 && LogAvx512Available()) {
+    IndexPassF32Avx512(grid, *s.log_table, values.data(), delta ? base.data() : nullptr, max_rel, n, index.data(),
+                       base_index.data(), recon.data(), &sums);
+  } else if (simd_index && s.log_table && s.log_table->ratio == grid.ratio()) {
+    IndexPassF32Avx2(grid, *s.log_table, values.data(), delta ? base.data() : nullptr, max_rel, n, index.data(),
+                     base_index.data(), recon.data(), &sums);
+  } else if (delta) {
+    for (uint64_t i = 0; i < n; ++i)
+      IndexElement<E, true>(grid, values.data(), base.data(), max_rel, i, index.data(), base_index.data(),
+                            recon.data(), &sums);
+  } else {
+    for (uint64_t i = 0; i < n; ++i)
+      IndexElement<E, false>(grid, values.data(), base.data(), max_rel, i, index.data(), base_index.data(),
+                             recon.data(), &sums);
+  }
+  const int64_t lo = sums.lo, hi = sums.hi;
   const int64_t origin = lo <= hi ? lo + (hi - lo) / 2 : 0;
   int64_t shift = 0;
   if (delta) {
+    uint64_t votes[2 * kMaxShift + 1];
+    for (int64_t d = 0; d <= 2 * kMaxShift; ++d)
+      votes[d] = sums.votes[0][d] + sums.votes[1][d] + sums.votes[2][d] + sums.votes[3][d];
     // The most frequent difference; ties go to the smaller |d|, then to the negative one.
     for (int64_t d = 1; d <= kMaxShift; ++d)
       for (int64_t c : {-d, d})
         if (votes[c + kMaxShift] > votes[shift + kMaxShift]) shift = c;
   }
 
-  // 2. Symbols, the histogram of their bit widths, and the error sums in
-  //    element order.
+  // 2. Symbols and the histogram of their bit widths.
   EnsureSize(&s.log_symbols, n);
   std::span<uint32_t> symbols(s.log_symbols.data(), n);
-  // Four interleaved histograms: most symbols share a width, and one
-  // counter would serialize the loop on its own increments.
-  uint64_t width_counts[4][33] = {};
-  uint64_t far = 0;  // quantized elements whose difference is too large for a symbol
-  LogErrors errors;
-  double ref2 = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const Bits bits = LoadBits<E>(values.data(), i);
-    const float x = E::ToFloat(bits);
-    if (index[i] != kNoIndex) errors.Add(static_cast<double>(E::ToFloat(LoadBits<E>(recon.data(), i))) - x, x);
-    if (std::isfinite(x)) ref2 += static_cast<double>(x) * x;
-    const int64_t predicted = delta ? Predict(base_index[i], origin, shift) : origin;
-    const uint32_t sym = Symbol(bits, index[i], predicted);
-    symbols[i] = sym;
-    if (sym != UINT32_MAX) ++width_counts[i & 3][std::bit_width(sym)];
-    else if (index[i] != kNoIndex) ++far;
+  LogWidthCounts widths;
+  if (simd) {
+    SymbolPassAvx2(index.data(), delta ? base_index.data() : nullptr, origin, shift, n, symbols.data(), &widths);
+  } else {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint32_t sym = Symbol(index[i], delta ? Predict(base_index[i], origin, shift) : origin);
+      symbols[i] = sym;
+      widths.Add(i, sym, index[i]);
+    }
   }
+  const uint64_t far = widths.far;
+  const auto& width_counts = widths.counts;
   uint64_t width_count[33] = {};
   for (uint32_t w = 0; w <= 32; ++w)
     width_count[w] = width_counts[0][w] + width_counts[1][w] + width_counts[2][w] + width_counts[3][w];
@@ -272,32 +177,46 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   // 4. Pack; escaped symbols become 0 and their elements go to the exact
   //    list with their original bits.
   const uint64_t packed_bytes = PackedLogBytes(n, best_bits);
-  EnsureSize(&s.packed, packed_bytes + kPackedSlack);
+  EnsureSize(&s.packed, packed_bytes + std::max(kPackedSlack, kPackSimdSlack));
   EnsureSize(&s.exact_positions, n);
   EnsureSize(&s.exact_raw, n * width);
-  SymbolWriter writer(s.packed.data(), best_bits);
   uint64_t exact = 0, zeros = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    uint32_t sym = symbols[i];
-    if (sym > limit) {
-      const Bits bits = LoadBits<E>(values.data(), i);
-      StoreBits<E>(recon.data(), i, bits);
-      s.exact_positions[exact] = static_cast<uint32_t>(i);
-      std::memcpy(s.exact_raw.data() + exact * width, &bits, width);
-      ++exact;
-      sym = 0;
+  if (simd && best_bits <= kMaxPackSimdBits) {
+    exact = ListEscapesAvx2(symbols.data(), n, limit, s.exact_positions.data());
+    for (uint64_t k = 0; k < exact; ++k) {
+      const uint32_t i = s.exact_positions[k];
+      const Bits bits = LoadLogBits<E>(values.data(), i);
+      StoreLogBits<E>(recon.data(), i, bits);
+      std::memcpy(s.exact_raw.data() + k * width, &bits, width);
     }
-    zeros += sym == kSymbolZero ? 1 : 0;
-    writer.Put(sym);
-  }
-  writer.Finish();
-  if (escaped_quantized > 0) {
-    // Rare: escaped quantized elements are exact, so their errors leave the sums.
-    errors = LogErrors{};
+    zeros = PackSymbolsAvx2(symbols.data(), n, best_bits, s.packed.data());
+  } else {
+    SymbolWriter writer(s.packed.data(), best_bits);
     for (uint64_t i = 0; i < n; ++i) {
-      if (symbols[i] > limit || index[i] == kNoIndex) continue;
-      const float x = E::ToFloat(LoadBits<E>(values.data(), i));
-      errors.Add(static_cast<double>(E::ToFloat(LoadBits<E>(recon.data(), i))) - x, x);
+      uint32_t sym = symbols[i];
+      if (sym > limit) {
+        const Bits bits = LoadLogBits<E>(values.data(), i);
+        StoreLogBits<E>(recon.data(), i, bits);
+        s.exact_positions[exact] = static_cast<uint32_t>(i);
+        std::memcpy(s.exact_raw.data() + exact * width, &bits, width);
+        ++exact;
+        sym = 0;
+      }
+      zeros += sym == kSymbolZero ? 1 : 0;
+      writer.Put(sym);
+    }
+    writer.Finish();
+  }
+  if (escaped_quantized > 0) {
+    // Escaped quantized elements are exact, so their errors leave the sums
+    // (common in delta frames: an element that moved far from its base).
+    sums.err2 = sums.max_abs = sums.achieved_rel = 0;
+    sums.quantized = 0;
+    if (simd && std::is_same_v<E, F32Elem>) {
+      EscapedErrorSumsF32Avx2(values.data(), recon.data(), index.data(), symbols.data(), limit, n, &sums);
+    } else {
+      for (uint64_t i = 0; i < n; ++i)
+        AddEscapedErrors<E>(values.data(), recon.data(), index.data(), symbols.data(), limit, i, &sums);
     }
   }
   BuildExactList(std::span<const uint32_t>(s.exact_positions.data(), exact),
@@ -335,20 +254,22 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
 
   chunk.stats.mode = static_cast<uint8_t>(StreamMode::kLog);
   chunk.stats.bits = h.bits;
-  chunk.stats.quantized = errors.quantized;
+  chunk.stats.quantized = sums.quantized;
   chunk.stats.exact = exact + zeros;
-  chunk.stats.max_abs = errors.max_abs;
-  chunk.stats.max_rel = errors.achieved_rel;
-  chunk.stats.rel_l2 = ref2 > 0 ? std::sqrt(errors.err2 / ref2) : 0.0;
-  chunk.stats.err2_sum = errors.err2;
-  chunk.stats.ref2_sum = ref2;
+  chunk.stats.max_abs = sums.max_abs;
+  chunk.stats.max_rel = sums.achieved_rel;
+  chunk.stats.rel_l2 = sums.ref2 > 0 ? std::sqrt(sums.err2 / sums.ref2) : 0.0;
+  chunk.stats.err2_sum = sums.err2;
+  chunk.stats.ref2_sum = sums.ref2;
   return std::optional<EncodedChunk>(std::move(chunk));
 }
 
-// `packed` has kPackedSlack readable bytes past its end.
+// `packed` has kPackedSlack readable bytes past its end. With avx512 an
+// f32 key frame's table decode runs by AVX-512, and with a vector_table
+// (see DecodeDeltaF32Avx512's requirements) an f32 delta frame.
 template <typename E>
 Status DecodeTyped(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, ByteSpan packed, ByteSpan base,
-                   MutableByteSpan out) {
+                   MutableByteSpan out, bool avx512, const LogFractionTable* vector_table) {
   using Bits = typename E::Bits;
   const uint64_t n = out.size() / sizeof(Bits);
   const uint32_t mask = (1u << bits) - 1;
@@ -359,19 +280,24 @@ Status DecodeTyped(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t s
     std::vector<Bits> table(size_t{1} << bits);
     for (uint32_t sym = 0; sym < table.size(); ++sym)
       table[sym] = sym == kSymbolZero ? Bits{0} : GridElement<E>(grid, origin + (sym == 0 ? 0 : Unzigzag(sym - 1)));
-    for (uint64_t i = 0; i < n; ++i) StoreBits<E>(out.data(), i, table[SymbolAt(p, i, bits, mask)]);
+    if constexpr (std::is_same_v<E, F32Elem>) {
+      if (avx512) {
+        DecodeKeyTableF32Avx512(table.data(), p, bits, n, out.data());
+        return Status::Ok();
+      }
+    }
+    for (uint64_t i = 0; i < n; ++i) StoreLogBits<E>(out.data(), i, table[SymbolAt(p, i, bits, mask)]);
     return Status::Ok();
   }
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t sym = SymbolAt(p, i, bits, mask);
-    if (sym == kSymbolZero) {
-      StoreBits<E>(out.data(), i, Bits{0});
-      continue;
+  const std::byte* b = base.empty() ? nullptr : base.data();
+  if constexpr (std::is_same_v<E, F32Elem>) {
+    if (vector_table != nullptr && b != nullptr) {
+      DecodeDeltaF32Avx512(grid, *vector_table, p, bits, origin, shift, b, n, out.data());
+      return Status::Ok();
     }
-    const int64_t predicted = base.empty() ? origin : Predict(BaseIndex<E>(grid, LoadBits<E>(base.data(), i)), origin, shift);
-    const int64_t q = predicted + (sym == 0 ? 0 : Unzigzag(sym - 1));
-    StoreBits<E>(out.data(), i, GridElement<E>(grid, q));
   }
+  for (uint64_t i = 0; i < n; ++i)
+    StoreLogBits<E>(out.data(), i, DecodeLogElement<E>(grid, SymbolAt(p, i, bits, mask), b, i, origin, shift));
   return Status::Ok();
 }
 
@@ -435,17 +361,18 @@ double LogGrid::Value(int64_t q) const {
 }
 
 Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan values, ByteSpan base, double max_rel,
-                                                   Scratch::Buffers& s, int zstd_level, MutableByteSpan recon_out) {
+                                                   Scratch::Buffers& s, int zstd_level, MutableByteSpan recon_out,
+                                                   SimdLevel max_simd) {
   switch (type) {
-    case ElementType::kF32: return EncodeTyped<F32Elem>(type, values, base, max_rel, s, zstd_level, recon_out);
-    case ElementType::kF16: return EncodeTyped<F16Elem>(type, values, base, max_rel, s, zstd_level, recon_out);
-    case ElementType::kBF16: return EncodeTyped<BF16Elem>(type, values, base, max_rel, s, zstd_level, recon_out);
+    case ElementType::kF32: return EncodeTyped<F32Elem>(type, values, base, max_rel, s, zstd_level, recon_out, max_simd);
+    case ElementType::kF16: return EncodeTyped<F16Elem>(type, values, base, max_rel, s, zstd_level, recon_out, max_simd);
+    case ElementType::kBF16: return EncodeTyped<BF16Elem>(type, values, base, max_rel, s, zstd_level, recon_out, max_simd);
   }
   return Status::InvalidArgument("log encode: element type");
 }
 
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
-                     Scratch::Buffers& s) {
+                     Scratch::Buffers& s, SimdLevel max_simd) {
   ByteReader r(body, "lossy log chunk");
   const double ratio = std::bit_cast<double>(r.U64());
   const int64_t origin = static_cast<int32_t>(r.U32());
@@ -468,10 +395,30 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
   RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.packed.data(), packed_bytes, "log symbols"));
   std::fill_n(s.packed.begin() + static_cast<ptrdiff_t>(packed_bytes), kPackedSlack, std::byte{0});
   ByteSpan packed(s.packed.data(), packed_bytes);
+  // The AVX-512 delta decode: f32, a grid of under 64 levels per octave, an
+  // origin whose indices fit its 32-bit lanes, and enough elements to pay
+  // for the table (unless the scratch holds it already).
+  const LogFractionTable* vector_table = nullptr;
+  const uint64_t n = h.element_count;
+  const bool avx512 = max_simd == SimdLevel::kAvx512 && LogAvx512Available();
+  if (type == ElementType::kF32 && delta && avx512 && grid->per_octave() < 64 && origin > -kMaxVectorOrigin &&
+      origin < kMaxVectorOrigin) {
+    if ((!s.log_table || s.log_table->ratio != grid->ratio()) && n >= kMinSimdElements) {
+      std::optional<LogFractionTable> table = LogFractionTable::Build(*grid);
+      s.log_table = table ? std::make_shared<const LogFractionTable>(std::move(*table)) : nullptr;
+    }
+    if (s.log_table && s.log_table->ratio == grid->ratio() && s.log_table->has_small) vector_table = s.log_table.get();
+  }
   switch (type) {
-    case ElementType::kF32: RETURN_IF_ERROR(DecodeTyped<F32Elem>(*grid, h.bits, origin, shift, packed, base, out)); break;
-    case ElementType::kF16: RETURN_IF_ERROR(DecodeTyped<F16Elem>(*grid, h.bits, origin, shift, packed, base, out)); break;
-    case ElementType::kBF16: RETURN_IF_ERROR(DecodeTyped<BF16Elem>(*grid, h.bits, origin, shift, packed, base, out)); break;
+    case ElementType::kF32:
+      RETURN_IF_ERROR(DecodeTyped<F32Elem>(*grid, h.bits, origin, shift, packed, base, out, avx512, vector_table));
+      break;
+    case ElementType::kF16:
+      RETURN_IF_ERROR(DecodeTyped<F16Elem>(*grid, h.bits, origin, shift, packed, base, out, false, nullptr));
+      break;
+    case ElementType::kBF16:
+      RETURN_IF_ERROR(DecodeTyped<BF16Elem>(*grid, h.bits, origin, shift, packed, base, out, false, nullptr));
+      break;
   }
   return ApplyExactStream(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list, out);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codec/common/bytes.h"
+#include "codec/common/simd_level.h"
 #include "codec/common/status.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/scratch.h"
@@ -134,15 +135,19 @@ inline float LogGrid::FloatValue(int64_t q) const {
 // Encodes a chunk in log mode with |w_hat - w| <= max_rel * |w| for every
 // element. Returns nullopt when the stream would not be smaller than the
 // raw values (the caller stores the chunk losslessly). `recon_out` as in
-// EncodeOptions::reconstruction_out.
+// EncodeOptions::reconstruction_out. max_simd caps the vector paths
+// (kScalar = the scalar reference); the output is the same at every level,
+// which the tests compare.
 // REQUIRES: max_rel > 0, base empty or values.size(), n < 2^32.
 Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan values, ByteSpan base, double max_rel,
-                                                   Scratch::Buffers& s, int zstd_level, MutableByteSpan recon_out);
+                                                   Scratch::Buffers& s, int zstd_level, MutableByteSpan recon_out,
+                                                   SimdLevel max_simd = SimdLevel::kAvx512);
 
 // Decodes the body of a log-mode stream (everything after the header, the
 // checksum already removed and verified). `base` is empty unless h is a
-// delta frame, then out.size() bytes.
+// delta frame, then out.size() bytes. max_simd caps the vector path (the
+// output is the same at every level).
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
-                     Scratch::Buffers& s);
+                     Scratch::Buffers& s, SimdLevel max_simd = SimdLevel::kAvx512);
 
 }  // namespace ckptfs::lossy

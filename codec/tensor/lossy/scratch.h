@@ -15,6 +15,8 @@
 
 namespace ckptfs::lossy {
 
+struct LogFractionTable;  // log_index.h
+
 struct ZstdCDeleter {
   void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
 };
@@ -37,6 +39,7 @@ struct Scratch::Buffers {
   std::vector<int32_t> log_index;       // log mode: each element's grid index
   std::vector<int32_t> log_base_index;  // log mode: each base element's grid index
   std::vector<uint32_t> log_symbols;  // log mode: one symbol per element before packing
+  std::shared_ptr<const LogFractionTable> log_table;  // log mode: the vector pass's table of the last grid
   std::vector<std::byte> zstd_main;  // compressed frames before they are assembled
   std::vector<std::byte> zstd_exact;
   std::unique_ptr<ZSTD_CCtx, ZstdCDeleter> cctx;

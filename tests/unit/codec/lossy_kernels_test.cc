@@ -27,11 +27,11 @@ uint32_t SymbolAt(const std::vector<std::byte>& packed, uint32_t bits, uint64_t 
 }
 
 template <typename E>
-void CheckAgainstSpec(ElementType type, const std::vector<std::byte>& values, const std::vector<std::byte>& base,
-                      const QuantizeTable& t) {
+void CheckLevelAgainstSpec(ElementType type, const std::vector<std::byte>& values, const std::vector<std::byte>& base,
+                           const QuantizeTable& t, SimdLevel level) {
   using Bits = typename E::Bits;
   const uint64_t n = values.size() / sizeof(Bits);
-  std::unique_ptr<LossyKernels> simd = MakeCpuKernels(true), scalar = MakeCpuKernels(false);
+  std::unique_ptr<LossyKernels> simd = MakeCpuKernels(level), scalar = MakeCpuKernels(false);
   std::vector<float> r(n), r2(n);
   std::vector<double> np(ReduceBlocks(n)), np2(ReduceBlocks(n));
   ASSERT_TRUE(simd->Residual(type, values, base, r, np).ok());
@@ -104,6 +104,18 @@ void CheckAgainstSpec(ElementType type, const std::vector<std::byte>& values, co
   EXPECT_EQ(k, c.exact);
   EXPECT_EQ(pos, pos2);
   EXPECT_EQ(raw, raw2);
+}
+
+// Every vector level the CPU runs (AVX2, AVX-512) against the scalar path
+// and the spec.
+template <typename E>
+void CheckAgainstSpec(ElementType type, const std::vector<std::byte>& values, const std::vector<std::byte>& base,
+                      const QuantizeTable& t) {
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!CpuHasSimd(level)) continue;
+    SCOPED_TRACE(level == SimdLevel::kAvx2 ? "avx2" : "avx512");
+    CheckLevelAgainstSpec<E>(type, values, base, t, level);
+  }
 }
 
 template <typename E>

@@ -1,0 +1,165 @@
+// The AVX-512 quantize pass for f32 (see kernels_cpu_simd.h): sixteen
+// elements per vector, the classes as mask registers, the probes as masked
+// increments. The operations are those of the AVX2 pass (IEEE adds,
+// subtracts, multiplies and compares, no FMA), the squared errors are added
+// into the same 32 lanes in element order, and the max keeps the scalar
+// rule (a NaN error never replaces the running max), so every output equals
+// the scalar reference bit for bit.
+#include <algorithm>
+
+#include "codec/common/simd_level.h"
+#include "codec/tensor/lossy/kernels_cpu_simd.h"
+
+#if defined(__x86_64__)
+// GCC 12 reports the _mm512_undefined_* operands inside the AVX-512
+// intrinsics as uninitialized (GCC bug 105593, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#endif
+
+namespace ckptfs::lossy {
+
+#if defined(__x86_64__)
+
+bool QuantizeAvx512Available() { return CpuHasSimd(SimdLevel::kAvx512); }
+
+namespace {
+
+#define CKPTFS_Q512 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline
+
+// Elements 8..15 (AVX-512 F only: no DQ extract).
+CKPTFS_Q512 __m256 UpperHalf(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+struct Consts512 {
+  __m512i abs_mask, exact_from, prune_below, non_finite, one;
+  __mmask16 no_levels;
+};
+
+// Sixteen elements at `at`: symbols, reconstruction, and the errors into
+// acc_lo (lanes of the first eight) and acc_hi (the next eight).
+template <uint32_t kProbes>
+CKPTFS_Q512 void Quantize16(const Consts512& c, const LevelLookup& lut, const uint32_t* values, const uint32_t* base,
+                            const float* residual, uint64_t at, uint8_t* symbols, uint32_t* recon, __m512d* acc_lo,
+                            __m512d* acc_hi, __m512d* vmax, uint64_t* n_pruned, uint64_t* n_exact) {
+  const __m512i rb = _mm512_loadu_si512(residual + at);
+  const __m512 rv = _mm512_castsi512_ps(rb);
+  const __m512i xb = _mm512_loadu_si512(values + at);
+  const __m512i bb = base ? _mm512_loadu_si512(base + at) : _mm512_setzero_si512();
+  const __m512i mag = _mm512_and_si512(rb, c.abs_mask);
+  const __mmask16 is_exact = _mm512_cmpge_epu32_mask(mag, c.exact_from);
+  const __mmask16 is_pruned =
+      static_cast<__mmask16>(~is_exact & (_mm512_cmplt_epu32_mask(mag, c.prune_below) | c.no_levels));
+  const __m512i first = _mm512_i32gather_epi32(_mm512_srli_epi32(rb, kHistogramShift), lut.start, 4);
+  __m512i k = first;
+  for (uint32_t p = 0; p < kProbes; ++p) {
+    const __m512 bound = _mm512_i32gather_ps(first, lut.bounds + p, 4);
+    k = _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(bound, rv, _CMP_LT_OQ), k, c.one);
+  }
+  const __m512 level = _mm512_i32gather_ps(k, lut.levels, 4);
+  const __m512 bf = base ? _mm512_castsi512_ps(bb) : _mm512_setzero_ps();
+  const __m512i q = _mm512_castps_si512(_mm512_add_ps(bf, level));
+  __m512i out = _mm512_mask_blend_epi32(is_pruned, q, bb);
+  out = _mm512_mask_blend_epi32(is_exact, out, xb);
+  _mm512_storeu_si512(recon + at, out);
+  const __m512i sym = _mm512_maskz_add_epi32(static_cast<__mmask16>(~(is_exact | is_pruned)), k, c.one);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(symbols), _mm512_cvtepi32_epi8(sym));
+  *n_pruned += static_cast<uint64_t>(__builtin_popcount(is_pruned));
+  *n_exact += static_cast<uint64_t>(__builtin_popcount(is_exact));
+
+  const __mmask16 finite = _mm512_cmplt_epu32_mask(_mm512_and_si512(xb, c.abs_mask), c.non_finite);
+  const __m512 xf = _mm512_castsi512_ps(xb), of = _mm512_castsi512_ps(out);
+  const __m512d e_lo = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(of)),
+                                     _mm512_cvtps_pd(_mm512_castps512_ps256(xf)));
+  const __m512d e_hi = _mm512_sub_pd(_mm512_cvtps_pd(UpperHalf(of)), _mm512_cvtps_pd(UpperHalf(xf)));
+  const __mmask8 fin_lo = static_cast<__mmask8>(finite), fin_hi = static_cast<__mmask8>(finite >> 8);
+  // Non-finite lanes add +0.0 (as the reference does), not nothing.
+  *acc_lo = _mm512_add_pd(*acc_lo, _mm512_maskz_mov_pd(fin_lo, _mm512_mul_pd(e_lo, e_lo)));
+  *acc_hi = _mm512_add_pd(*acc_hi, _mm512_maskz_mov_pd(fin_hi, _mm512_mul_pd(e_hi, e_hi)));
+  // max_pd(a, b) is a > b ? a : b: the reference's update with a = |e|.
+  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_lo, _mm512_abs_pd(e_lo)), *vmax);
+  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_hi, _mm512_abs_pd(e_hi)), *vmax);
+}
+
+template <uint32_t kProbes>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeF32Avx512(
+    const QuantizeTable& t, const LevelLookup& lut, const uint32_t* values, const uint32_t* base, uint64_t start,
+    uint64_t end, const float* residual, uint8_t* symbols, uint32_t* recon, double* lanes, double* max_err,
+    uint64_t* pruned, uint64_t* exact) {
+  Consts512 c;
+  c.abs_mask = _mm512_set1_epi32(0x7fffffff);
+  c.exact_from = _mm512_set1_epi32(static_cast<int32_t>(t.exact_from));
+  c.prune_below = _mm512_set1_epi32(static_cast<int32_t>(t.prune_below));
+  c.non_finite = _mm512_set1_epi32(static_cast<int32_t>(kNonFiniteBits));
+  c.one = _mm512_set1_epi32(1);
+  c.no_levels = t.num_levels == 0 ? __mmask16{0xffff} : __mmask16{0};
+  __m512d acc[4];
+  for (int v = 0; v < 4; ++v) acc[v] = _mm512_loadu_pd(lanes + 8 * v);
+  __m512d vmax = _mm512_set1_pd(*max_err);
+  uint64_t n_pruned = 0, n_exact = 0;
+  uint64_t i = start;
+  for (; i + kReduceLanes <= end; i += kReduceLanes) {
+    Quantize16<kProbes>(c, lut, values, base, residual, i, symbols + (i - start), recon, &acc[0], &acc[1], &vmax,
+                        &n_pruned, &n_exact);
+    Quantize16<kProbes>(c, lut, values, base, residual, i + 16, symbols + (i + 16 - start), recon, &acc[2], &acc[3],
+                        &vmax, &n_pruned, &n_exact);
+  }
+  for (int v = 0; v < 4; ++v) _mm512_storeu_pd(lanes + 8 * v, acc[v]);
+  alignas(64) double m[8];
+  _mm512_store_pd(m, vmax);
+  double mx = m[0];
+  for (int l = 1; l < 8; ++l) mx = m[l] > mx ? m[l] : mx;
+  // The tail (fewer than 32 elements, only in the chunk's last block).
+  for (; i < end; ++i) {
+    const uint32_t x = values[i], b = base ? base[i] : 0u;
+    const float r = residual[i];
+    const uint32_t mag = FloatBits(r) & 0x7fffffffu;
+    const bool is_exact = mag >= t.exact_from;
+    const bool is_pruned = !is_exact && (mag < t.prune_below || t.num_levels == 0);
+    const uint32_t k = LookupLevel(lut, r);
+    const float bf = base ? F32Elem::ToFloat(b) : 0.0f;
+    const uint32_t out = is_exact ? x : (is_pruned ? b : F32Elem::FromFloat(bf + lut.levels[k]));
+    symbols[i - start] = static_cast<uint8_t>((is_exact || is_pruned) ? 0u : k + 1);
+    recon[i] = out;
+    n_pruned += is_pruned;
+    n_exact += is_exact;
+    double abs_err;
+    lanes[i % kReduceLanes] += SquaredError<F32Elem>(x, out, &abs_err);
+    mx = abs_err > mx ? abs_err : mx;
+  }
+  *max_err = mx;
+  *pruned += n_pruned;
+  *exact += n_exact;
+}
+
+}  // namespace
+
+void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, const void* values, const void* base,
+                            uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, void* recon,
+                            double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact) {
+  auto run = [&](auto kernel) {
+    kernel(t, lut, static_cast<const uint32_t*>(values), static_cast<const uint32_t*>(base), start, end, residual,
+           symbols, static_cast<uint32_t*>(recon), lanes, max_err, pruned, exact);
+  };
+  if (lut.max_span == 0) return run(QuantizeF32Avx512<0>);
+  if (lut.max_span == 1) return run(QuantizeF32Avx512<1>);
+  if (lut.max_span == 2) return run(QuantizeF32Avx512<2>);
+  return run(QuantizeF32Avx512<kProbe>);
+}
+
+#else  // not x86-64
+
+bool QuantizeAvx512Available() { return false; }
+void QuantizeBlockF32Avx512(const QuantizeTable&, const LevelLookup&, const void*, const void*, uint64_t, uint64_t,
+                            const float*, uint8_t*, void*, double*, double*, uint64_t*, uint64_t*) {}
+
+#endif
+
+}  // namespace ckptfs::lossy
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

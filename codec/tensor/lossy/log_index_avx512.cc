@@ -1,0 +1,345 @@
+// The AVX-512 index pass of the log mode (see log_index.h): sixteen f32
+// elements at a time, the bucket tables read by two-register permutes
+// (64 entries) instead of gathers. The same IEEE double operations as the
+// scalar reference and the error sums still added one element at a time in
+// element order, so every output equals IndexElement's bit for bit.
+#include <endian.h>
+
+#include <cstring>
+
+#include "codec/common/simd_level.h"
+#include "codec/tensor/lossy/log_index.h"
+
+#if defined(__x86_64__)
+// GCC 12 reports the _mm512_undefined_* operands inside the AVX-512
+// intrinsics as uninitialized (GCC bug 105593, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#endif
+
+namespace ckptfs::lossy {
+
+#if defined(__x86_64__)
+
+bool LogAvx512Available() { return CpuHasSimd(SimdLevel::kAvx512); }
+
+namespace {
+
+#define CKPTFS_LOG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline
+
+// The entry of a 64-entry table for each lane's bucket (0..63).
+struct Table64 {
+  __m512i a, b, c, d;  // entries 0..15, 16..31, 32..47, 48..63
+};
+CKPTFS_LOG_AVX512 Table64 LoadTable(const uint32_t* t) {
+  Table64 r;
+  r.a = _mm512_loadu_si512(t);
+  r.b = _mm512_loadu_si512(t + 16);
+  r.c = _mm512_loadu_si512(t + 32);
+  r.d = _mm512_loadu_si512(t + 48);
+  return r;
+}
+CKPTFS_LOG_AVX512 __m512i Lookup(const Table64& t, __m512i bucket, __mmask16 upper_half) {
+  const __m512i low = _mm512_permutex2var_epi32(t.a, bucket, t.b);   // index bits 0..4
+  const __m512i high = _mm512_permutex2var_epi32(t.c, bucket, t.d);
+  return _mm512_mask_blend_epi32(upper_half, low, high);
+}
+
+struct Located512 {
+  __m512i q, value;
+};
+struct Tables512 {
+  Table64 level, offset, low_bits, high_bits;
+};
+// Locate for lanes with an exponent field in [1, 252] (others get garbage).
+CKPTFS_LOG_AVX512 Located512 LocateLanes512(const Tables512& t, __m512i k, __m512i v, bool want_value) {
+  const __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(v, 23), _mm512_set1_epi32(127));
+  const __m512i f = _mm512_and_si512(v, _mm512_set1_epi32(0x7FFFFF));
+  const __m512i bucket = _mm512_srli_epi32(f, 17);
+  const __mmask16 upper = _mm512_test_epi32_mask(bucket, _mm512_set1_epi32(32));
+  const __m512i in_bucket = _mm512_and_si512(f, _mm512_set1_epi32((1 << 17) - 1));
+  const __mmask16 up = _mm512_cmpge_epi32_mask(in_bucket, Lookup(t.offset, bucket, upper));
+  const __m512i first_level = Lookup(t.level, bucket, upper);
+  const __m512i r = _mm512_mask_add_epi32(first_level, up, first_level, _mm512_set1_epi32(1));
+  Located512 out;
+  out.q = _mm512_add_epi32(_mm512_mullo_epi32(e, k), r);
+  if (want_value) {
+    const __m512i bits =
+        _mm512_mask_blend_epi32(up, Lookup(t.low_bits, bucket, upper), Lookup(t.high_bits, bucket, upper));
+    out.value = _mm512_add_epi32(bits, _mm512_slli_epi32(e, 23));
+  } else {
+    out.value = _mm512_setzero_si512();
+  }
+  return out;
+}
+
+// Lanes positive with an exponent field in [1, 252] (the table path), and
+// lanes positive and finite (on the grid).
+CKPTFS_LOG_AVX512 __mmask16 FastLanes512(__m512i v) {
+  return _mm512_cmpgt_epi32_mask(v, _mm512_set1_epi32(0x007FFFFF)) &
+         _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(253 << 23), v);
+}
+CKPTFS_LOG_AVX512 __mmask16 OnGridLanes512(__m512i v) {
+  return _mm512_cmpgt_epi32_mask(v, _mm512_setzero_si512()) &
+         _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(0x7F800000), v);
+}
+
+template <bool kDelta>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void IndexPass512(
+    const LogGrid& grid, const LogFractionTable& table, const std::byte* values, const std::byte* base,
+    double max_rel, uint64_t n, int32_t* index, int32_t* base_index, std::byte* recon, LogIndexSums* sums) {
+  Tables512 t;
+  t.level = LoadTable(table.small_level);
+  t.offset = LoadTable(table.small_offset);
+  t.low_bits = LoadTable(table.small_low_bits);
+  t.high_bits = LoadTable(table.small_high_bits);
+  const __m512i k = _mm512_set1_epi32(static_cast<int>(grid.per_octave()));
+  const __m512d rel = _mm512_set1_pd(max_rel);
+  const __m512d below_one = _mm512_set1_pd(1.0 - 0x1p-50);
+  __m512i lo = _mm512_set1_epi32(std::numeric_limits<int32_t>::max());
+  __m512i hi = _mm512_set1_epi32(std::numeric_limits<int32_t>::min());
+  __m512d max_abs = _mm512_setzero_pd(), max_rel_seen = _mm512_setzero_pd();
+  double err2 = sums->err2, ref2 = sums->ref2;
+  uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i v = _mm512_loadu_si512(values + 4 * i);
+    const __mmask16 on_grid = OnGridLanes512(v);
+    __mmask16 slow = on_grid & static_cast<__mmask16>(~FastLanes512(v));
+    __m512i b = _mm512_setzero_si512();
+    __mmask16 base_on_grid = 0;
+    if constexpr (kDelta) {
+      b = _mm512_loadu_si512(base + 4 * i);
+      base_on_grid = OnGridLanes512(b);
+      slow |= base_on_grid & static_cast<__mmask16>(~FastLanes512(b));
+    }
+    if (slow != 0) {
+      sums->err2 = err2, sums->ref2 = ref2;
+      for (uint64_t j = i; j < i + 16; ++j)
+        IndexElement<F32Elem, kDelta>(grid, values, base, max_rel, j, index, base_index, recon, sums);
+      err2 = sums->err2, ref2 = sums->ref2;
+      continue;
+    }
+    const Located512 p = LocateLanes512(t, k, v, true);
+    const __m512d x0 = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castsi512_ps(v)));
+    const __m512d x1 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(v, 1)));
+    const __m512d r0 = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castsi512_ps(p.value)));
+    const __m512d r1 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(p.value, 1)));
+    const __m512d e0 = _mm512_sub_pd(r0, x0), e1 = _mm512_sub_pd(r1, x1);
+    const __m512d a0 = _mm512_abs_pd(e0), a1 = _mm512_abs_pd(e1);
+    const __mmask8 in0 = _mm512_cmp_pd_mask(a0, _mm512_mul_pd(rel, x0), _CMP_LE_OQ);
+    const __mmask8 in1 = _mm512_cmp_pd_mask(a1, _mm512_mul_pd(rel, x1), _CMP_LE_OQ);
+    const __mmask16 quant = on_grid & static_cast<__mmask16>(in0 | (in1 << 8));
+    const __mmask8 m0 = static_cast<__mmask8>(quant), m1 = static_cast<__mmask8>(quant >> 8);
+    const __mmask16 zero = _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512());
+    __m512i q = _mm512_mask_blend_epi32(zero, _mm512_set1_epi32(kNoIndex), _mm512_set1_epi32(kZeroIndex));
+    q = _mm512_mask_blend_epi32(quant, q, p.q);
+    _mm512_storeu_si512(index + i, q);
+    _mm512_storeu_si512(recon + 4 * i, _mm512_mask_blend_epi32(quant, v, p.value));
+    lo = _mm512_mask_min_epi32(lo, quant, lo, p.q);
+    hi = _mm512_mask_max_epi32(hi, quant, hi, p.q);
+    max_abs = _mm512_mask_max_pd(max_abs, m0, max_abs, a0);
+    max_abs = _mm512_mask_max_pd(max_abs, m1, max_abs, a1);
+    // Divide only where a lane's maximum can rise (see log_index.cc).
+    const __mmask8 need0 = _mm512_mask_cmp_pd_mask(
+        m0, a0, _mm512_mul_pd(_mm512_mul_pd(max_rel_seen, x0), below_one), _CMP_GT_OQ);
+    const __mmask8 need1 = _mm512_mask_cmp_pd_mask(
+        m1, a1, _mm512_mul_pd(_mm512_mul_pd(max_rel_seen, x1), below_one), _CMP_GT_OQ);
+    if ((need0 | need1) != 0) {
+      max_rel_seen = _mm512_mask_max_pd(max_rel_seen, m0, max_rel_seen, _mm512_div_pd(a0, x0));
+      max_rel_seen = _mm512_mask_max_pd(max_rel_seen, m1, max_rel_seen, _mm512_div_pd(a1, x1));
+    }
+    // Error terms of the quantized lanes (0 elsewhere: adding +0 leaves a sum unchanged).
+    alignas(64) double sq[16], ref[16];
+    _mm512_store_pd(sq, _mm512_maskz_mul_pd(m0, e0, e0));
+    _mm512_store_pd(sq + 8, _mm512_maskz_mul_pd(m1, e1, e1));
+    const __mmask16 finite =
+        _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(0x7F800000), _mm512_and_si512(v, _mm512_set1_epi32(0x7FFFFFFF)));
+    _mm512_store_pd(ref, _mm512_maskz_mul_pd(static_cast<__mmask8>(finite), x0, x0));
+    _mm512_store_pd(ref + 8, _mm512_maskz_mul_pd(static_cast<__mmask8>(finite >> 8), x1, x1));
+    for (int l = 0; l < 16; ++l) {
+      err2 += sq[l];
+      ref2 += ref[l];
+    }
+    sums->quantized += static_cast<uint64_t>(std::popcount(static_cast<uint32_t>(quant)));
+    if constexpr (kDelta) {
+      const Located512 pb = LocateLanes512(t, k, b, false);
+      const __m512i qb = _mm512_mask_blend_epi32(base_on_grid, _mm512_set1_epi32(kNoIndex), pb.q);
+      _mm512_storeu_si512(base_index + i, qb);
+      const __m512i d = _mm512_sub_epi32(p.q, pb.q);
+      uint32_t mask = static_cast<uint32_t>(
+          quant & base_on_grid & _mm512_cmple_epi32_mask(_mm512_abs_epi32(d), _mm512_set1_epi32(kMaxShift)));
+      if (mask != 0) {
+        alignas(64) int32_t ds[16];
+        _mm512_store_si512(ds, d);
+        for (; mask != 0; mask &= mask - 1) {
+          const int l = std::countr_zero(mask);
+          ++sums->votes[l & 3][ds[l] + kMaxShift];
+        }
+      }
+    }
+  }
+  sums->err2 = err2, sums->ref2 = ref2;
+  for (; i < n; ++i) IndexElement<F32Elem, kDelta>(grid, values, base, max_rel, i, index, base_index, recon, sums);
+  sums->lo = std::min(sums->lo, _mm512_reduce_min_epi32(lo));
+  sums->hi = std::max(sums->hi, _mm512_reduce_max_epi32(hi));
+  alignas(64) double abs_lanes[8], rel_lanes[8];
+  _mm512_store_pd(abs_lanes, max_abs);
+  _mm512_store_pd(rel_lanes, max_rel_seen);
+  for (int l = 0; l < 8; ++l) {
+    sums->max_abs = std::max(sums->max_abs, abs_lanes[l]);
+    sums->achieved_rel = std::max(sums->achieved_rel, rel_lanes[l]);
+  }
+}
+
+}  // namespace
+
+void IndexPassF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
+                        const std::byte* base, double max_rel, uint64_t n, int32_t* index, int32_t* base_index,
+                        std::byte* recon, LogIndexSums* sums) {
+  if (base != nullptr) {
+    IndexPass512<true>(grid, table, values, base, max_rel, n, index, base_index, recon, sums);
+  } else {
+    IndexPass512<false>(grid, table, values, base, max_rel, n, index, base_index, recon, sums);
+  }
+}
+
+namespace {
+
+// Symbols i0 .. i0 + 15 (i0 a multiple of 16, so they start on a byte): one
+// 8-byte load per lane (bit offset in its byte + bits <= 7 + 24 < 64).
+CKPTFS_LOG_AVX512 __m512i Symbols16(const std::byte* group, __m256i byte_lo, __m256i byte_hi, __m512i shift_lo,
+                                    __m512i shift_hi, __m512i mask) {
+  const __m512i w_lo = _mm512_i32gather_epi64(byte_lo, group, 1);
+  const __m512i w_hi = _mm512_i32gather_epi64(byte_hi, group, 1);
+  const __m256i s_lo = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srlv_epi64(w_lo, shift_lo), mask));
+  const __m256i s_hi = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srlv_epi64(w_hi, shift_hi), mask));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(s_lo), s_hi, 1);
+}
+
+// floor(q / k) for |q| < 2^30: the double quotient is within 2^-22 of q / k,
+// so its floor is at most one too high or too low; the caller corrects.
+CKPTFS_LOG_AVX512 __m512i FloorDivEstimate(__m512i q, __m512d inv_k) {
+  const __m512d lo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(q)), inv_k);
+  const __m512d hi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(q, 1)), inv_k);
+  const __m256i e_lo = _mm512_cvttpd_epi32(_mm512_roundscale_pd(lo, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  const __m256i e_hi = _mm512_cvttpd_epi32(_mm512_roundscale_pd(hi, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(e_lo), e_hi, 1);
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeKeyTableF32Avx512(const uint32_t* table,
+                                                                                 const std::byte* packed,
+                                                                                 uint32_t bits, uint64_t n,
+                                                                                 std::byte* out) {
+  alignas(32) int32_t byte_at[16];
+  alignas(64) int64_t shift_at[16];
+  for (uint32_t l = 0; l < 16; ++l) byte_at[l] = static_cast<int32_t>(l * bits / 8), shift_at[l] = l * bits % 8;
+  const __m256i byte_lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at));
+  const __m256i byte_hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at + 8));
+  const __m512i shift_lo = _mm512_load_si512(shift_at), shift_hi = _mm512_load_si512(shift_at + 8);
+  const __m512i sym_mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i sym = Symbols16(packed + i / 8 * bits, byte_lo, byte_hi, shift_lo, shift_hi, sym_mask);
+    _mm512_storeu_si512(out + 4 * i, _mm512_i32gather_epi32(sym, table, 4));
+  }
+  const uint32_t mask = (1u << bits) - 1;
+  for (; i < n; ++i) {
+    uint64_t word;
+    std::memcpy(&word, packed + i * bits / 8, 8);
+    StoreLogBits<F32Elem>(out, i, table[static_cast<uint32_t>(le64toh(word) >> (i * bits % 8)) & mask]);
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
+    const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits, int64_t origin,
+    int64_t shift, const std::byte* base, uint64_t n, std::byte* out) {
+  Tables512 t;
+  t.level = LoadTable(table.small_level);
+  t.offset = LoadTable(table.small_offset);
+  // Bits of the levels 0..K-1 at exponent 0 (K < 64).
+  const uint32_t per_octave = grid.per_octave();
+  alignas(64) uint32_t level_bits[64] = {};
+  for (uint32_t j = 0; j < per_octave; ++j) level_bits[j] = table.level_bits[j];
+  const Table64 levels = LoadTable(level_bits);
+  const __m512i k = _mm512_set1_epi32(static_cast<int>(per_octave));
+  const __m512d inv_k = _mm512_set1_pd(1.0 / static_cast<double>(per_octave));
+  const __m512i origin_v = _mm512_set1_epi32(static_cast<int32_t>(origin));
+  const __m512i shift_v = _mm512_set1_epi32(static_cast<int32_t>(shift));
+  const __m512i one = _mm512_set1_epi32(1);
+  alignas(32) int32_t byte_at[16];
+  alignas(64) int64_t shift_at[16];
+  for (uint32_t l = 0; l < 16; ++l) byte_at[l] = static_cast<int32_t>(l * bits / 8), shift_at[l] = l * bits % 8;
+  const __m256i byte_lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at));
+  const __m256i byte_hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at + 8));
+  const __m512i shift_lo = _mm512_load_si512(shift_at), shift_hi = _mm512_load_si512(shift_at + 8);
+  const __m512i sym_mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i sym = Symbols16(packed + i / 8 * bits, byte_lo, byte_hi, shift_lo, shift_hi, sym_mask);
+    const __m512i b = _mm512_loadu_si512(base + 4 * i);
+    const __mmask16 base_on_grid = OnGridLanes512(b);
+    bool slow = (base_on_grid & static_cast<__mmask16>(~FastLanes512(b))) != 0;
+    // predicted + Unzigzag(sym - 1) (0 for symbol 0; symbol 1 is +0.0).
+    const __m512i z = _mm512_sub_epi32(sym, one);
+    const __m512i dz = _mm512_xor_si512(_mm512_srli_epi32(z, 1), _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                                                  _mm512_and_si512(z, one)));
+    const __mmask16 is_zero = _mm512_cmpeq_epi32_mask(sym, one);
+    const __m512i qb = LocateLanes512(t, k, b, false).q;
+    const __m512i predicted = _mm512_mask_add_epi32(origin_v, base_on_grid, qb, shift_v);
+    const __m512i q = _mm512_mask_add_epi32(predicted, _mm512_test_epi32_mask(sym, sym), predicted, dz);
+    // FloatValue(q): e = floor(q / K), j = q - e K, then the level's bits
+    // with e added to the exponent field when e is in [-126, 126].
+    __m512i e = FloorDivEstimate(q, inv_k);
+    __m512i j = _mm512_sub_epi32(q, _mm512_mullo_epi32(e, k));
+    const __mmask16 low = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
+    e = _mm512_mask_sub_epi32(e, low, e, one);
+    j = _mm512_mask_add_epi32(j, low, j, k);
+    const __mmask16 high = _mm512_cmpge_epi32_mask(j, k);
+    e = _mm512_mask_add_epi32(e, high, e, one);
+    j = _mm512_mask_sub_epi32(j, high, j, k);
+    const __mmask16 normal = _mm512_cmple_epi32_mask(_mm512_abs_epi32(e), _mm512_set1_epi32(126));
+    slow |= static_cast<__mmask16>(~is_zero & ~normal) != 0;
+    if (slow) {
+      alignas(64) uint32_t syms[16];
+      _mm512_store_si512(syms, sym);
+      for (uint32_t l = 0; l < 16; ++l) {
+        const uint32_t v = DecodeLogElement<F32Elem>(grid, syms[l], base, i + l, origin, shift);
+        StoreLogBits<F32Elem>(out, i + l, v);
+      }
+      continue;
+    }
+    const __m512i value = _mm512_add_epi32(Lookup(levels, j, _mm512_test_epi32_mask(j, _mm512_set1_epi32(32))),
+                                           _mm512_slli_epi32(e, 23));
+    _mm512_storeu_si512(out + 4 * i, _mm512_maskz_mov_epi32(static_cast<__mmask16>(~is_zero), value));
+  }
+  const uint32_t mask = (1u << bits) - 1;
+  for (; i < n; ++i) {
+    uint64_t word;
+    std::memcpy(&word, packed + i * bits / 8, 8);
+    const uint32_t sym = static_cast<uint32_t>(le64toh(word) >> (i * bits % 8)) & mask;
+    StoreLogBits<F32Elem>(out, i, DecodeLogElement<F32Elem>(grid, sym, base, i, origin, shift));
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#else
+
+bool LogAvx512Available() { return false; }
+void IndexPassF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, const std::byte*, double, uint64_t,
+                        int32_t*, int32_t*, std::byte*, LogIndexSums*) {}
+void DecodeDeltaF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, uint32_t, int64_t, int64_t,
+                          const std::byte*, uint64_t, std::byte*) {}
+void DecodeKeyTableF32Avx512(const uint32_t*, const std::byte*, uint32_t, uint64_t, std::byte*) {}
+
+#endif
+
+}  // namespace ckptfs::lossy
