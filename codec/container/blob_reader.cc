@@ -194,10 +194,17 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   const ChunkInfo& chunk = index_.chunks[c];
   CodecScratchPool::Lease lease = scratch_->Acquire();
   CodecScratch& scratch = *lease;
-  ByteSpan stored;
-  if (ByteSpan whole = blob_->Contiguous(); !whole.empty() || blob_->Size() == 0) {
-    stored = whole.subspan(chunk.stored_offset, chunk.stored_length);
-  } else {
+  // The stored bytes in place when the file lends them (in memory, a
+  // mapped object: no copy of a cold read's page cache), else a copy.
+  ByteSpan stored = blob_->View(chunk.stored_offset, chunk.stored_length);
+  struct EndViewAtExit {
+    const RandomAccessFile& file;
+    ByteSpan view;
+    ~EndViewAtExit() {
+      if (!view.empty()) file.EndView(view);
+    }
+  } end_view{*blob_, stored};
+  if (stored.size() != chunk.stored_length) {
     std::byte* buffer = scratch.stored.Reserve(chunk.stored_length);
     RETURN_IF_ERROR(blob_->ReadAt(chunk.stored_offset, MutableByteSpan(buffer, chunk.stored_length)));
     stored = ByteSpan(buffer, chunk.stored_length);
