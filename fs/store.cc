@@ -1,7 +1,5 @@
 #include "fs/store.h"
 
-#include "fs/object_file.h"
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
@@ -14,6 +12,8 @@
 #include <filesystem>
 #include <unordered_set>
 #include <vector>
+
+#include "fs/object_file.h"
 
 namespace ckptfs::fs {
 
