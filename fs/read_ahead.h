@@ -57,6 +57,14 @@ class ReadAhead {
     // Set when the stream seeks away or closes: its queued decodes are
     // skipped. A fresh token then starts the next run.
     std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+    // The tensor segment the reader is expected to read after the run's
+    // tensor (PredictNextTensorSegment), or -1, and how far its first
+    // chunks are queued. Its decodes carry their own token: a run that
+    // then reads that tensor takes them over, a run that reads another
+    // tensor cancels them.
+    int32_t next_segment = -1;
+    uint32_t next_queued_until = 0;
+    std::shared_ptr<std::atomic<bool>> next_cancelled = std::make_shared<std::atomic<bool>>(false);
   };
 
   // A read of [offset, offset + length) of `blob` through `stream`.
@@ -69,6 +77,12 @@ class ReadAhead {
   // one (following it cost 13-20% more decodes of a 1 GB torch.load). A
   // plain copy loses little: the kernel's read-ahead (readahead=) already
   // asks for the next chunks.
+  // Once the window reaches the end of the run's tensor, what is left of it
+  // decodes the first chunks of the tensor the reader will likely read
+  // next (fs/next_tensor.h: the next storage in pickle order for torch
+  // zips, the next tensor in the file otherwise), so a reader that jumps
+  // there does not wait for its first chunks. The guess is cancelled when
+  // the reader starts another tensor, or the file is closed.
   // Chunks a run has read kDropLag chunks behind its furthest read leave
   // the chunk cache, so that a long stream recycles a few buffers instead
   // of filling the cache with chunks it never reads again (fresh memory
@@ -80,6 +94,8 @@ class ReadAhead {
 
   // Decodes started by workers so far (tests, logs).
   uint64_t decodes_started() const { return decodes_started_.load(std::memory_order_relaxed); }
+  // Chunks queued for a predicted next tensor so far (tests, logs).
+  uint64_t predicted_queued() const { return predicted_queued_.load(std::memory_order_relaxed); }
 
  private:
   struct Job {
@@ -94,6 +110,16 @@ class ReadAhead {
   static constexpr uint32_t kDropLag = 8;
   // Starts a new run at chunk `first`.
   static void RestartLocked(Stream& stream, uint32_t first);
+  // Cancels the queued decodes of the predicted next tensor.
+  static void DropPredictionLocked(Stream& stream);
+  // The run now reads tensor segment `segment`: it takes over the decodes
+  // queued for it when it was the predicted one, else cancels them.
+  static void ResolvePredictionLocked(Stream& stream, int32_t segment);
+  // Queues the first chunks of the tensor predicted to follow the run's
+  // tensor, while `ahead` (bytes already queued past the reader) stays
+  // under the window.
+  void QueueNextTensorLocked(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t ahead,
+                             std::vector<Job>* fresh);
   void Work();
 
   const uint64_t window_bytes_;
@@ -102,6 +128,7 @@ class ReadAhead {
   std::deque<Job> jobs_;
   bool stop_ = false;
   std::atomic<uint64_t> decodes_started_{0};
+  std::atomic<uint64_t> predicted_queued_{0};
   std::vector<std::thread> threads_;
 };
 
