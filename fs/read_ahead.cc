@@ -42,27 +42,23 @@ void ReadAhead::RestartLocked(Stream& stream, uint32_t first) {
 }
 
 void ReadAhead::DropPredictionLocked(Stream& stream) {
-  if (stream.next_segment < 0) return;
+  if (stream.predicted.empty()) return;
   stream.next_cancelled->store(true, std::memory_order_relaxed);
   stream.next_cancelled = std::make_shared<std::atomic<bool>>(false);
-  stream.next_segment = -1;
-  stream.next_queued_until = 0;
+  stream.predicted.clear();
 }
 
 void ReadAhead::ResolvePredictionLocked(Stream& stream, int32_t segment) {
-  if (stream.next_segment < 0) return;
-  if (stream.next_segment != segment) {
+  auto hit = std::find_if(stream.predicted.begin(), stream.predicted.end(),
+                          [segment](const Stream::Predicted& p) { return p.segment == segment; });
+  if (hit == stream.predicted.end()) {
     DropPredictionLocked(stream);
     return;
   }
-  // The guess was right: its queued decodes become the run's own (the
-  // run's previous token covered only bytes before the tensor).
-  stream.cancelled->store(true, std::memory_order_relaxed);
-  stream.cancelled = std::move(stream.next_cancelled);
-  stream.next_cancelled = std::make_shared<std::atomic<bool>>(false);
-  stream.queued_until = std::max(stream.queued_until, stream.next_queued_until);
-  stream.next_segment = -1;
-  stream.next_queued_until = 0;
+  // The guess was right: the run does not queue the chunks queued for it
+  // again, and the tensors predicted after it stay queued.
+  stream.queued_until = std::max(stream.queued_until, hit->queued_until);
+  stream.predicted.erase(stream.predicted.begin(), hit + 1);
 }
 
 void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t offset,
@@ -132,23 +128,27 @@ void ReadAhead::QueueNextTensorLocked(Stream& stream, const std::shared_ptr<cons
                                       std::vector<Job>* fresh) {
   const std::vector<ChunkInfo>& chunks = blob->chunks();
   const std::vector<SegmentInfo>& segments = blob->segments();
-  const int32_t next = PredictNextTensorSegment(blob->format(), segments, stream.run_tensor_segment);
-  if (next < 0 || next == stream.run_tensor_segment) return;
-  const SegmentInfo& seg = segments[next];
-  const uint64_t end = std::min<uint64_t>(uint64_t{seg.first_chunk} + seg.chunk_count, chunks.size());
-  if (stream.next_segment != next) {
-    DropPredictionLocked(stream);
-    stream.next_segment = next;
-    stream.next_queued_until = seg.first_chunk;
+  int32_t next = stream.run_tensor_segment;
+  for (size_t i = 0; i < kMaxPredicted && ahead < window_bytes_; ++i) {
+    next = PredictNextTensorSegment(blob->format(), segments, next);
+    if (next < 0 || next == stream.run_tensor_segment) return;
+    // The list follows the chain from the run's tensor; past a point where
+    // it does not (a run that started outside it), it is rebuilt.
+    if (i < stream.predicted.size() && stream.predicted[i].segment != next)
+      stream.predicted.erase(stream.predicted.begin() + static_cast<ptrdiff_t>(i), stream.predicted.end());
+    if (i == stream.predicted.size()) stream.predicted.push_back({next, segments[next].first_chunk});
+    Stream::Predicted& p = stream.predicted[i];
+    const SegmentInfo& seg = segments[next];
+    const uint64_t end = std::min<uint64_t>(uint64_t{seg.first_chunk} + seg.chunk_count, chunks.size());
+    for (uint32_t k = seg.first_chunk; k < p.queued_until && k < end; ++k) ahead += chunks[k].logical_length;
+    uint32_t c = p.queued_until;
+    for (; c < end && ahead < window_bytes_; ++c) {
+      ahead += chunks[c].logical_length;
+      fresh->push_back(Job{blob, c, stream.next_cancelled});
+    }
+    predicted_queued_.fetch_add(c - p.queued_until, std::memory_order_relaxed);
+    p.queued_until = c;
   }
-  for (uint32_t k = seg.first_chunk; k < stream.next_queued_until && k < end; ++k) ahead += chunks[k].logical_length;
-  uint32_t c = stream.next_queued_until;
-  for (; c < end && ahead < window_bytes_; ++c) {
-    ahead += chunks[c].logical_length;
-    fresh->push_back(Job{blob, c, stream.next_cancelled});
-  }
-  predicted_queued_.fetch_add(c - stream.next_queued_until, std::memory_order_relaxed);
-  stream.next_queued_until = c;
 }
 
 void ReadAhead::Close(Stream& stream) {

@@ -57,13 +57,17 @@ class ReadAhead {
     // Set when the stream seeks away or closes: its queued decodes are
     // skipped. A fresh token then starts the next run.
     std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
-    // The tensor segment the reader is expected to read after the run's
-    // tensor (PredictNextTensorSegment), or -1, and how far its first
-    // chunks are queued. Its decodes carry their own token: a run that
-    // then reads that tensor takes them over, a run that reads another
-    // tensor cancels them.
-    int32_t next_segment = -1;
-    uint32_t next_queued_until = 0;
+    // The tensor segments the reader is expected to read after the run's
+    // tensor, in that order (PredictNextTensorSegment, applied again), each
+    // with how far its chunks are queued. Their decodes carry their own
+    // token, apart from the runs': a run that starts one of these tensors
+    // keeps them (and drops the ones before it from the list), a run that
+    // starts another tensor cancels them.
+    struct Predicted {
+      int32_t segment = -1;
+      uint32_t queued_until = 0;
+    };
+    std::vector<Predicted> predicted;
     std::shared_ptr<std::atomic<bool>> next_cancelled = std::make_shared<std::atomic<bool>>(false);
   };
 
@@ -80,8 +84,10 @@ class ReadAhead {
   // Once the window reaches the end of the run's tensor, what is left of it
   // decodes the first chunks of the tensor the reader will likely read
   // next (fs/next_tensor.h: the next storage in pickle order for torch
-  // zips, the next tensor in the file otherwise), so a reader that jumps
-  // there does not wait for its first chunks. The guess is cancelled when
+  // zips, the next tensor in the file otherwise), and of the ones after it
+  // while the window has room (a small bias between two weights does not
+  // stop it), so a reader that jumps there does not wait for its first
+  // chunks. The guess is cancelled when
   // the reader starts another tensor, or the file is closed.
   // Chunks a run has read kDropLag chunks behind its furthest read leave
   // the chunk cache, so that a long stream recycles a few buffers instead
@@ -108,16 +114,19 @@ class ReadAhead {
   // ahead of the reader, whose own reads of the pages it missed come
   // behind: dropping sooner made the daemon decode chunks twice.
   static constexpr uint32_t kDropLag = 8;
+  static constexpr size_t kMaxPredicted = 16;
   // Starts a new run at chunk `first`.
   static void RestartLocked(Stream& stream, uint32_t first);
-  // Cancels the queued decodes of the predicted next tensor.
+  // Cancels the queued decodes of the predicted tensors.
   static void DropPredictionLocked(Stream& stream);
-  // The run now reads tensor segment `segment`: it takes over the decodes
-  // queued for it when it was the predicted one, else cancels them.
+  // The run now reads tensor segment `segment`: the predicted tensors up to
+  // it leave the list (their decodes stay queued) when it is one of them;
+  // otherwise the guess was wrong and its decodes are cancelled.
   static void ResolvePredictionLocked(Stream& stream, int32_t segment);
-  // Queues the first chunks of the tensor predicted to follow the run's
-  // tensor, while `ahead` (bytes already queued past the reader) stays
-  // under the window.
+  // Queues the chunks of the tensors predicted to follow the run's tensor,
+  // in the order they will be read, while `ahead` (bytes already queued
+  // past the reader) stays under the window; at most kMaxPredicted tensors
+  // (a run of tiny ones costs a job each).
   void QueueNextTensorLocked(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t ahead,
                              std::vector<Job>* fresh);
   void Work();
