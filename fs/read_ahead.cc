@@ -133,7 +133,8 @@ void ReadAhead::QueueNextTensorLocked(Stream& stream, const std::shared_ptr<cons
     next = PredictNextTensorSegment(blob->format(), segments, next);
     if (next < 0 || next == stream.run_tensor_segment) return;
     // The list follows the chain from the run's tensor; past a point where
-    // it does not (a run that started outside it), it is rebuilt.
+    // it does not, it is rebuilt (the decodes queued for the entries cut
+    // off stay queued: they are within the window already counted).
     if (i < stream.predicted.size() && stream.predicted[i].segment != next)
       stream.predicted.erase(stream.predicted.begin() + static_cast<ptrdiff_t>(i), stream.predicted.end());
     if (i == stream.predicted.size()) stream.predicted.push_back({next, segments[next].first_chunk});

@@ -87,8 +87,8 @@ class ReadAhead {
   // zips, the next tensor in the file otherwise), and of the ones after it
   // while the window has room (a small bias between two weights does not
   // stop it), so a reader that jumps there does not wait for its first
-  // chunks. The guess is cancelled when
-  // the reader starts another tensor, or the file is closed.
+  // chunks. The guess is cancelled when the reader starts another tensor,
+  // or the file is closed.
   // Chunks a run has read kDropLag chunks behind its furthest read leave
   // the chunk cache, so that a long stream recycles a few buffers instead
   // of filling the cache with chunks it never reads again (fresh memory
