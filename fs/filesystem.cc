@@ -123,7 +123,8 @@ void Filesystem::StartWorkers() {
 
 void Filesystem::StopWorkers() {
   if (read_ahead_) {
-    log_->Info("decode ahead: {} chunks decoded ahead of readers", read_ahead_->decodes_started());
+    log_->Info("decode ahead: {} chunks decoded ahead of readers ({} queued for a predicted next tensor)",
+               read_ahead_->decodes_started(), read_ahead_->predicted_queued());
     read_ahead_.reset();
   }
   if (queue_) {

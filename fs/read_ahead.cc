@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "fs/next_tensor.h"
+
 namespace ckptfs::fs {
 namespace {
 
@@ -39,6 +41,26 @@ void ReadAhead::RestartLocked(Stream& stream, uint32_t first) {
   stream.dropped_until = first;
 }
 
+void ReadAhead::DropPredictionLocked(Stream& stream) {
+  if (stream.predicted.empty()) return;
+  stream.next_cancelled->store(true, std::memory_order_relaxed);
+  stream.next_cancelled = std::make_shared<std::atomic<bool>>(false);
+  stream.predicted.clear();
+}
+
+void ReadAhead::ResolvePredictionLocked(Stream& stream, int32_t segment) {
+  auto hit = std::find_if(stream.predicted.begin(), stream.predicted.end(),
+                          [segment](const Stream::Predicted& p) { return p.segment == segment; });
+  if (hit == stream.predicted.end()) {
+    DropPredictionLocked(stream);
+    return;
+  }
+  // The guess was right: the run does not queue the chunks queued for it
+  // again, and the tensors predicted after it stay queued.
+  stream.queued_until = std::max(stream.queued_until, hit->queued_until);
+  stream.predicted.erase(stream.predicted.begin(), hit + 1);
+}
+
 void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t offset,
                        uint64_t length) {
   const std::vector<ChunkInfo>& chunks = blob->chunks();
@@ -50,6 +72,7 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
   {
     std::lock_guard<std::mutex> lock(stream.mu);
     if (stream.blob != blob.get()) {
+      DropPredictionLocked(stream);
       RestartLocked(stream, first);
       stream.blob = blob.get();
     }
@@ -63,7 +86,10 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
     const std::vector<SegmentInfo>& segments = blob->segments();
     for (uint32_t k = first; k <= last && stream.run_tensor_segment < 0; ++k) {
       const int32_t s = chunks[k].segment;
-      if (s >= 0 && static_cast<size_t>(s) < segments.size() && segments[s].tensor >= 0) stream.run_tensor_segment = s;
+      if (s >= 0 && static_cast<size_t>(s) < segments.size() && segments[s].tensor >= 0) {
+        stream.run_tensor_segment = s;
+        ResolvePredictionLocked(stream, s);
+      }
     }
     stream.last_chunk = was_seen ? std::max(stream.last_chunk, last) : last;
     stream.seen = true;
@@ -82,6 +108,11 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
       fresh.push_back(Job{blob, c, stream.cancelled});
     }
     stream.queued_until = std::max(stream.queued_until, c);
+    // The window reached the end of the run's tensor: the rest of it goes
+    // to the first chunks of the tensor read next.
+    const bool at_tensor_end = c >= chunks.size() || chunks[c].segment != segment;
+    if (was_seen && stream.run_tensor_segment >= 0 && at_tensor_end && ahead < window_bytes_)
+      QueueNextTensorLocked(stream, blob, ahead, &fresh);
   }
   for (uint32_t k : drop) blob->DropCached(k);
   if (fresh.empty()) return;
@@ -93,9 +124,38 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
   cv_.notify_all();
 }
 
+void ReadAhead::QueueNextTensorLocked(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t ahead,
+                                      std::vector<Job>* fresh) {
+  const std::vector<ChunkInfo>& chunks = blob->chunks();
+  const std::vector<SegmentInfo>& segments = blob->segments();
+  int32_t next = stream.run_tensor_segment;
+  for (size_t i = 0; i < kMaxPredicted && ahead < window_bytes_; ++i) {
+    next = PredictNextTensorSegment(blob->format(), segments, next);
+    if (next < 0 || next == stream.run_tensor_segment) return;
+    // The list follows the chain from the run's tensor; past a point where
+    // it does not, it is rebuilt (the decodes queued for the entries cut
+    // off stay queued: they are within the window already counted).
+    if (i < stream.predicted.size() && stream.predicted[i].segment != next)
+      stream.predicted.erase(stream.predicted.begin() + static_cast<ptrdiff_t>(i), stream.predicted.end());
+    if (i == stream.predicted.size()) stream.predicted.push_back({next, segments[next].first_chunk});
+    Stream::Predicted& p = stream.predicted[i];
+    const SegmentInfo& seg = segments[next];
+    const uint64_t end = std::min<uint64_t>(uint64_t{seg.first_chunk} + seg.chunk_count, chunks.size());
+    for (uint32_t k = seg.first_chunk; k < p.queued_until && k < end; ++k) ahead += chunks[k].logical_length;
+    uint32_t c = p.queued_until;
+    for (; c < end && ahead < window_bytes_; ++c) {
+      ahead += chunks[c].logical_length;
+      fresh->push_back(Job{blob, c, stream.next_cancelled});
+    }
+    predicted_queued_.fetch_add(c - p.queued_until, std::memory_order_relaxed);
+    p.queued_until = c;
+  }
+}
+
 void ReadAhead::Close(Stream& stream) {
   std::lock_guard<std::mutex> lock(stream.mu);
   stream.cancelled->store(true, std::memory_order_relaxed);
+  DropPredictionLocked(stream);
 }
 
 void ReadAhead::Work() {

@@ -57,6 +57,18 @@ class ReadAhead {
     // Set when the stream seeks away or closes: its queued decodes are
     // skipped. A fresh token then starts the next run.
     std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+    // The tensor segments the reader is expected to read after the run's
+    // tensor, in that order (PredictNextTensorSegment, applied again), each
+    // with how far its chunks are queued. Their decodes carry their own
+    // token, apart from the runs': a run that starts one of these tensors
+    // keeps them (and drops the ones before it from the list), a run that
+    // starts another tensor cancels them.
+    struct Predicted {
+      int32_t segment = -1;
+      uint32_t queued_until = 0;
+    };
+    std::vector<Predicted> predicted;
+    std::shared_ptr<std::atomic<bool>> next_cancelled = std::make_shared<std::atomic<bool>>(false);
   };
 
   // A read of [offset, offset + length) of `blob` through `stream`.
@@ -69,6 +81,14 @@ class ReadAhead {
   // one (following it cost 13-20% more decodes of a 1 GB torch.load). A
   // plain copy loses little: the kernel's read-ahead (readahead=) already
   // asks for the next chunks.
+  // Once the window reaches the end of the run's tensor, what is left of it
+  // decodes the first chunks of the tensor the reader will likely read
+  // next (fs/next_tensor.h: the next storage in pickle order for torch
+  // zips, the next tensor in the file otherwise), and of the ones after it
+  // while the window has room (a small bias between two weights does not
+  // stop it), so a reader that jumps there does not wait for its first
+  // chunks. The guess is cancelled when the reader starts another tensor,
+  // or the file is closed.
   // Chunks a run has read kDropLag chunks behind its furthest read leave
   // the chunk cache, so that a long stream recycles a few buffers instead
   // of filling the cache with chunks it never reads again (fresh memory
@@ -80,6 +100,8 @@ class ReadAhead {
 
   // Decodes started by workers so far (tests, logs).
   uint64_t decodes_started() const { return decodes_started_.load(std::memory_order_relaxed); }
+  // Chunks queued for a predicted next tensor so far (tests, logs).
+  uint64_t predicted_queued() const { return predicted_queued_.load(std::memory_order_relaxed); }
 
  private:
   struct Job {
@@ -92,8 +114,21 @@ class ReadAhead {
   // ahead of the reader, whose own reads of the pages it missed come
   // behind: dropping sooner made the daemon decode chunks twice.
   static constexpr uint32_t kDropLag = 8;
+  static constexpr size_t kMaxPredicted = 16;
   // Starts a new run at chunk `first`.
   static void RestartLocked(Stream& stream, uint32_t first);
+  // Cancels the queued decodes of the predicted tensors.
+  static void DropPredictionLocked(Stream& stream);
+  // The run now reads tensor segment `segment`: the predicted tensors up to
+  // it leave the list (their decodes stay queued) when it is one of them;
+  // otherwise the guess was wrong and its decodes are cancelled.
+  static void ResolvePredictionLocked(Stream& stream, int32_t segment);
+  // Queues the chunks of the tensors predicted to follow the run's tensor,
+  // in the order they will be read, while `ahead` (bytes already queued
+  // past the reader) stays under the window; at most kMaxPredicted tensors
+  // (a run of tiny ones costs a job each).
+  void QueueNextTensorLocked(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t ahead,
+                             std::vector<Job>* fresh);
   void Work();
 
   const uint64_t window_bytes_;
@@ -102,6 +137,7 @@ class ReadAhead {
   std::deque<Job> jobs_;
   bool stop_ = false;
   std::atomic<uint64_t> decodes_started_{0};
+  std::atomic<uint64_t> predicted_queued_{0};
   std::vector<std::thread> threads_;
 };
 

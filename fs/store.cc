@@ -13,6 +13,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "fs/object_file.h"
+
 namespace ckptfs::fs {
 
 TempFile::~TempFile() {
@@ -67,9 +69,10 @@ Status MakePrivate(const std::string& path) {
 
 // Objects are opened without following symlinks: an object replaced by a
 // link to a file elsewhere is refused, never served. A missing or linked
-// object is a damaged store (EIO for readers), not a missing file.
-Result<std::unique_ptr<PosixFile>> OpenObjectFile(const std::string& path) {
-  auto file = PosixFile::Open(path, O_NOFOLLOW);
+// object is a damaged store (EIO for readers), not a missing file. `file`
+// is the result of opening `path`.
+template <typename File>
+Result<std::unique_ptr<File>> ObjectOpened(const std::string& path, Result<std::unique_ptr<File>> file) {
   if (!file.ok() && file.status().sys_errno() == ELOOP)
     return Status::Corruption(path + " is a symbolic link, not an object");
   if (!file.ok() && file.status().sys_errno() == ENOENT) return Status::Corruption(path + ": object missing");
@@ -237,7 +240,9 @@ Result<std::shared_ptr<const BlobReader>> Store::OpenBlob(const ObjectId& id) {
     auto it = readers_.find(id);
     if (it != readers_.end()) return it->second;
   }
-  ASSIGN_OR_RETURN(auto file, OpenObjectFile(ObjectPath(id)));
+  // Blobs are read in place through a mapping (fs/object_file.h).
+  const std::string path = ObjectPath(id);
+  ASSIGN_OR_RETURN(auto file, ObjectOpened(path, ObjectFile::Open(path)));
   std::shared_ptr<const RandomAccessFile> shared(std::move(file));
   auto reader = BlobReader::Open(shared, id, this, &cache_);
   if (!reader.ok()) return reader.status().WithContext("object " + id.Hex());
@@ -270,7 +275,8 @@ size_t Store::DropRemovedReaders() {
 }
 
 Result<std::shared_ptr<const RandomAccessFile>> Store::OpenRaw(const ObjectId& id) {
-  ASSIGN_OR_RETURN(auto file, OpenObjectFile(ObjectPath(id)));
+  const std::string path = ObjectPath(id);
+  ASSIGN_OR_RETURN(auto file, ObjectOpened(path, PosixFile::Open(path, O_NOFOLLOW)));
   return std::shared_ptr<const RandomAccessFile>(std::move(file));
 }
 

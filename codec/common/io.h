@@ -24,6 +24,17 @@ class RandomAccessFile {
   virtual Status ReadAt(uint64_t offset, MutableByteSpan out) const = 0;
   // The whole content when it is already in memory (zero-copy), else empty.
   virtual ByteSpan Contiguous() const { return {}; }
+  // The `length` bytes at `offset` in place, when the file can lend them
+  // without a copy (in memory, mapped); empty when it cannot, and for a
+  // range it cannot read (the caller then uses ReadAt, which reports why).
+  // The bytes stay valid until EndView is given the span back.
+  virtual ByteSpan View(uint64_t offset, uint64_t length) const {
+    ByteSpan whole = Contiguous();
+    if (whole.empty() || offset > whole.size() || length > whole.size() - offset) return {};
+    return whole.subspan(offset, length);
+  }
+  // The caller is done with a span View returned.
+  virtual void EndView(ByteSpan /*view*/) const {}
 };
 
 // Owns (or borrows) bytes in memory.

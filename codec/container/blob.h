@@ -16,6 +16,7 @@
 #include "codec/common/hash.h"
 #include "codec/common/io.h"
 #include "codec/common/status.h"
+#include "codec/container/chunk_buffer.h"
 #include "codec/format/layout.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/schedule.h"
@@ -173,15 +174,19 @@ class BlobReader {
   // Decodes chunk `index` and checks it (fsck).
   virtual Status VerifyChunk(uint32_t index) const = 0;
 
-  // A piece of the reconstructed file that lives in a decoded chunk: `data`
-  // stays valid while `owner` is held.
+  // A piece of the reconstructed file that lives in memory `owner` keeps
+  // alive (a decoded chunk): `data` stays valid while `owner` is held.
   struct Piece {
-    std::shared_ptr<const std::vector<std::byte>> owner;
+    std::shared_ptr<const void> owner;
     ByteSpan data;
   };
   // Like ReadAt, but returns the decoded chunks' own memory instead of
   // copying it (a FUSE read replies from it directly). Appends to `pieces`.
-  // Without a chunk cache each piece owns a fresh decode.
+  // Without a chunk cache each piece owns a fresh decode. The caller keeps
+  // what it reads (the kernel's page cache): a chunk leaves the chunk
+  // cache once ReadPieces has returned each of its bytes (ChunkCache::
+  // NoteRead), so a stream recycles a few buffers instead of filling the
+  // cache with fresh memory.
   virtual Status ReadPieces(uint64_t offset, uint64_t length, std::vector<Piece>* pieces) const = 0;
 
   // Decodes chunk `index` into the chunk cache unless it is cached or being
@@ -200,25 +205,38 @@ Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader);
 
 // A thread-safe LRU of decoded chunks shared by readers, keyed by
 // (blob id, chunk index). Capacity in bytes.
+//
+// Chunk memory is recycled: a buffer from AcquireBuffer goes back to the
+// cache's idle list when its last holder lets go (an evicted chunk, a
+// reply that was written), and the next AcquireBuffer reuses it, so that a
+// long read touches fresh memory (page faults, the kernel's zeroing) only
+// for the chunks in flight. Cached plus idle bytes stay within the
+// capacity; buffers still held by readers after eviction are outside it.
 class ChunkCache {
  public:
   explicit ChunkCache(uint64_t capacity_bytes);
+  // Buffers still held elsewhere stay valid (they are freed, not recycled,
+  // when let go).
   ~ChunkCache();
   ChunkCache(const ChunkCache&) = delete;
   ChunkCache& operator=(const ChunkCache&) = delete;
 
-  std::shared_ptr<const std::vector<std::byte>> Get(const ObjectId& blob, uint32_t chunk);
-  void Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const std::vector<std::byte>> data);
+  std::shared_ptr<const ChunkBuffer> Get(const ObjectId& blob, uint32_t chunk);
+  void Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const ChunkBuffer> data);
   uint64_t size_bytes() const;
+  // Bytes of idle buffers kept for AcquireBuffer (tests, stats).
+  uint64_t idle_bytes() const;
   // A buffer of exactly `size` bytes (contents unspecified) to decode a
-  // chunk into before Put: an evicted chunk's buffer that nobody references
-  // any more when there is one, else a new one. Decoding into recycled
-  // memory avoids page faults and zero-filling fresh pages, a large share
-  // of a cold sequential read.
-  std::shared_ptr<std::vector<std::byte>> AcquireBuffer(size_t size);
-  // Removes (blob, chunk) if cached; its buffer is kept for AcquireBuffer
-  // when nobody else holds it.
+  // chunk into before Put: an idle one when there is one, else new memory.
+  std::shared_ptr<ChunkBuffer> AcquireBuffer(size_t size);
+  // Removes (blob, chunk) if cached; its buffer returns to the idle list
+  // once nobody else holds it.
   void Drop(const ObjectId& blob, uint32_t chunk);
+  // A reader has taken `bytes` more of (blob, chunk)'s bytes; once the
+  // total reaches the chunk's size the chunk is dropped (a sequential
+  // reader is done with it). Overlapping reads count twice: the chunk then
+  // only leaves early and is decoded again if asked for.
+  void NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes);
   // Working memory of the decodes that fill this cache, shared by all
   // readers that use it.
   CodecScratchPool& scratch_pool();

@@ -79,7 +79,7 @@ class BlobReaderImpl final : public BlobReader {
   // callers for the same chunk wait for one decode (the kernel's read-ahead
   // sends several reads of one 4 MiB chunk at once; without this each of
   // them decoded the whole chunk). REQUIRES: cache_ && id_.
-  Result<std::shared_ptr<const std::vector<std::byte>>> CachedChunk(uint32_t c, uint32_t depth) const;
+  Result<std::shared_ptr<const ChunkBuffer>> CachedChunk(uint32_t c, uint32_t depth) const;
 
   // One decode in flight, shared by the readers that wait for it.
   struct InFlight {
@@ -87,7 +87,7 @@ class BlobReaderImpl final : public BlobReader {
     std::condition_variable cv;
     bool done = false;
     Status status;
-    std::shared_ptr<const std::vector<std::byte>> data;
+    std::shared_ptr<const ChunkBuffer> data;
   };
 
   std::shared_ptr<const RandomAccessFile> blob_;
@@ -109,8 +109,7 @@ class BlobReaderImpl final : public BlobReader {
   mutable std::unordered_map<uint32_t, std::shared_ptr<InFlight>> inflight_;
 };
 
-Result<std::shared_ptr<const std::vector<std::byte>>> BlobReaderImpl::CachedChunk(uint32_t c,
-                                                                                  uint32_t depth) const {
+Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t c, uint32_t depth) const {
   if (auto hit = cache_->Get(*id_, c)) return hit;
   std::shared_ptr<InFlight> flight;
   bool leader = false;
@@ -128,10 +127,10 @@ Result<std::shared_ptr<const std::vector<std::byte>>> BlobReaderImpl::CachedChun
     return flight->data;
   }
   Status status;
-  std::shared_ptr<const std::vector<std::byte>> data = cache_->Get(*id_, c);  // a leader just before us
+  std::shared_ptr<const ChunkBuffer> data = cache_->Get(*id_, c);  // a leader just before us
   if (!data) {
-    std::shared_ptr<std::vector<std::byte>> fresh = cache_->AcquireBuffer(index_.chunks[c].logical_length);
-    status = DecodeChunk(c, *fresh, depth);
+    std::shared_ptr<ChunkBuffer> fresh = cache_->AcquireBuffer(index_.chunks[c].logical_length);
+    status = DecodeChunk(c, fresh->mutable_span(), depth);
     if (status.ok()) {
       data = fresh;
       cache_->Put(*id_, c, data);
@@ -195,18 +194,27 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   const ChunkInfo& chunk = index_.chunks[c];
   CodecScratchPool::Lease lease = scratch_->Acquire();
   CodecScratch& scratch = *lease;
-  ByteSpan stored;
-  if (ByteSpan whole = blob_->Contiguous(); !whole.empty() || blob_->Size() == 0) {
-    stored = whole.subspan(chunk.stored_offset, chunk.stored_length);
-  } else {
+  // The stored bytes in place when the file lends them (in memory, a
+  // mapped object: no copy of a cold read's page cache), else a copy.
+  ByteSpan stored = blob_->View(chunk.stored_offset, chunk.stored_length);
+  struct EndViewAtExit {
+    const RandomAccessFile& file;
+    ByteSpan view;
+    ~EndViewAtExit() {
+      if (!view.empty()) file.EndView(view);
+    }
+  } end_view{*blob_, stored};
+  if (stored.size() != chunk.stored_length) {
     std::byte* buffer = scratch.stored.Reserve(chunk.stored_length);
     RETURN_IF_ERROR(blob_->ReadAt(chunk.stored_offset, MutableByteSpan(buffer, chunk.stored_length)));
     stored = ByteSpan(buffer, chunk.stored_length);
   }
   // The stored checksum is checked before any decoder sees the bytes.
-  if (uint64_t have = Checksum64(stored); have != index_.stored_checksums[c])
+  const uint64_t stored_checksum = Checksum64(stored);
+  if (stored_checksum != index_.stored_checksums[c])
     return ChunkError(StatusCode::kChecksumMismatch, c,
-                      fmt::format("stored bytes checksum want={:016x} have={:016x}", index_.stored_checksums[c], have));
+                      fmt::format("stored bytes checksum want={:016x} have={:016x}", index_.stored_checksums[c],
+                                  stored_checksum));
   ChunkContext ctx;
   if (chunk.segment >= 0 && index_.segments[chunk.segment].tensor >= 0)
     ctx.dtype = index_.tensors[index_.segments[chunk.segment].tensor].dtype;
@@ -226,7 +234,9 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     if (decoded.code() != StatusCode::kCorruption) return decoded;
     return ChunkError(StatusCode::kCorruption, c, decoded.message());
   }
-  if (uint64_t have = Checksum64(out); have != chunk.checksum)
+  // A raw chunk decodes to its stored bytes, hashed above: each byte is
+  // hashed once.
+  if (uint64_t have = chunk.codec == ChunkCodec::kRaw ? stored_checksum : Checksum64(out); have != chunk.checksum)
     return ChunkError(StatusCode::kChecksumMismatch, c,
                       fmt::format("decoded bytes checksum want={:016x} have={:016x}", chunk.checksum, have));
   return Status::Ok();
@@ -246,16 +256,19 @@ Status BlobReaderImpl::ReadPieces(uint64_t offset, uint64_t length, std::vector<
     const ChunkInfo& chunk = chunks[c];
     const uint64_t from = at - chunk.logical_offset;
     const uint64_t n = std::min(end, chunk.logical_offset + chunk.logical_length) - at;
-    std::shared_ptr<const std::vector<std::byte>> data;
-    if (cache_ != nullptr && id_) {
+    const bool cached = cache_ != nullptr && id_;
+    std::shared_ptr<const ChunkBuffer> data;
+    if (cached) {
       ASSIGN_OR_RETURN(data, CachedChunk(c, 0));
     } else {
-      auto fresh = std::make_shared<std::vector<std::byte>>(chunk.logical_length);
-      RETURN_IF_ERROR(DecodeChunk(c, *fresh, 0));
+      auto fresh = std::make_shared<ChunkBuffer>();
+      fresh->Resize(chunk.logical_length);
+      RETURN_IF_ERROR(DecodeChunk(c, fresh->mutable_span(), 0));
       data = std::move(fresh);
     }
     ByteSpan piece(data->data() + from, n);
     pieces->push_back(Piece{std::move(data), piece});
+    if (cached) cache_->NoteRead(*id_, c, n);  // after the piece holds the buffer
     at += n;
   }
   return Status::Ok();
@@ -279,7 +292,7 @@ Status BlobReaderImpl::ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_
     const uint64_t n = std::min(end, chunk.logical_offset + chunk.logical_length) - at;
     MutableByteSpan target = out.subspan(at - offset, n);
     if (cache_ != nullptr && id_) {
-      ASSIGN_OR_RETURN(std::shared_ptr<const std::vector<std::byte>> data, CachedChunk(c, depth));
+      ASSIGN_OR_RETURN(std::shared_ptr<const ChunkBuffer> data, CachedChunk(c, depth));
       std::memcpy(target.data(), data->data() + from, n);
     } else if (n == chunk.logical_length) {
       RETURN_IF_ERROR(DecodeChunk(c, target, depth));  // the whole chunk: straight into `out`

@@ -1,5 +1,8 @@
 // ChunkCache: an LRU list plus a hash map from (blob, chunk) to list nodes,
-// under one mutex (lookups are short; decoding happens outside the lock).
+// under one mutex (lookups are short; decoding happens outside the lock),
+// and an idle list of chunk buffers that every buffer returns to when its
+// last holder lets go.
+#include <atomic>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -18,50 +21,132 @@ struct CacheKey {
 struct CacheKeyHash {
   size_t operator()(const CacheKey& k) const { return ObjectIdHash{}(k.blob) * 31 + k.chunk; }
 };
+
+// Buffers nobody holds, for reuse. Shared by the cache and every buffer it
+// lent (a buffer may outlive the cache: a reply still being written).
+class IdleBuffers {
+ public:
+  explicit IdleBuffers(uint64_t capacity) : capacity_(capacity) {}
+
+  // An idle buffer of at least `size` bytes (the most recently returned,
+  // whose memory is the warmest), else null.
+  std::unique_ptr<ChunkBuffer> Take(size_t size) {
+    std::lock_guard lock(mu_);
+    for (auto it = idle_.rbegin(); it != idle_.rend(); ++it) {
+      if ((*it)->capacity() < size) continue;
+      std::unique_ptr<ChunkBuffer> b = std::move(*it);
+      idle_.erase(std::next(it).base());
+      bytes_ -= b->capacity();
+      return b;
+    }
+    return nullptr;
+  }
+
+  // Keeps `buffer` while idle plus cached bytes fit the capacity; frees it
+  // otherwise (or once the cache is gone).
+  void GiveBack(std::unique_ptr<ChunkBuffer> buffer) {
+    std::unique_ptr<ChunkBuffer> freed;
+    std::lock_guard lock(mu_);
+    if (!closed_ && bytes_ + buffer->capacity() + cached_bytes_.load(std::memory_order_relaxed) <= capacity_) {
+      bytes_ += buffer->capacity();
+      idle_.push_back(std::move(buffer));
+    } else {
+      freed = std::move(buffer);  // freed after the lock is released (declared first)
+    }
+  }
+
+  // The cache now holds `cached` bytes: frees idle buffers until idle plus
+  // cached bytes fit the capacity again.
+  void SetCached(uint64_t cached) {
+    std::vector<std::unique_ptr<ChunkBuffer>> freed;
+    std::lock_guard lock(mu_);
+    cached_bytes_.store(cached, std::memory_order_relaxed);
+    while (!idle_.empty() && bytes_ + cached > capacity_) {
+      bytes_ -= idle_.front()->capacity();
+      freed.push_back(std::move(idle_.front()));
+      idle_.erase(idle_.begin());
+    }
+  }
+
+  // The cache is going away: buffers returned from now on are freed.
+  void Close() {
+    std::vector<std::unique_ptr<ChunkBuffer>> freed;
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    freed.swap(idle_);
+    bytes_ = 0;
+  }
+
+  uint64_t bytes() const {
+    std::lock_guard lock(mu_);
+    return bytes_;
+  }
+
+ private:
+  const uint64_t capacity_;
+  mutable std::mutex mu_;  // leaf lock; guards the members below
+  std::vector<std::unique_ptr<ChunkBuffer>> idle_;
+  uint64_t bytes_ = 0;  // capacity of the buffers in idle_
+  bool closed_ = false;
+  std::atomic<uint64_t> cached_bytes_{0};  // written under mu_ and the cache's lock
+};
+
+// The deleter of lent buffers: back to the idle list.
+struct ReturnToIdle {
+  std::shared_ptr<IdleBuffers> idle;
+  void operator()(ChunkBuffer* buffer) const { idle->GiveBack(std::unique_ptr<ChunkBuffer>(buffer)); }
+};
+
 }  // namespace
 
 struct ChunkCache::Impl {
   struct Entry {
     CacheKey key;
-    std::shared_ptr<const std::vector<std::byte>> data;
+    std::shared_ptr<const ChunkBuffer> data;
+    uint64_t read = 0;  // bytes NoteRead counted
   };
   uint64_t capacity = 0;
+  std::shared_ptr<IdleBuffers> idle;
   // Enough idle scratches for a few reads in parallel, each following a
   // delta chain a few levels deep (one scratch per level).
   CodecScratchPool scratch{12};
+  // Lock order: mu before the idle list's lock (a buffer let go under mu
+  // returns to the idle list).
   mutable std::mutex mu;  // guards everything below
   uint64_t bytes = 0;
   std::list<Entry> lru;  // front = most recently used
   std::unordered_map<CacheKey, std::list<Entry>::iterator, CacheKeyHash> map;
 
-  // Evicted buffers that had no other owner, for AcquireBuffer. Bounded by
-  // count: a few cover the decodes in flight of a sequential reader.
-  std::vector<std::shared_ptr<std::vector<std::byte>>> spare;
-
-  // Unlinks `it` from the map and the list, keeping its buffer as a spare
-  // when that is possible.
+  // Unlinks `it` from the map and the list; its buffer returns to the idle
+  // list when nobody else holds it.
   void Remove(std::list<Entry>::iterator it) {
-    bytes -= it->data->size();
+    std::shared_ptr<const ChunkBuffer> data = std::move(it->data);  // let go last, after the bookkeeping
+    bytes -= data->size();
+    idle->SetCached(bytes);
     map.erase(it->key);
-    // use_count() == 1: no reader holds it, and none can get it now that
-    // it left the map. Every cached buffer was created non-const, so the
-    // const_pointer_cast is sound.
-    if (it->data.use_count() == 1 && spare.size() < kMaxSpareBuffers)
-      spare.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(it->data)));
     lru.erase(it);
   }
   void EvictToFit() {
     while (bytes > capacity && !lru.empty()) Remove(std::prev(lru.end()));
   }
-  static constexpr size_t kMaxSpareBuffers = 8;
 };
 
 ChunkCache::ChunkCache(uint64_t capacity_bytes) : impl_(std::make_unique<Impl>()) {
   impl_->capacity = capacity_bytes;
+  impl_->idle = std::make_shared<IdleBuffers>(capacity_bytes);
 }
-ChunkCache::~ChunkCache() = default;
 
-std::shared_ptr<const std::vector<std::byte>> ChunkCache::Get(const ObjectId& blob, uint32_t chunk) {
+ChunkCache::~ChunkCache() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->map.clear();
+    impl_->lru.clear();
+    impl_->bytes = 0;
+  }
+  impl_->idle->Close();
+}
+
+std::shared_ptr<const ChunkBuffer> ChunkCache::Get(const ObjectId& blob, uint32_t chunk) {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->map.find(CacheKey{blob, chunk});
   if (it == impl_->map.end()) return nullptr;
@@ -69,43 +154,55 @@ std::shared_ptr<const std::vector<std::byte>> ChunkCache::Get(const ObjectId& bl
   return it->second->data;
 }
 
-void ChunkCache::Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const std::vector<std::byte>> data) {
+void ChunkCache::Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const ChunkBuffer> data) {
   if (data == nullptr) return;
   std::lock_guard lock(impl_->mu);
   // An entry larger than the whole cache would only evict everything else.
   if (data->size() > impl_->capacity) return;
   CacheKey key{blob, chunk};
   auto it = impl_->map.find(key);
-  if (it != impl_->map.end()) {
-    impl_->bytes -= it->second->data->size();
-    impl_->lru.erase(it->second);
-    impl_->map.erase(it);
-  }
+  if (it != impl_->map.end()) impl_->Remove(it->second);
   impl_->bytes += data->size();
   impl_->lru.push_front(Impl::Entry{key, std::move(data)});
   impl_->map.emplace(key, impl_->lru.begin());
   impl_->EvictToFit();
+  impl_->idle->SetCached(impl_->bytes);
 }
 
-std::shared_ptr<std::vector<std::byte>> ChunkCache::AcquireBuffer(size_t size) {
-  std::shared_ptr<std::vector<std::byte>> buffer;
-  {
-    std::lock_guard lock(impl_->mu);
-    if (!impl_->spare.empty()) {
-      buffer = std::move(impl_->spare.back());
-      impl_->spare.pop_back();
+std::shared_ptr<ChunkBuffer> ChunkCache::AcquireBuffer(size_t size) {
+  std::unique_ptr<ChunkBuffer> buffer = impl_->idle->Take(size);
+  if (!buffer) {
+    // A full cache makes room for the chunk about to be decoded now: the
+    // least recently used chunks leave it and their buffers (when nobody
+    // holds them) go idle, for this decode to reuse. Evicting only at
+    // Put would free them instead: cached plus idle memory would not fit.
+    {
+      std::lock_guard lock(impl_->mu);
+      while (!impl_->lru.empty() && impl_->bytes + size > impl_->capacity) impl_->Remove(std::prev(impl_->lru.end()));
     }
+    buffer = impl_->idle->Take(size);
   }
-  if (!buffer) buffer = std::make_shared<std::vector<std::byte>>();
-  // Chunks are nearly all the same size: resize rarely touches new memory.
-  buffer->resize(size);
-  return buffer;
+  if (!buffer) buffer = std::make_unique<ChunkBuffer>();
+  // Chunks are nearly all the same size: an idle buffer nearly always fits.
+  buffer->Resize(size);
+  return std::shared_ptr<ChunkBuffer>(buffer.release(), ReturnToIdle{impl_->idle});
 }
 
 void ChunkCache::Drop(const ObjectId& blob, uint32_t chunk) {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->map.find(CacheKey{blob, chunk});
-  if (it != impl_->map.end()) impl_->Remove(it->second);
+  if (it == impl_->map.end()) return;
+  impl_->Remove(it->second);
+}
+
+void ChunkCache::NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->map.find(CacheKey{blob, chunk});
+  if (it == impl_->map.end()) return;
+  Impl::Entry& e = *it->second;
+  e.read += bytes;
+  if (e.read < e.data->size()) return;
+  impl_->Remove(it->second);
 }
 
 CodecScratchPool& ChunkCache::scratch_pool() { return impl_->scratch; }
@@ -114,5 +211,7 @@ uint64_t ChunkCache::size_bytes() const {
   std::lock_guard lock(impl_->mu);
   return impl_->bytes;
 }
+
+uint64_t ChunkCache::idle_bytes() const { return impl_->idle->bytes(); }
 
 }  // namespace ckptfs

@@ -184,7 +184,12 @@ TEST(BlobCorruption, NewerVersionIsUnsupported) {
 TEST(ChunkCacheTest, EvictsLeastRecentlyUsedByBytes) {
   ChunkCache cache(300);
   ObjectId a = ObjectId::Of(AsBytes("a")), b = ObjectId::Of(AsBytes("b"));
-  auto chunk = [](size_t n, uint8_t v) { return std::make_shared<const std::vector<std::byte>>(n, std::byte{v}); };
+  auto chunk = [](size_t n, uint8_t v) {
+    auto buffer = std::make_shared<ChunkBuffer>();
+    buffer->Resize(n);
+    std::fill_n(buffer->data(), n, std::byte{v});
+    return std::shared_ptr<const ChunkBuffer>(std::move(buffer));
+  };
   cache.Put(a, 0, chunk(100, 1));
   cache.Put(a, 1, chunk(100, 2));
   cache.Put(b, 0, chunk(100, 3));
@@ -192,8 +197,8 @@ TEST(ChunkCacheTest, EvictsLeastRecentlyUsedByBytes) {
   ASSERT_NE(cache.Get(a, 0), nullptr);  // a/0 is now the most recent
   cache.Put(b, 1, chunk(100, 4));       // evicts a/1, the least recent
   EXPECT_EQ(cache.Get(a, 1), nullptr);
-  EXPECT_EQ((*cache.Get(a, 0))[0], std::byte{1});
-  EXPECT_EQ((*cache.Get(b, 0))[0], std::byte{3});
+  EXPECT_EQ(cache.Get(a, 0)->data()[0], std::byte{1});
+  EXPECT_EQ(cache.Get(b, 0)->data()[0], std::byte{3});
   EXPECT_EQ(cache.size_bytes(), 300u);
   cache.Put(b, 0, chunk(50, 5));  // replacing an entry updates its size
   EXPECT_EQ(cache.size_bytes(), 250u);
@@ -214,10 +219,10 @@ TEST(ChunkCacheTest, ReadersShareItAndHitIt) {
   auto cached = cache.Get(id, 0);
   ASSERT_NE(cached, nullptr);
   EXPECT_EQ(cached->size(), (*reader)->chunks()[0].logical_length);
-  EXPECT_TRUE(std::equal(cached->begin(), cached->end(), f.bytes.begin()));
+  EXPECT_TRUE(std::equal(cached->data(), cached->data() + cached->size(), f.bytes.begin()));
 }
 
-TEST(ChunkCacheTest, RecyclesOnlyBuffersNobodyHolds) {
+TEST(ChunkCacheTest, RecyclesBuffersOnceNobodyHoldsThem) {
   ChunkCache cache(200);
   ObjectId a = ObjectId::Of(AsBytes("a"));
   auto first = cache.AcquireBuffer(100);
@@ -228,16 +233,69 @@ TEST(ChunkCacheTest, RecyclesOnlyBuffersNobodyHolds) {
   auto held = cache.AcquireBuffer(100);
   const std::byte* held_memory = held->data();
   cache.Put(a, 1, held);  // `held` keeps a reference, as a reader would
-  cache.Put(a, 2, cache.AcquireBuffer(100));  // evicts a/0: nobody holds it
-  cache.Put(a, 3, cache.AcquireBuffer(100));  // evicts a/1: still held
+  // The cache is full: acquiring evicts a/0, which nobody holds, and
+  // lends its buffer.
+  cache.Put(a, 2, cache.AcquireBuffer(100));
   EXPECT_EQ(cache.Get(a, 0), nullptr);
+  EXPECT_EQ(cache.Get(a, 2)->data(), first_memory);
+  cache.Put(a, 3, cache.AcquireBuffer(100));  // evicts a/1: still held, so new memory
   EXPECT_EQ(cache.Get(a, 1), nullptr);
-  // a/3 was decoded into a/0's old buffer; a/1's, still held, is not reused.
-  EXPECT_EQ(cache.Get(a, 3)->data(), first_memory);
-  auto next = cache.AcquireBuffer(7);
-  EXPECT_EQ(next->size(), 7u);
-  EXPECT_NE(next->data(), held_memory);  // had a/1's buffer been recycled, this would be it
+  EXPECT_NE(cache.Get(a, 3)->data(), held_memory);
   EXPECT_EQ(held->data(), held_memory);
+  held.reset();  // cached 200 of 200: freed, not kept
+  EXPECT_EQ(cache.idle_bytes(), 0u);
+  cache.Drop(a, 3);
+  cache.Drop(a, 2);
+  EXPECT_EQ(cache.size_bytes(), 0u);
+  EXPECT_EQ(cache.idle_bytes(), 200u);
+  auto next = cache.AcquireBuffer(7);  // the most recently idle one
+  EXPECT_EQ(next->size(), 7u);
+  EXPECT_EQ(next->data(), first_memory);
+  EXPECT_EQ(cache.idle_bytes(), 100u);
+}
+
+TEST(ChunkCacheTest, IdleAndCachedBytesStayWithinTheCapacity) {
+  ChunkCache cache(300);
+  ObjectId a = ObjectId::Of(AsBytes("a"));
+  std::vector<std::shared_ptr<ChunkBuffer>> lent;
+  for (int i = 0; i < 5; ++i) lent.push_back(cache.AcquireBuffer(100));
+  lent.clear();  // five let go, three kept
+  EXPECT_EQ(cache.idle_bytes(), 300u);
+  cache.Put(a, 0, cache.AcquireBuffer(100));
+  cache.Put(a, 1, cache.AcquireBuffer(100));
+  EXPECT_EQ(cache.size_bytes() + cache.idle_bytes(), 300u);
+  auto fresh = std::make_shared<ChunkBuffer>();  // memory from elsewhere
+  fresh->Resize(100);
+  cache.Put(a, 2, fresh);
+  EXPECT_EQ(cache.size_bytes(), 300u);
+  EXPECT_EQ(cache.idle_bytes(), 0u);  // the idle buffer made room
+}
+
+TEST(ChunkCacheTest, AChunkReadToItsEndLeavesTheCache) {
+  ChunkCache cache(1000);
+  ObjectId a = ObjectId::Of(AsBytes("a"));
+  cache.Put(a, 0, cache.AcquireBuffer(100));
+  cache.NoteRead(a, 0, 60);
+  EXPECT_NE(cache.Get(a, 0), nullptr);
+  cache.NoteRead(a, 0, 39);
+  EXPECT_NE(cache.Get(a, 0), nullptr);
+  cache.NoteRead(a, 0, 1);
+  EXPECT_EQ(cache.Get(a, 0), nullptr);
+  EXPECT_EQ(cache.size_bytes(), 0u);
+  EXPECT_EQ(cache.idle_bytes(), 100u);
+  cache.NoteRead(a, 1, 5);  // not cached: nothing happens
+}
+
+TEST(ChunkCacheTest, LentBuffersOutliveTheCache) {
+  std::shared_ptr<ChunkBuffer> kept;
+  {
+    ChunkCache cache(1000);
+    kept = cache.AcquireBuffer(64);
+    std::fill_n(kept->data(), 64, std::byte{7});
+    cache.AcquireBuffer(64).reset();  // idle when the cache goes
+  }
+  EXPECT_EQ(kept->data()[63], std::byte{7});
+  kept.reset();  // freed: the idle list is closed
 }
 
 }  // namespace

@@ -1,0 +1,116 @@
+#include "fs/read_ahead.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "fs/next_tensor.h"
+#include "tests/unit/codec/blob_test_util.h"
+
+namespace ckptfs::fs {
+namespace {
+
+// torch.save stores records sorted as text keys; torch.load (and the
+// layout's tensor list) follows the pickle: key 0, 1, 2, ...
+const std::vector<int> kTextOrderKeys = {0, 1, 10, 11, 2, 3, 4, 5, 6, 7, 8, 9};
+
+// Verbatim bytes (a zip header) before each tensor record, as in a zip.
+ckptfs::testing::FileBuilder TorchLikeFile(uint64_t tensor_bytes) {
+  ckptfs::testing::FileBuilder b;
+  std::vector<std::byte> header(64, std::byte{0x50});
+  b.layout.format = FileFormat::kTorchZip;
+  b.layout.tensors.resize(kTextOrderKeys.size());
+  for (int key : kTextOrderKeys) {
+    b.Verbatim(header);
+    std::vector<std::byte> data = ckptfs::testing::NormalF32(tensor_bytes / 4, static_cast<uint32_t>(key));
+    b.layout.tensors[key] = TensorInfo{std::to_string(key), DType::kF32, {tensor_bytes / 4}, false};
+    b.layout.segments.push_back(Segment{b.bytes.size(), data.size(), key});
+    b.bytes.insert(b.bytes.end(), data.begin(), data.end());
+  }
+  b.Verbatim(header);
+  return b;
+}
+
+std::vector<SegmentInfo> SegmentsOf(const Layout& layout) {
+  std::vector<SegmentInfo> out;
+  for (const Segment& s : layout.segments) out.push_back(SegmentInfo{s.offset, s.length, s.tensor, 0, 0});
+  return out;
+}
+
+int32_t SegmentOfTensor(const std::vector<SegmentInfo>& segments, int32_t tensor) {
+  for (size_t s = 0; s < segments.size(); ++s)
+    if (segments[s].tensor == tensor) return static_cast<int32_t>(s);
+  return -1;
+}
+
+TEST(NextTensorTest, TorchZipFollowsPickleOrderNotFileOrder) {
+  const std::vector<SegmentInfo> segments = SegmentsOf(TorchLikeFile(64).layout);
+  for (int32_t t = 0; t + 1 < static_cast<int32_t>(kTextOrderKeys.size()); ++t)
+    EXPECT_EQ(PredictNextTensorSegment(FileFormat::kTorchZip, segments, SegmentOfTensor(segments, t)),
+              SegmentOfTensor(segments, t + 1))
+        << "after tensor " << t;
+  EXPECT_EQ(PredictNextTensorSegment(FileFormat::kTorchZip, segments, SegmentOfTensor(segments, 11)), -1);
+  EXPECT_EQ(PredictNextTensorSegment(FileFormat::kTorchZip, segments, 0), -1);  // a zip header
+}
+
+TEST(NextTensorTest, OtherFormatsFollowFileOrder) {
+  const std::vector<SegmentInfo> segments = SegmentsOf(TorchLikeFile(64).layout);
+  // Segment 3 holds tensor 1, segment 5 the next one in the file (tensor 10).
+  ASSERT_EQ(segments[3].tensor, 1);
+  EXPECT_EQ(PredictNextTensorSegment(FileFormat::kSafetensors, segments, 3), 5);
+  EXPECT_EQ(PredictNextTensorSegment(FileFormat::kSafetensors, segments, 23), -1);  // the last tensor
+}
+
+// Polls the cache: the decodes run on ReadAhead's worker.
+bool EventuallyCached(ChunkCache& cache, const ObjectId& id, uint32_t chunk) {
+  for (int i = 0; i < 2000; ++i) {
+    if (cache.Get(id, chunk) != nullptr) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+TEST(ReadAheadTest, DecodesTheNextStorageInPickleOrderBeforeItIsRead) {
+  constexpr uint64_t kChunk = 64 << 10;
+  ckptfs::testing::FileBuilder file = TorchLikeFile(4 * kChunk);
+  EncodeOptions options;
+  options.chunk_bytes = kChunk;
+  std::vector<std::byte> blob = ckptfs::testing::Encode(file.bytes, file.layout, options);
+  const ObjectId id = ObjectId::Of(blob);
+  ChunkCache cache(64 << 20);
+  auto reader = ckptfs::testing::OpenBytes(blob, id, nullptr, &cache);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  const BlobReader& r = **reader;
+  const int32_t one = SegmentOfTensor(r.segments(), 1);
+  const int32_t two = SegmentOfTensor(r.segments(), 2);
+  const int32_t ten = SegmentOfTensor(r.segments(), 10);
+  ASSERT_GE(r.segments()[one].chunk_count, 2u);
+
+  // A window of 6 chunks: reading tensor 1 (4 chunks) leaves room for the
+  // first chunks of the tensor after it.
+  ReadAhead ahead(1, 6 * kChunk);
+  ReadAhead::Stream stream;
+  const SegmentInfo& seg = r.segments()[one];
+  ahead.OnRead(stream, *reader, seg.offset, kChunk);
+  ahead.OnRead(stream, *reader, seg.offset + kChunk, kChunk);
+
+  EXPECT_TRUE(EventuallyCached(cache, id, r.segments()[two].first_chunk));
+  EXPECT_GT(ahead.predicted_queued(), 0u);
+  // The record after it in the file is not read next: not decoded.
+  EXPECT_EQ(cache.Get(id, r.segments()[ten].first_chunk), nullptr);
+
+  // The reader goes to tensor 2: the run takes the prediction over and
+  // does not queue its chunks again.
+  const uint64_t queued = ahead.predicted_queued();
+  const SegmentInfo& next = r.segments()[two];
+  ahead.OnRead(stream, *reader, next.offset, kChunk);
+  ahead.OnRead(stream, *reader, next.offset + kChunk, kChunk);
+  EXPECT_TRUE(EventuallyCached(cache, id, next.first_chunk + 3));
+  EXPECT_GT(ahead.predicted_queued(), queued);  // tensor 3's first chunks
+  ahead.Close(stream);
+}
+
+}  // namespace
+}  // namespace ckptfs::fs
