@@ -1,9 +1,7 @@
 #include "fs/object_file.h"
 
 #include <fcntl.h>
-#include <fmt/format.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,47 +21,24 @@ std::pair<std::byte*, size_t> PagesOf(void* base, uint64_t offset, uint64_t leng
 }  // namespace
 
 Result<std::unique_ptr<ObjectFile>> ObjectFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return Status::Io(errno, "open " + path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return Status::Io(err, "fstat " + path);
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
+  ASSIGN_OR_RETURN(std::unique_ptr<PosixFile> file, PosixFile::Open(path, O_NOFOLLOW));
+  const uint64_t size = file->Size();
   void* map = nullptr;
   if (size > 0) {
-    map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file->fd(), 0);
     if (map == MAP_FAILED) map = nullptr;  // pread alone
   }
-  return std::unique_ptr<ObjectFile>(new ObjectFile(fd, size, path, map));
+  return std::unique_ptr<ObjectFile>(new ObjectFile(std::move(file), map));
 }
 
 ObjectFile::~ObjectFile() {
-  if (map_ != nullptr) ::munmap(map_, size_);
-  ::close(fd_);
+  if (map_ != nullptr) ::munmap(map_, file_->Size());
 }
 
-Status ObjectFile::ReadAt(uint64_t offset, MutableByteSpan out) const {
-  if (offset > size_ || out.size() > size_ - offset)
-    return Status::Corruption(
-        fmt::format("{}: read of {} bytes at {} is past the end ({} bytes)", path_, out.size(), offset, size_));
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::Io(errno, "pread " + path_);
-    }
-    if (n == 0) return Status::Corruption(fmt::format("{}: file shrank below {} bytes", path_, offset + done));
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
+Status ObjectFile::ReadAt(uint64_t offset, MutableByteSpan out) const { return file_->ReadAt(offset, out); }
 
 ByteSpan ObjectFile::View(uint64_t offset, uint64_t length) const {
-  if (map_ == nullptr || length == 0 || offset > size_ || length > size_ - offset ||
+  if (map_ == nullptr || length == 0 || offset > file_->Size() || length > file_->Size() - offset ||
       !populate_works_.load(std::memory_order_relaxed))
     return {};
   auto [pages, bytes] = PagesOf(map_, offset, length);

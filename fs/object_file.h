@@ -28,7 +28,7 @@ class ObjectFile final : public RandomAccessFile {
   ObjectFile(const ObjectFile&) = delete;
   ObjectFile& operator=(const ObjectFile&) = delete;
 
-  uint64_t Size() const override { return size_; }
+  uint64_t Size() const override { return file_->Size(); }
   Status ReadAt(uint64_t offset, MutableByteSpan out) const override;
   // The mapped bytes, their pages faulted in; empty without a mapping or
   // when the pages cannot be read.
@@ -39,12 +39,9 @@ class ObjectFile final : public RandomAccessFile {
   void EndView(ByteSpan view) const override;
 
  private:
-  ObjectFile(int fd, uint64_t size, std::string path, void* map)
-      : fd_(fd), size_(size), path_(std::move(path)), map_(map) {}
-  int fd_;
-  uint64_t size_;
-  std::string path_;
-  void* map_;  // nullptr: no mapping
+  ObjectFile(std::unique_ptr<PosixFile> file, void* map) : file_(std::move(file)), map_(map) {}
+  std::unique_ptr<PosixFile> file_;  // ReadAt, and the descriptor the mapping is of
+  void* map_;                        // nullptr: no mapping
   // Cleared when the kernel lacks MADV_POPULATE_READ: pread from then on.
   mutable std::atomic<bool> populate_works_{true};
 };

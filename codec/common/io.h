@@ -63,6 +63,8 @@ class PosixFile final : public RandomAccessFile {
   PosixFile& operator=(const PosixFile&) = delete;
   uint64_t Size() const override { return size_; }
   Status ReadAt(uint64_t offset, MutableByteSpan out) const override;
+  // The open descriptor (owned by this object), e.g. to map the file.
+  int fd() const { return fd_; }
 
  private:
   PosixFile(int fd, uint64_t size, std::string path) : fd_(fd), size_(size), path_(std::move(path)) {}

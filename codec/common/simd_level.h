@@ -19,3 +19,18 @@ bool CpuHasSimd(SimdLevel level);
 SimdLevel BestSimdLevel();
 
 }  // namespace ckptfs
+
+// Code that uses AVX-512 intrinsics sits between these two: GCC 12's
+// intrinsics start from self-initialised "undefined" vectors, which
+// -Wuninitialized and -Wmaybe-uninitialized report once they are inlined
+// (GCC bug 105593, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#define CKPTFS_BEGIN_AVX512_CODE                                \
+  _Pragma("GCC diagnostic push")                                \
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")       \
+  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define CKPTFS_END_AVX512_CODE _Pragma("GCC diagnostic pop")
+#else
+#define CKPTFS_BEGIN_AVX512_CODE
+#define CKPTFS_END_AVX512_CODE
+#endif

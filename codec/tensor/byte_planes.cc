@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "codec/common/simd_level.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -119,13 +121,7 @@ void Merge2(const uint8_t* p0, const uint8_t* p1, size_t count, uint8_t* out) {
 #endif
 
 #if defined(__x86_64__)
-// GCC 12 reports its own AVX-512 intrinsics as reading uninitialised
-// vectors (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+CKPTFS_BEGIN_AVX512_CODE  // (GCC bug 105593: codec/common/simd_level.h)
 
 // The split reads the chunk after the zero-mask pass has moved on; the
 // hardware prefetcher alone leaves its loads waiting on memory.
@@ -171,9 +167,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void Split2Avx512(const uin
   Split2(in + 2 * i, count - i, p0 + i, p1 + i);
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+CKPTFS_END_AVX512_CODE
 #endif
 
 }  // namespace

@@ -6,17 +6,11 @@
 // (tests/unit/codec/tensor_rans_test.cc checks). Where the CPU has IFMA and
 // VBMI, a second encoder divides with 52-bit multiply-adds and moves the
 // emitted words with one byte permute (~14% faster bf16 chunks).
+#include "codec/common/simd_level.h"
 #include "codec/tensor/rans_model.h"
 
 #if defined(__x86_64__)
-// GCC 12's AVX-512 intrinsics start from self-initialised "undefined"
-// vectors, which -Wuninitialized reports once they are inlined (GCC bug
-// 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+CKPTFS_BEGIN_AVX512_CODE  // (GCC bug 105593: codec/common/simd_level.h)
 #include <immintrin.h>
 #endif
 
@@ -219,9 +213,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) size_t DecodeGroupsA
   return i;
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+CKPTFS_END_AVX512_CODE
 
 #else
 

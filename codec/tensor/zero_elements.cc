@@ -249,13 +249,8 @@ __attribute__((target("avx2,popcnt"))) void Unpack2Avx2(const std::byte* packed,
 
 // AVX-512: sixteen elements per step, the non-zero ones to the low lanes
 // by VPCOMPRESSD, then each plane's bytes to one 16-byte lane (bytes within
-// the lanes, then dwords across them). GCC 12 reports its own AVX-512
-// intrinsics as reading uninitialised vectors (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// the lanes, then dwords across them).
+CKPTFS_BEGIN_AVX512_CODE  // (GCC bug 105593: codec/common/simd_level.h)
 
 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void SplitNonZero4Avx512(const std::byte* in, size_t count,
                                                                                   const std::byte* mask,
@@ -345,9 +340,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) void Unpack2Avx512(c
   Unpack<uint16_t>(packed + 2 * taken, mask + i / 8, count - i, out + 2 * i);
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+CKPTFS_END_AVX512_CODE
 
 }  // namespace
 #endif

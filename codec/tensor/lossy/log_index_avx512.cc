@@ -11,13 +11,7 @@
 #include "codec/tensor/lossy/log_index.h"
 
 #if defined(__x86_64__)
-// GCC 12 reports the _mm512_undefined_* operands inside the AVX-512
-// intrinsics as uninitialized (GCC bug 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+CKPTFS_BEGIN_AVX512_CODE  // (GCC bug 105593: codec/common/simd_level.h)
 #include <immintrin.h>
 #endif
 
@@ -327,9 +321,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
   }
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+CKPTFS_END_AVX512_CODE
 
 #else
 
