@@ -139,6 +139,25 @@ CKPTFS_LOG_AVX2 Located LocateLanes(const LogFractionTable& t, __m256i k, __m256
 CKPTFS_LOG_AVX2 __m256d MaskLow(__m256i m) { return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(m))); }
 CKPTFS_LOG_AVX2 __m256d MaskHigh(__m256i m) { return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1))); }
 
+// The running per-lane maximum of |e| / x over the lanes set in m0 / m1
+// (|e| in a0 / a1, x in x0 / x1). A quotient can only raise a lane's maximum
+// where |e| > max * x; the test is that with the product's two roundings
+// allowed for (fl(fl(max x) (1 - 2^-50)) < max x in reals, below_one =
+// 1 - 2^-50), so a skipped quotient is <= max. After the first elements the
+// divisions are rare.
+CKPTFS_LOG_AVX2 __m256d RaiseMaxRel(__m256d max_rel_seen, __m256d m0, __m256d m1, __m256d a0, __m256d a1,
+                                    __m256d x0, __m256d x1, __m256d below_one) {
+  const __m256d need0 = _mm256_and_pd(
+      m0, _mm256_cmp_pd(a0, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x0), below_one), _CMP_GT_OQ));
+  const __m256d need1 = _mm256_and_pd(
+      m1, _mm256_cmp_pd(a1, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x1), below_one), _CMP_GT_OQ));
+  if (_mm256_movemask_pd(_mm256_or_pd(need0, need1)) != 0) {
+    max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m0, _mm256_div_pd(a0, x0)));
+    max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m1, _mm256_div_pd(a1, x1)));
+  }
+  return max_rel_seen;
+}
+
 template <bool kDelta>
 __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const LogFractionTable& t,
                                                    const std::byte* values, const std::byte* base, double max_rel,
@@ -199,18 +218,7 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
     const __m256d m0 = MaskLow(quant), m1 = MaskHigh(quant);
     const __m256d q0 = _mm256_and_pd(m0, a0), q1 = _mm256_and_pd(m1, a1);
     max_abs = _mm256_max_pd(max_abs, _mm256_max_pd(q0, q1));
-    // |e| / x can only raise a lane's running maximum where |e| > max * x; the
-    // test below is that with the product's two roundings allowed for
-    // (fl(fl(max x) (1 - 2^-50)) < max x in reals), so a skipped quotient is
-    // <= max. After the first elements the divisions are rare.
-    const __m256d need0 = _mm256_and_pd(
-        m0, _mm256_cmp_pd(a0, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x0), below_one), _CMP_GT_OQ));
-    const __m256d need1 = _mm256_and_pd(
-        m1, _mm256_cmp_pd(a1, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x1), below_one), _CMP_GT_OQ));
-    if (_mm256_movemask_pd(_mm256_or_pd(need0, need1)) != 0) {
-      max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m0, _mm256_div_pd(a0, x0)));
-      max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m1, _mm256_div_pd(a1, x1)));
-    }
+    max_rel_seen = RaiseMaxRel(max_rel_seen, m0, m1, a0, a1, x0, x1, below_one);
     alignas(32) double sq[8], ref[8];
     _mm256_store_pd(sq, _mm256_and_pd(m0, _mm256_mul_pd(e0, e0)));
     _mm256_store_pd(sq + 4, _mm256_and_pd(m1, _mm256_mul_pd(e1, e1)));
@@ -292,14 +300,7 @@ __attribute__((target("avx2"))) void EscapedErrorSumsF32Avx2(const std::byte* va
     const __m256d m0 = MaskLow(kept), m1 = MaskHigh(kept);
     const __m256d a0 = _mm256_and_pd(m0, _mm256_and_pd(e0, abs_mask)), a1 = _mm256_and_pd(m1, _mm256_and_pd(e1, abs_mask));
     max_abs = _mm256_max_pd(max_abs, _mm256_max_pd(a0, a1));
-    const __m256d need0 = _mm256_and_pd(
-        m0, _mm256_cmp_pd(a0, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x0), below_one), _CMP_GT_OQ));
-    const __m256d need1 = _mm256_and_pd(
-        m1, _mm256_cmp_pd(a1, _mm256_mul_pd(_mm256_mul_pd(max_rel_seen, x1), below_one), _CMP_GT_OQ));
-    if (_mm256_movemask_pd(_mm256_or_pd(need0, need1)) != 0) {
-      max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m0, _mm256_div_pd(a0, x0)));
-      max_rel_seen = _mm256_max_pd(max_rel_seen, _mm256_and_pd(m1, _mm256_div_pd(a1, x1)));
-    }
+    max_rel_seen = RaiseMaxRel(max_rel_seen, m0, m1, a0, a1, x0, x1, below_one);
     alignas(32) double sq[8];
     _mm256_store_pd(sq, _mm256_and_pd(m0, _mm256_mul_pd(e0, e0)));
     _mm256_store_pd(sq + 4, _mm256_and_pd(m1, _mm256_mul_pd(e1, e1)));

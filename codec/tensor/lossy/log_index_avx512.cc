@@ -203,14 +203,29 @@ void IndexPassF32Avx512(const LogGrid& grid, const LogFractionTable& table, cons
 
 namespace {
 
+// Where each of 16 consecutive `bits`-wide symbols of a packed group sits:
+// the byte its 8-byte window starts at and its shift in that window.
+struct SymbolLanes16 {
+  __m256i byte_lo, byte_hi;
+  __m512i shift_lo, shift_hi, mask;
+};
+
+CKPTFS_LOG_AVX512 SymbolLanes16 MakeSymbolLanes16(uint32_t bits) {
+  alignas(32) int32_t byte_at[16];
+  alignas(64) int64_t shift_at[16];
+  for (uint32_t l = 0; l < 16; ++l) byte_at[l] = static_cast<int32_t>(l * bits / 8), shift_at[l] = l * bits % 8;
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at)),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at + 8)), _mm512_load_si512(shift_at),
+          _mm512_load_si512(shift_at + 8), _mm512_set1_epi64((int64_t{1} << bits) - 1)};
+}
+
 // Symbols i0 .. i0 + 15 (i0 a multiple of 16, so they start on a byte): one
 // 8-byte load per lane (bit offset in its byte + bits <= 7 + 24 < 64).
-CKPTFS_LOG_AVX512 __m512i Symbols16(const std::byte* group, __m256i byte_lo, __m256i byte_hi, __m512i shift_lo,
-                                    __m512i shift_hi, __m512i mask) {
-  const __m512i w_lo = _mm512_i32gather_epi64(byte_lo, group, 1);
-  const __m512i w_hi = _mm512_i32gather_epi64(byte_hi, group, 1);
-  const __m256i s_lo = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srlv_epi64(w_lo, shift_lo), mask));
-  const __m256i s_hi = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srlv_epi64(w_hi, shift_hi), mask));
+CKPTFS_LOG_AVX512 __m512i Symbols16(const std::byte* group, const SymbolLanes16& l) {
+  const __m512i w_lo = _mm512_i32gather_epi64(l.byte_lo, group, 1);
+  const __m512i w_hi = _mm512_i32gather_epi64(l.byte_hi, group, 1);
+  const __m256i s_lo = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srlv_epi64(w_lo, l.shift_lo), l.mask));
+  const __m256i s_hi = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srlv_epi64(w_hi, l.shift_hi), l.mask));
   return _mm512_inserti64x4(_mm512_castsi256_si512(s_lo), s_hi, 1);
 }
 
@@ -230,16 +245,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeKeyTableF32Avx51
                                                                                  const std::byte* packed,
                                                                                  uint32_t bits, uint64_t n,
                                                                                  std::byte* out) {
-  alignas(32) int32_t byte_at[16];
-  alignas(64) int64_t shift_at[16];
-  for (uint32_t l = 0; l < 16; ++l) byte_at[l] = static_cast<int32_t>(l * bits / 8), shift_at[l] = l * bits % 8;
-  const __m256i byte_lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at));
-  const __m256i byte_hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at + 8));
-  const __m512i shift_lo = _mm512_load_si512(shift_at), shift_hi = _mm512_load_si512(shift_at + 8);
-  const __m512i sym_mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  const SymbolLanes16 lanes = MakeSymbolLanes16(bits);
   uint64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i sym = Symbols16(packed + i / 8 * bits, byte_lo, byte_hi, shift_lo, shift_hi, sym_mask);
+    const __m512i sym = Symbols16(packed + i / 8 * bits, lanes);
     _mm512_storeu_si512(out + 4 * i, _mm512_i32gather_epi32(sym, table, 4));
   }
   const uint32_t mask = (1u << bits) - 1;
@@ -266,16 +275,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
   const __m512i origin_v = _mm512_set1_epi32(static_cast<int32_t>(origin));
   const __m512i shift_v = _mm512_set1_epi32(static_cast<int32_t>(shift));
   const __m512i one = _mm512_set1_epi32(1);
-  alignas(32) int32_t byte_at[16];
-  alignas(64) int64_t shift_at[16];
-  for (uint32_t l = 0; l < 16; ++l) byte_at[l] = static_cast<int32_t>(l * bits / 8), shift_at[l] = l * bits % 8;
-  const __m256i byte_lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at));
-  const __m256i byte_hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte_at + 8));
-  const __m512i shift_lo = _mm512_load_si512(shift_at), shift_hi = _mm512_load_si512(shift_at + 8);
-  const __m512i sym_mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  const SymbolLanes16 lanes = MakeSymbolLanes16(bits);
   uint64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i sym = Symbols16(packed + i / 8 * bits, byte_lo, byte_hi, shift_lo, shift_hi, sym_mask);
+    const __m512i sym = Symbols16(packed + i / 8 * bits, lanes);
     const __m512i b = _mm512_loadu_si512(base + 4 * i);
     const __mmask16 base_on_grid = OnGridLanes512(b);
     bool slow = (base_on_grid & static_cast<__mmask16>(~FastLanes512(b))) != 0;
