@@ -7,12 +7,6 @@
 namespace ckptfs::fs {
 namespace {
 
-// The chunk holding logical `offset`. REQUIRES: offset < logical size.
-uint32_t ChunkAt(const std::vector<ChunkInfo>& chunks, uint64_t offset) {
-  auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
-                             [](uint64_t off, const ChunkInfo& c) { return off < c.logical_offset; });
-  return static_cast<uint32_t>(it - chunks.begin()) - 1;
-}
 
 }  // namespace
 
@@ -65,8 +59,8 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
                        uint64_t length) {
   const std::vector<ChunkInfo>& chunks = blob->chunks();
   if (chunks.size() < 2) return;
-  const uint32_t first = ChunkAt(chunks, offset);
-  const uint32_t last = ChunkAt(chunks, offset + length - 1);
+  const uint32_t first = ChunkIndexAt(chunks, offset);
+  const uint32_t last = ChunkIndexAt(chunks, offset + length - 1);
   std::vector<Job> fresh;
   std::vector<uint32_t> drop;
   {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <algorithm>
 #include <vector>
 
 #include "codec/common/bytes.h"
@@ -128,6 +129,14 @@ struct ChunkInfo {
   uint64_t checksum = 0;       // XXH3-64 of the decoded bytes
   int32_t segment = -1;        // index into segments()
 };
+
+// The index of the chunk holding logical `offset` (the last one starting at
+// or before it). REQUIRES: chunks sorted by logical_offset, the first at 0.
+inline uint32_t ChunkIndexAt(const std::vector<ChunkInfo>& chunks, uint64_t offset) {
+  auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
+                             [](uint64_t off, const ChunkInfo& c) { return off < c.logical_offset; });
+  return static_cast<uint32_t>(it - chunks.begin()) - 1;
+}
 
 struct SegmentInfo {
   uint64_t offset = 0;

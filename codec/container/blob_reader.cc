@@ -248,9 +248,7 @@ Status BlobReaderImpl::ReadPieces(uint64_t offset, uint64_t length, std::vector<
     return Status::InvalidArgument(fmt::format("blob read: [{}, +{}) past the logical size {}", offset, length, size));
   if (length == 0) return Status::Ok();
   const auto& chunks = index_.chunks;
-  auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
-                             [](uint64_t off, const ChunkInfo& c) { return off < c.logical_offset; });
-  uint32_t c = static_cast<uint32_t>(it - chunks.begin()) - 1;
+  uint32_t c = ChunkIndexAt(chunks, offset);
   const uint64_t end = offset + length;
   for (uint64_t at = offset; at < end; ++c) {
     const ChunkInfo& chunk = chunks[c];
@@ -280,10 +278,7 @@ Status BlobReaderImpl::ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_
     return Status::InvalidArgument(fmt::format("blob read: [{}, +{}) past the logical size {}", offset, out.size(), size));
   if (out.empty()) return Status::Ok();
   const auto& chunks = index_.chunks;
-  // The last chunk starting at or before `offset`.
-  auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
-                             [](uint64_t off, const ChunkInfo& c) { return off < c.logical_offset; });
-  uint32_t c = static_cast<uint32_t>(it - chunks.begin()) - 1;
+  uint32_t c = ChunkIndexAt(chunks, offset);
   uint64_t at = offset;
   const uint64_t end = offset + out.size();
   for (; at < end; ++c) {

@@ -47,7 +47,7 @@ class IdleBuffers {
   void GiveBack(std::unique_ptr<ChunkBuffer> buffer) {
     std::unique_ptr<ChunkBuffer> freed;
     std::lock_guard lock(mu_);
-    if (!closed_ && bytes_ + buffer->capacity() + cached_bytes_.load(std::memory_order_relaxed) <= capacity_) {
+    if (!closed_ && bytes_ + buffer->capacity() + cached_bytes_ <= capacity_) {
       bytes_ += buffer->capacity();
       idle_.push_back(std::move(buffer));
     } else {
@@ -60,7 +60,7 @@ class IdleBuffers {
   void SetCached(uint64_t cached) {
     std::vector<std::unique_ptr<ChunkBuffer>> freed;
     std::lock_guard lock(mu_);
-    cached_bytes_.store(cached, std::memory_order_relaxed);
+    cached_bytes_ = cached;
     while (!idle_.empty() && bytes_ + cached > capacity_) {
       bytes_ -= idle_.front()->capacity();
       freed.push_back(std::move(idle_.front()));
@@ -88,7 +88,7 @@ class IdleBuffers {
   std::vector<std::unique_ptr<ChunkBuffer>> idle_;
   uint64_t bytes_ = 0;  // capacity of the buffers in idle_
   bool closed_ = false;
-  std::atomic<uint64_t> cached_bytes_{0};  // written under mu_ and the cache's lock
+  uint64_t cached_bytes_ = 0;  // what the cache holds, as SetCached last said
 };
 
 // The deleter of lent buffers: back to the idle list.
