@@ -65,8 +65,9 @@ constexpr size_t kScanBlock = 16 * kElementSampleStride;
 // prefetcher alone (bf16: ~13% of encoding, ~5% with this): it asks for
 // the block this many elements ahead while it works on one.
 constexpr size_t kScanAhead = 8 * kScanBlock;
-// Planes split from too few sampled elements (a sparse chunk of nearly
-// only zeros) are sampled themselves, every kPlaneSampleStride-th byte.
+// Planes of a chunk whose element sample holds no non-zero element (a
+// sparse chunk of nearly only zeros) are sampled themselves, every
+// kPlaneSampleStride-th byte.
 constexpr size_t kPlaneSampleStride = 32;
 
 // A plane whose sampled byte entropy is above this many bits per byte is

@@ -252,10 +252,6 @@ Status Decode(ByteSpan stored, uint8_t* out, size_t n, SimdLevel level, std::str
 
 }  // namespace
 
-Status RansDecodeScalar(ByteSpan stored, uint8_t* out, size_t n, std::string_view what) {
-  return Decode(stored, out, n, SimdLevel::kScalar, what);
-}
-
 Status RansDecodeWith(SimdLevel level, ByteSpan stored, uint8_t* out, size_t n, std::string_view what) {
   return Decode(stored, out, n, level, what);
 }

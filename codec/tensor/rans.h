@@ -71,9 +71,6 @@ Result<size_t> RansEncodeAvx512WithoutIfma(const uint8_t* in, size_t n, const By
 // not exactly what RansEncode writes for n bytes is Corruption.
 Status RansDecode(ByteSpan stored, uint8_t* out, size_t n, std::string_view what);
 
-// The portable decoder, which RansDecode uses where AVX2 is missing; exposed
-// so that tests check both give the same result.
-Status RansDecodeScalar(ByteSpan stored, uint8_t* out, size_t n, std::string_view what);
 // RansDecode with the given instruction set (RansDecode takes the widest
 // the CPU has; all give the same result), for tests. REQUIRES:
 // CpuHasSimd(level).

@@ -30,10 +30,9 @@ class RansStreamDecoder {
 
   // Decodes the next `count` bytes of the plane into out[0, count). Pieces
   // that start at a multiple of rans::kStates take the vector path.
-  // REQUIRES: Open succeeded; count <= remaining().
+  // REQUIRES: Open succeeded; count <= the bytes not yet decoded.
   Status Next(uint8_t* out, size_t count);
 
-  size_t remaining() const { return n_ - done_; }
 
   // Checks that the whole plane was decoded and the stream ends exactly there.
   Status Finish() const;

@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ByteSpan stored(reinterpret_cast<const std::byte*>(data + 2), size - 2);
   std::vector<uint8_t> fast(n), slow(n);
   Status a = RansDecode(stored, fast.data(), n, "fuzz");
-  Status b = RansDecodeScalar(stored, slow.data(), n, "fuzz");
+  Status b = RansDecodeWith(SimdLevel::kScalar, stored, slow.data(), n, "fuzz");
   if (a.code() != b.code()) std::abort();
   if (a.ok() && fast != slow) std::abort();
   for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {

@@ -46,7 +46,7 @@ Status Decode(ByteSpan stored, size_t n, std::vector<uint8_t>* out) {
   out->assign(n, 0xcc);
   std::vector<uint8_t> scalar(n, 0xcc);
   Status fast = RansDecode(stored, out->data(), n, "test");
-  Status slow = RansDecodeScalar(stored, scalar.data(), n, "test");
+  Status slow = RansDecodeWith(SimdLevel::kScalar, stored, scalar.data(), n, "test");
   EXPECT_EQ(fast.code(), slow.code()) << fast.ToString() << " vs " << slow.ToString();
   if (fast.ok() && slow.ok()) {
     EXPECT_EQ(*out, scalar);
