@@ -9,29 +9,72 @@
 
 #include <new>
 
-#include "codec/common/hash_avx2.h"
+#include "codec/common/hash_wide.h"
 #include "codec/common/simd_level.h"
 
 namespace ckptfs {
 
 namespace {
-// Checksums of whole 4 MiB chunks are a good part of a cold read's CPU time;
-// the AVX2 build of XXH3 hashes about twice as fast as the baseline x86-64
-// (SSE2) one and gives the same values. Checked once per process.
-bool UseAvx2() {
-#if defined(__x86_64__) && !defined(__AVX2__)
-  return BestSimdLevel() != SimdLevel::kScalar;
-#else
-  return false;  // not x86-64, or the baseline build already uses AVX2
-#endif
+
+// The XXH3 entry points of one vector width. Checksums of whole 4 MiB chunks
+// are a good part of an encode's and a cold read's CPU time; the AVX2 build
+// of XXH3 hashes about twice as fast as the baseline x86-64 (SSE2) one, the
+// AVX-512 build faster again, and all give the same values.
+struct Xxh3Kernels {
+  uint64_t (*hash64)(const void*, size_t);
+  void (*hash128)(const void*, size_t, uint64_t*, uint64_t*);
+  void (*update64)(void*, const void*, size_t);
+  uint64_t (*digest64)(const void*);
+  void (*update128)(void*, const void*, size_t);
+  void (*digest128)(const void*, uint64_t*, uint64_t*);
+};
+
+void BaselineHash128(const void* data, size_t size, uint64_t* high64, uint64_t* low64) {
+  XXH128_hash_t h = XXH3_128bits(data, size);
+  *high64 = h.high64;
+  *low64 = h.low64;
 }
+void BaselineUpdate64(void* state, const void* data, size_t size) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state), data, size);
+}
+uint64_t BaselineDigest64(const void* state) { return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state)); }
+void BaselineUpdate128(void* state, const void* data, size_t size) {
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state), data, size);
+}
+void BaselineDigest128(const void* state, uint64_t* high64, uint64_t* low64) {
+  XXH128_hash_t h = XXH3_128bits_digest(static_cast<const XXH3_state_t*>(state));
+  *high64 = h.high64;
+  *low64 = h.low64;
+}
+
+Xxh3Kernels KernelsFor(SimdLevel level) {
+#if defined(__x86_64__)
+  if (level == SimdLevel::kAvx512)
+    return {hash_avx512::Xxh3_64,       hash_avx512::Xxh3_128,       hash_avx512::Xxh3_64Update,
+            hash_avx512::Xxh3_64Digest, hash_avx512::Xxh3_128Update, hash_avx512::Xxh3_128Digest};
+  if (level == SimdLevel::kAvx2)
+    return {hash_avx2::Xxh3_64,       hash_avx2::Xxh3_128,       hash_avx2::Xxh3_64Update,
+            hash_avx2::Xxh3_64Digest, hash_avx2::Xxh3_128Update, hash_avx2::Xxh3_128Digest};
+#else
+  (void)level;
+#endif
+  return {XXH3_64bits, BaselineHash128, BaselineUpdate64, BaselineDigest64, BaselineUpdate128, BaselineDigest128};
+}
+
+// Chosen once per process (immutable afterwards).
+const Xxh3Kernels& Kernels() {
+  static const Xxh3Kernels kernels = KernelsFor(BestSimdLevel());
+  return kernels;
+}
+
 // Below this the vector width does not matter (XXH3's short-input paths).
-constexpr size_t kAvx2MinBytes = 1024;
+constexpr size_t kWideMinBytes = 1024;
+
 }  // namespace
 
 uint64_t Checksum64(ByteSpan data) {
-  if (data.size() >= kAvx2MinBytes && UseAvx2()) return hash_avx2::Xxh3_64(data.data(), data.size());
-  return XXH3_64bits(data.data(), data.size());
+  if (data.size() < kWideMinBytes) return XXH3_64bits(data.data(), data.size());
+  return Kernels().hash64(data.data(), data.size());
 }
 
 Xxh3State::Xxh3State() : state_(XXH3_createState()) {
@@ -40,12 +83,8 @@ Xxh3State::Xxh3State() : state_(XXH3_createState()) {
 Xxh3State::~Xxh3State() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
 
 Checksum64Stream::Checksum64Stream() { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_.get())); }
-void Checksum64Stream::Update(ByteSpan data) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_.get()), data.data(), data.size());
-}
-uint64_t Checksum64Stream::Digest() const {
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_.get()));
-}
+void Checksum64Stream::Update(ByteSpan data) { Kernels().update64(state_.get(), data.data(), data.size()); }
+uint64_t Checksum64Stream::Digest() const { return Kernels().digest64(state_.get()); }
 
 uint32_t Crc32(ByteSpan data, uint32_t crc) { return libdeflate_crc32(crc, data.data(), data.size()); }
 
@@ -61,20 +100,18 @@ ObjectId FromXxh128(XXH128_hash_t h) {
 }  // namespace
 
 ObjectId ObjectId::Of(ByteSpan content) {
-  if (content.size() >= kAvx2MinBytes && UseAvx2()) {
-    XXH128_hash_t h;
-    hash_avx2::Xxh3_128(content.data(), content.size(), &h.high64, &h.low64);
-    return FromXxh128(h);
-  }
-  return FromXxh128(XXH3_128bits(content.data(), content.size()));
+  if (content.size() < kWideMinBytes) return FromXxh128(XXH3_128bits(content.data(), content.size()));
+  XXH128_hash_t h;
+  Kernels().hash128(content.data(), content.size(), &h.high64, &h.low64);
+  return FromXxh128(h);
 }
 
 ObjectIdStream::ObjectIdStream() { XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_.get())); }
-void ObjectIdStream::Update(ByteSpan data) {
-  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_.get()), data.data(), data.size());
-}
+void ObjectIdStream::Update(ByteSpan data) { Kernels().update128(state_.get(), data.data(), data.size()); }
 ObjectId ObjectIdStream::Digest() const {
-  return FromXxh128(XXH3_128bits_digest(static_cast<const XXH3_state_t*>(state_.get())));
+  XXH128_hash_t h;
+  Kernels().digest128(state_.get(), &h.high64, &h.low64);
+  return FromXxh128(h);
 }
 
 Result<ObjectId> ObjectId::FromHex(std::string_view hex) {
