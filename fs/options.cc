@@ -103,7 +103,8 @@ MemorySplit SplitMemory(const MountOptions& o) {
 
 Result<std::shared_ptr<const policy::Policy>> BuildLossyPolicy(const MountOptions& o) {
   if (!o.lossy) return std::make_shared<const policy::Policy>(policy::Policy::Lossless());
-  policy::Policy p = policy::Policy::Defaults(o.budget, o.opt_budget >= 0 ? o.opt_budget : o.budget);
+  policy::Policy p = policy::Policy::Defaults(
+      o.budget, o.opt_budget >= 0 ? std::optional<double>(o.opt_budget) : std::nullopt);
   if (!o.policy_file.empty()) {
     ASSIGN_OR_RETURN(p, policy::Policy::FromTomlFile(o.policy_file));
     // Explicit mount options win over the file's [defaults].

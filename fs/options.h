@@ -56,7 +56,7 @@ struct MountOptions {
   bool lossy = true;             // lossy=on|off: float tensors of checkpoints within a budget
   double budget = 1e-2;          // budget=REL_L2 default per-tensor relative L2 error
   bool budget_set = false;       // budget= was given
-  double opt_budget = -1;        // opt_budget=REL_L2 for optimizer state (< 0: same as budget)
+  double opt_budget = -1;        // opt_budget=REL_L2 for optimizer state (< 0: policy::DefaultOptimizerBudget)
   std::string policy_file;       // policy=FILE.toml rules (docs/policy.md)
   lossy::GpuMode gpu = lossy::GpuMode::kAuto;  // gpu=auto|on|off lossy kernel backend
   lossy::BudgetSchedule schedule;  // schedule=off|dsq: delta-frame budget follows the update size

@@ -52,7 +52,7 @@ struct BlobArgs {
   bool json = false;
   bool chunks = false;
   double budget = 0.0;       // 0: lossless (the default of a single-file encode)
-  double opt_budget = -1.0;  // < 0: same as budget
+  double opt_budget = -1.0;  // < 0: the mount's default (policy::DefaultOptimizerBudget)
   std::string schedule = "off";
 };
 
@@ -92,7 +92,7 @@ int RunEncode(const BlobArgs& a) {
   if (a.budget > 0 || a.opt_budget > 0) {
     // The mount's default policy (docs/policy.md) with these budgets.
     auto policy = std::make_shared<policy::Policy>(
-        policy::Policy::Defaults(a.budget, a.opt_budget >= 0 ? a.opt_budget : a.budget));
+        policy::Policy::Defaults(a.budget, a.opt_budget >= 0 ? std::optional<double>(a.opt_budget) : std::nullopt));
     options.lossy_budget = [policy](FileFormat format, const TensorInfo& t) {
       return policy->BudgetFor("", format, t);
     };
@@ -154,7 +154,7 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
   enc->add_option("--threads", args->threads, "encode threads")->check(CLI::Range(1, 256));
   enc->add_option("--budget", args->budget, "lossy: per-tensor rel_l2 budget of float tensors (0 = lossless)")
       ->check(CLI::Range(0.0, 1.0));
-  enc->add_option("--opt-budget", args->opt_budget, "lossy: budget of optimizer state (default: --budget)")
+  enc->add_option("--opt-budget", args->opt_budget, "lossy: budget of optimizer state (default: --budget, at least 0.1)")
       ->check(CLI::Range(0.0, 1.0));
   enc->add_option("--schedule", args->schedule, "lossy: budget schedule of delta frames, off or dsq")
       ->check(CLI::IsMember({"off", "dsq"}));

@@ -5,6 +5,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -64,7 +65,9 @@ Policy Policy::Lossless() {
   return p;
 }
 
-Policy Policy::Defaults(double rel_l2, double optimizer_rel_l2) {
+double DefaultOptimizerBudget(double rel_l2) { return rel_l2 > 0 ? std::max(rel_l2, kDefaultOptimizerRelL2) : 0.0; }
+
+Policy Policy::Defaults(double rel_l2, std::optional<double> optimizer_rel_l2) {
   Policy p;
   p.default_rel_l2_ = rel_l2;
   p.optimizer_rel_l2_ = optimizer_rel_l2;
@@ -91,7 +94,8 @@ Result<Policy> Policy::FromToml(std::string_view text, std::string_view source) 
         } else if (k == "rel_l2") {
           ASSIGN_OR_RETURN(p.default_rel_l2_, ReadBudgetValue(source, v, "rel_l2"));
         } else if (k == "optimizer_rel_l2") {
-          ASSIGN_OR_RETURN(p.optimizer_rel_l2_, ReadBudgetValue(source, v, "optimizer_rel_l2"));
+          ASSIGN_OR_RETURN(double budget, ReadBudgetValue(source, v, "optimizer_rel_l2"));
+          p.optimizer_rel_l2_ = budget;
         } else {
           return Bad(source, v.source(), fmt::format("unknown key '{}' in [defaults]", k.str()));
         }
@@ -157,8 +161,8 @@ lossy::Budget Policy::BudgetFor(std::string_view path, FileFormat format, const 
   // element's relative error (zeros stay zeros): max_rel = the optimizer
   // budget, so each element's step size m / sqrt(v) moves by at most about
   // half of it.
-  if (IsOptimizerDenominator(t.name)) return lossy::Budget{0, 0, optimizer_rel_l2_};
-  return lossy::Budget{IsOptimizerState(t.name) ? optimizer_rel_l2_ : default_rel_l2_, 0};
+  if (IsOptimizerDenominator(t.name)) return lossy::Budget{0, 0, optimizer_rel_l2()};
+  return lossy::Budget{IsOptimizerState(t.name) ? optimizer_rel_l2() : default_rel_l2_, 0};
 }
 
 }  // namespace ckptfs::policy

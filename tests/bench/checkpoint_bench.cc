@@ -5,7 +5,8 @@
 //   checkpoint_bench [--runs N] [--clock wall|cpu] [--budget REL_L2] [--opt-budget REL_L2]
 //                    [--policy FILE.toml] [--schedule off|dsq] [--dump DIR] [--no-zstd] FILE... [--seq V0 V1 ...]
 // --budget stores float tensors lossily within that per-tensor relative L2
-// error (the mount's default policy; --opt-budget for optimizer state);
+// error (the mount's default policy; --opt-budget for optimizer state,
+// by default as on the mount: --budget, at least 0.1);
 // --policy puts a policy file's rules before those defaults (e.g. update
 // denominators lossless, to compare with their log mode in the same run);
 // --schedule dsq lets the budget of delta frames follow the update size.
@@ -229,16 +230,17 @@ int Main(int argc, char** argv) {
     Result<policy::Policy> p = policy::Policy::FromTomlFile(policy_file);
     if (!p.ok()) return (std::fprintf(stderr, "%s\n", p.status().ToString().c_str()), 2);
     p->SetDefaultBudget(budget);
-    p->SetOptimizerBudget(opt_budget >= 0 ? opt_budget : budget);
+    if (opt_budget >= 0) p->SetOptimizerBudget(opt_budget);
     lossy_policy = std::move(*p);
   } else if (budget > 0 || opt_budget > 0) {
-    lossy_policy = policy::Policy::Defaults(budget, opt_budget >= 0 ? opt_budget : budget);
+    lossy_policy =
+        policy::Policy::Defaults(budget, opt_budget >= 0 ? std::optional<double>(opt_budget) : std::nullopt);
   }
   const policy::Policy* policy = lossy_policy ? &*lossy_policy : nullptr;
   nlohmann::json out;
   out["runs"] = runs;
   out["budget"] = budget;
-  out["opt_budget"] = opt_budget >= 0 ? opt_budget : budget;
+  out["opt_budget"] = policy != nullptr ? policy->optimizer_rel_l2() : 0.0;
   out["policy"] = policy_file;
   out["threads"] = 1;
   out["clock"] = g_cpu_clock ? "thread_cpu" : "wall";

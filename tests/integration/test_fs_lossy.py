@@ -21,6 +21,11 @@ def rel_l2(got, want):
     return float((got.double() - want).norm() / n) if n > 0 else float((got.double() - want).norm())
 
 
+# The mount's default budget of optimizer state when only budget= (below 0.1)
+# is given (docs/policy.md).
+DEFAULT_OPT_BUDGET = 0.1
+
+
 def check_within(got, want, budget, opt_budget=None, path=""):
     """Float tensors within budget (same dtype/shape), everything else exact."""
     if isinstance(want, torch.Tensor):
@@ -118,7 +123,7 @@ def test_lossless_policy_is_bit_exact(store, tmp_path):
     wait_committed(store, store.path("sub", "mixed.pt"))
     got = torch.load(store.path("sub", "mixed.pt"))
     zip_ok(store.path("sub", "mixed.pt"))
-    check_within(got, sd, 0.02)
+    check_within(got, sd, 0.02, DEFAULT_OPT_BUDGET)
     assert not torch.equal(got["model"]["fc1.weight"], sd["model"]["fc1.weight"])
     # Tensors outside the rule fall to the defaults (1e-2).
     check_within(got["model"]["emb"], sd["model"]["emb"], 0.01)
@@ -140,9 +145,14 @@ def test_lossy_rotation_closed_loop(store):
     assert max(depths) > 0, depths  # lossy deltas against the previous versions
     for name, sd in saved:
         zip_ok(name)
-        check_within(torch.load(name), sd, 0.01)
+        check_within(torch.load(name), sd, 0.01, DEFAULT_OPT_BUDGET)
     r = store.cli("inspect", os.path.join(store.backing, "run", "ckpt-4.pt"))
     assert "rel_l2" in r.stdout, r.stdout
+    # budget=0.01 alone: the weights get it, the optimizer state the default floor.
+    r = store.cli("inspect", os.path.join(store.backing, "run", "ckpt-0.pt"), "--json")
+    budgets = {t["name"]: t["lossy"]["budget_rel_l2"] for t in json.loads(r.stdout)["blob"]["tensors"] if "lossy" in t}
+    assert budgets["model.fc1.weight"] == 0.01, budgets
+    assert budgets["optimizer.state.0.exp_avg"] == DEFAULT_OPT_BUDGET, budgets
 
 
 def test_dsq_schedule_tightens_the_budget_of_small_updates(store):
@@ -157,7 +167,7 @@ def test_dsq_schedule_tightens_the_budget_of_small_updates(store):
         torch.save(state, name)
         wait_committed(store, name)
     assert int(xattr(name, "chain_depth")) > 0
-    check_within(torch.load(name), state, 0.01)
+    check_within(torch.load(name), state, 0.01, DEFAULT_OPT_BUDGET)
     r = store.cli("inspect", "--json", os.path.join(store.backing, "run", "ckpt-1.pt"))
     tensors = {t["name"]: t for t in json.loads(r.stdout)["blob"]["tensors"]}
     w = tensors["model.fc1.weight"]["lossy"]
@@ -186,4 +196,4 @@ def test_recovery_applies_the_policy_of_the_path(store, tmp_path):
     store.mount("lossy=on,budget=0.01")  # recovery re-encodes it before the mount returns
     wait_committed(store, p)
     assert "+lossy" in xattr(p, "codec")
-    check_within(torch.load(p), sd, 0.01)
+    check_within(torch.load(p), sd, 0.01, DEFAULT_OPT_BUDGET)

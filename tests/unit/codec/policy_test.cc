@@ -21,6 +21,34 @@ TEST(Policy, DefaultsAreLossyForCheckpointFloatsOnly) {
   EXPECT_EQ(Policy::Lossless().BudgetFor("a.pt", FileFormat::kTorchZip, T("w")).rel_l2, 0.0);
 }
 
+TEST(Policy, OptimizerStateDefaultsToTheBudgetButAtLeastTheFloor) {
+  const TensorInfo m = T("optimizer.state.0.exp_avg"), v = T("optimizer.state.0.exp_avg_sq");
+  auto check = [&](const Policy& p, double weights, double optimizer, const char* what) {
+    EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T("model.w")).rel_l2, weights) << what;
+    EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, m).rel_l2, optimizer) << what;
+    EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, optimizer) << what;
+    EXPECT_EQ(p.optimizer_rel_l2(), optimizer) << what;
+  };
+  check(Policy::Defaults(), kDefaultRelL2, kDefaultOptimizerRelL2, "no budgets given");
+  check(Policy::Defaults(1e-2), 1e-2, kDefaultOptimizerRelL2, "a budget below the floor");
+  check(Policy::Defaults(0.3), 0.3, 0.3, "a budget above the floor");
+  check(Policy::Defaults(1e-2, 1e-2), 1e-2, 1e-2, "an explicit optimizer budget");
+  check(Policy::Defaults(0), 0.0, 0.0, "budget 0: lossless");
+  // Changing the weights' budget later moves an unset optimizer budget with it.
+  Policy later = Policy::Defaults(1e-2);
+  later.SetDefaultBudget(0.5);
+  check(later, 0.5, 0.5, "SetDefaultBudget above the floor");
+  later.SetOptimizerBudget(0.02);
+  check(later, 0.5, 0.02, "SetOptimizerBudget");
+  // A policy file's [defaults] follows the same rule.
+  Result<Policy> file = Policy::FromToml("[defaults]\nrel_l2 = 0.2\n");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  check(*file, 0.2, 0.2, "rel_l2 in [defaults]");
+  Result<Policy> empty = Policy::FromToml("");
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  check(*empty, kDefaultRelL2, kDefaultOptimizerRelL2, "an empty policy file");
+}
+
 TEST(Policy, TomlRulesComeFirstAndDefaultsCanChange) {
   Result<Policy> p = Policy::FromToml(R"(
 [defaults]
