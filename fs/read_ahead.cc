@@ -5,10 +5,6 @@
 #include "fs/next_tensor.h"
 
 namespace ckptfs::fs {
-namespace {
-
-
-}  // namespace
 
 ReadAhead::ReadAhead(unsigned workers, uint64_t window_bytes) : window_bytes_(window_bytes) {
   if (window_bytes_ == 0) return;
