@@ -295,7 +295,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", required=True, choices=["digits", "charlm", "transfer"])
     ap.add_argument("--size", default="full", choices=["full", "smoke"])
-    ap.add_argument("--backends", default="ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:5e-2,ckptfs-lossy:1e-1")
+    ap.add_argument("--backends", default="ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:1e-2:1e-2,ckptfs-lossy:5e-2,ckptfs-lossy:1e-1")
     ap.add_argument("--workdir", default="/tmp/ckptfs-eval")
     ap.add_argument("--results", default="results")
     args = ap.parse_args()

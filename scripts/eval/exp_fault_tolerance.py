@@ -190,7 +190,7 @@ def write_outputs(res, results):
 def parser(doc):
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="full", choices=["full", "smoke"])
-    ap.add_argument("--backends", default="ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:5e-2,ckptfs-lossy:1e-1")
+    ap.add_argument("--backends", default="ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:1e-2:1e-2,ckptfs-lossy:5e-2,ckptfs-lossy:1e-1")
     ap.add_argument("--workdir", default="/tmp/ckptfs-eval")
     ap.add_argument("--results", default="results")
     return ap

@@ -7,7 +7,8 @@
 #   scripts/eval/run-all.sh [RESULTS_DIR]      (default docs/eval)
 #
 # Environment: CKPTFS_BIN (default build/mount-tools/ckptfs), BACKENDS
-# (comma-separated; default lossless + three lossy budgets), SIZE (full|smoke),
+# (comma-separated; default lossless, three lossy budgets and 1e-2 with the
+# optimizer state at 1e-2), SIZE (full|smoke),
 # WORKDIR (scratch space, default a new temporary directory, removed at the
 # end). Needs root (FUSE), Debian's python3-torch, python3-sklearn,
 # python3-matplotlib, zstd and the `fortunes` package (text corpus).
@@ -17,7 +18,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 RESULTS="${1:-$REPO/docs/eval}"
 export CKPTFS_BIN="${CKPTFS_BIN:-$REPO/build/mount-tools/ckptfs}"
-BACKENDS="${BACKENDS:-ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:5e-2,ckptfs-lossy:1e-1}"
+BACKENDS="${BACKENDS:-ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:1e-2:1e-2,ckptfs-lossy:5e-2,ckptfs-lossy:1e-1}"
 SIZE="${SIZE:-full}"
 PY=/usr/bin/python3
 KEEP_WORKDIR=${WORKDIR:+1}
