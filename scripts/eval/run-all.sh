@@ -2,7 +2,7 @@
 # Reproduces every eval result (docs/eval.md): compression over the run and
 # restore-and-resume fault tolerance for the digits CNN and the character
 # LM, and transfer learning from a checkpoint restored from the mount.
-# About 40-60 minutes on 2 cores with all backends available.
+# 10-40 minutes on 2 cores with all backends available, depending on the load.
 #
 #   scripts/eval/run-all.sh [RESULTS_DIR]      (default docs/eval)
 #
