@@ -2,14 +2,18 @@
 """Experiment: restore-and-resume fault tolerance (as in DynaQuant).
 
   exp_fault_tolerance.py --workload digits|charlm|transfer [--size full|smoke]
-      [--backends ckptfs-lossless,ckptfs-lossy:1e-2,...] [--workdir DIR]
-      [--results DIR]
+      [--backends ckptfs-lossless,ckptfs-lossy:1e-2,...] [--seeds 0[,1,2]]
+      [--workdir DIR] [--results DIR]
 
 The baseline is an uninterrupted run of seed 0 on a plain directory, plus
 seeds 1 and 2 to measure the seed-to-seed spread. For each backend the same
 seed-0 run is interrupted every restore_every steps (10 restores in the full
 size); each segment is a new process that resumes with torch.load from the
-checkpoint read back from the mount after an unmount + remount. The data
+checkpoint read back from the mount after an unmount + remount. With
+--seeds 0,1,2 each backend also runs seeds 1 and 2 that way, each compared
+with the uninterrupted run of its own seed, in a store of its own: a lossy
+restore perturbs the trajectory much as another seed does, so one seed's
+difference alone says little. The data
 order is a function of the step, so a lossless backend must end bit-identical
 to the baseline: the experiment checks it and exits 1 when it does not.
 For `transfer`, fine-tuning also starts from the pretrained checkpoint read
@@ -63,6 +67,10 @@ def store_ratio(stats):
 
 
 def run(args, extra=None):
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip().isdigit()]
+    if not seeds or any(x not in h.SEEDS for x in seeds) or len(set(seeds)) != len(seeds) or \
+            len(seeds) != len(args.seeds.split(",")):
+        raise SystemExit(f"--seeds {args.seeds}: want distinct seeds out of {h.SEEDS}, comma-separated")
     sched = h.schedule(args.workload, args.size)
     metric = sched["metric"]
     expdir = os.path.join(args.workdir, f"{args.workload}-{args.size}", "fault")
@@ -82,28 +90,49 @@ def run(args, extra=None):
 
     failures = []
     for spec, b, work in bk.runnable(args.backends, expdir, res, h.log, f"fault {args.workload}"):
-        h.log(f"[fault {args.workload}] {spec}: training with restores")
+        per_seed = {}
         try:
-            r = h.resumed_run(b, work, args.workload, args.size, 0, init_source=init_source)
+            for seed in seeds:
+                h.log(f"[fault {args.workload}] {spec}: training with restores, seed {seed}")
+                rundir = work if seed == seeds[0] else f"{work}-seed{seed}"
+                r = h.resumed_run(b, rundir, args.workload, args.size, seed, init_source=init_source)
+                ref_k = res["baseline"][f"seed{seed}"]["final"]
+                got = final_eval(r["final"])
+                identical, max_diff = h.compare_states(
+                    ref_final if seed == 0 else h.baseline_run(args.workdir, args.workload, args.size, seed)["final"],
+                    r["final"])
+                per_seed[f"seed{seed}"] = {
+                    "seed": seed, "restores": r["restores"], "final": got,
+                    "delta": {k: got[k] - ref_k[k] for k in ("loss", "accuracy")},
+                    "within_target": within_target(metric, got, ref_k),
+                    "bit_identical": identical, "max_abs_diff": max_diff,
+                    "store": store_ratio(r["stats"]), "curves": curves(r["log"])}
+                if not getattr(b, "lossy", False) and not identical:
+                    failures.append(f"{spec}: lossless resume of seed {seed} is not bit-identical "
+                                    f"(max |diff| {max_diff})")
+                if seed != seeds[0]:
+                    shutil.rmtree(rundir, ignore_errors=True)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             # A backend that breaks training is a result, not a reason to lose the others.
             h.log(f"[fault {args.workload}] {spec}: FAILED: {e}")
             res["backends"][spec] = {"status": "failed", "reason": str(e)[-2000:]}
             failures.append(f"{spec}: {str(e).splitlines()[0]}")
             continue
-        got = final_eval(r["final"])
-        identical, max_diff = h.compare_states(ref_final, r["final"])
+        # The first seed's run is the backend's entry (seed 0 by default); the
+        # others, when asked for, are listed under "per_seed".
         entry = {"status": "ok", "mount_options": getattr(b, "options", []), "note": getattr(b, "note", None),
-                 "restores": r["restores"], "final": got,
-                 "delta": {k: got[k] - ref[k] for k in ("loss", "accuracy")},
-                 "within_target": within_target(metric, got, ref),
-                 "bit_identical": identical, "max_abs_diff": max_diff,
-                 "store": store_ratio(r["stats"]), "curves": curves(r["log"])}
+                 **per_seed[f"seed{seeds[0]}"]}
+        if len(seeds) > 1:
+            key = "accuracy" if metric == "accuracy" else "loss"
+            rel = [p["delta"][key] / (1.0 if metric == "accuracy" else res["baseline"][s]["final"]["loss"])
+                   for s, p in per_seed.items()]
+            entry["per_seed"] = {s: {k: v for k, v in p.items() if k != "curves"} for s, p in per_seed.items()}
+            entry["per_seed_summary"] = {"metric": key, "relative": metric != "accuracy", "deltas": rel,
+                                         "mean": sum(rel) / len(rel), "min": min(rel), "max": max(rel),
+                                         "all_within_target": all(p["within_target"] for p in per_seed.values())}
         if extra:
             entry.update(extra(b, work))
         res["backends"][spec] = entry
-        if not getattr(b, "lossy", False) and not identical:
-            failures.append(f"{spec}: lossless resume is not bit-identical (max |diff| {max_diff})")
         shutil.rmtree(work, ignore_errors=True)
     res["failures"] = failures
     write_outputs(res, args.results)
@@ -118,8 +147,8 @@ def write_outputs(res, results):
     h.write_json(base + ".json", res)
     metric = res["metric"]
     ref = res["baseline"]["seed0"]["final"]
-    headers = ["run", "restores", "final accuracy", "final loss", "Δ vs seed 0", "within target",
-               "bit-identical", "store ratio (.pt)"]
+    headers = ["run", "restores", "final accuracy", "final loss", "Δ vs uninterrupted (same seed)",
+               "within target", "bit-identical", "store ratio (.pt)"]
     rows = []
     for seed, b in res["baseline"].items():
         f = b["final"]
@@ -129,22 +158,32 @@ def write_outputs(res, results):
         if b["status"] != "ok":
             rows.append([spec] + [b["status"]] * (len(headers) - 1))
             continue
-        f, d = b["final"], b["delta"]
-        delta = (f"{100 * d['accuracy']:+.2f} pts" if metric == "accuracy"
-                 else f"{100 * d['loss'] / ref['loss']:+.3f}% loss")
-        st = b["store"].get("checkpoint", {})
-        rows.append([spec + ", seed0", b["restores"], f"{100 * f['accuracy']:.2f}%", f"{f['loss']:.4f}", delta,
-                     "yes" if b["within_target"] else "**no**", "yes" if b["bit_identical"] else
-                     f"no (max |Δ| {b['max_abs_diff']:.2g})", f"{st.get('ratio', 0):.2f}x"])
+        for p in b.get("per_seed", {"first": b}).values():
+            f, d = p["final"], p["delta"]
+            seed_ref = res["baseline"][f"seed{p.get('seed', 0)}"]["final"]
+            delta = (f"{100 * d['accuracy']:+.2f} pts" if metric == "accuracy"
+                     else f"{100 * d['loss'] / seed_ref['loss']:+.3f}% loss")
+            st = p["store"].get("checkpoint", {})
+            rows.append([f"{spec}, seed{p.get('seed', 0)}", p["restores"], f"{100 * f['accuracy']:.2f}%",
+                         f"{f['loss']:.4f}", delta, "yes" if p["within_target"] else "**no**",
+                         "yes" if p["bit_identical"] else f"no (max |Δ| {p['max_abs_diff']:.2g})",
+                         f"{st.get('ratio', 0):.2f}x"])
     sp = res["seed_spread"]
     spread = (f"{100 * sp['range']:.2f} accuracy points" if metric == "accuracy"
               else f"{sp['range']:.4f} loss ({100 * sp['range'] / ref['loss']:.2f}%)")
     target = "accuracy within 0.5 points" if metric == "accuracy" else "final loss within 1%"
-    md = [f"### Fault tolerance: {name} ({res['size']}; target: {target} of seed 0 after "
+    md = [f"### Fault tolerance: {name} ({res['size']}; target: {target} of the uninterrupted run after "
           f"{res['schedule']['steps'] // res['schedule']['restore_every'] - 1} restores)\n",
           h.markdown_table(headers, rows),
           f"\nSeed-to-seed spread of the baseline (seeds 0-2): {spread}.\n"]
     for spec, b in res["backends"].items():
+        if b.get("per_seed_summary"):
+            m = b["per_seed_summary"]
+            fmt = (lambda x: f"{100 * x:+.2f} pts") if metric == "accuracy" else (lambda x: f"{100 * x:+.3f}%")
+            md.append(f"- `{spec}`: over seeds {', '.join(s[4:] for s in b['per_seed'])}, Δ vs the uninterrupted "
+                      f"run of the same seed: mean {fmt(m['mean'])}, from {fmt(m['min'])} to {fmt(m['max'])}; "
+                      f"within target for {sum(p['within_target'] for p in b['per_seed'].values())} of "
+                      f"{len(b['per_seed'])} seeds\n")
         if b["status"] != "ok":
             md.append(f"- `{spec}`: {b['status']} — {b['reason'].splitlines()[0]}\n")
         elif b.get("note"):
@@ -191,6 +230,7 @@ def parser(doc):
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="full", choices=["full", "smoke"])
     ap.add_argument("--backends", default="ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:1e-2:1e-2,ckptfs-lossy:5e-2,ckptfs-lossy:1e-1")
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds each backend runs (of 0, 1, 2)")
     ap.add_argument("--workdir", default="/tmp/ckptfs-eval")
     ap.add_argument("--results", default="results")
     return ap

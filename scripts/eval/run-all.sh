@@ -8,7 +8,8 @@
 #
 # Environment: CKPTFS_BIN (default build/mount-tools/ckptfs), BACKENDS
 # (comma-separated; default lossless, three lossy budgets and 1e-2 with the
-# optimizer state at 1e-2), SIZE (full|smoke),
+# optimizer state at 1e-2), SEEDS (the seeds each backend's restore-and-resume
+# runs take, default 0; SEEDS=0,1,2 triples their time), SIZE (full|smoke),
 # WORKDIR (scratch space, default a new temporary directory, removed at the
 # end). Needs root (FUSE), Debian's python3-torch, python3-sklearn,
 # python3-matplotlib, zstd and the `fortunes` package (text corpus).
@@ -32,9 +33,9 @@ for w in digits charlm transfer; do
   "$PY" "$HERE/exp_compression.py" --workload "$w" "${common[@]}" || status=1
 done
 for w in digits charlm; do
-  "$PY" "$HERE/exp_fault_tolerance.py" --workload "$w" "${common[@]}" || status=1
+  "$PY" "$HERE/exp_fault_tolerance.py" --workload "$w" --seeds "${SEEDS:-0}" "${common[@]}" || status=1
 done
-"$PY" "$HERE/exp_transfer.py" "${common[@]}" || status=1
+"$PY" "$HERE/exp_transfer.py" --seeds "${SEEDS:-0}" "${common[@]}" || status=1
 "$PY" "$HERE/summary.py" --results "$RESULTS" > "$RESULTS/summary.md"
 cat "$RESULTS/summary.md"
 echo "run-all: $(( ($(date +%s) - start) / 60 )) min, results in $RESULTS (status $status)" >&2

@@ -7,6 +7,7 @@ CNN, 30 steps, 2 restore-and-resume cycles.
   accuracy at most 25 points below the baseline (seed noise is ~20 here);
 - exp_compression.py end to end: JSON, markdown and plot, with a backend the
   mount rejects reported as "not run";
+- exp_fault_tolerance.py with two seeds per backend;
 - the hand-written safetensors writer/reader (no mount needed).
 
 The binary comes from $CKPTFS_BIN (default build/mount-tools/ckptfs). Every
@@ -117,6 +118,31 @@ def test_compression_experiment_writes_results(workdir, baseline, tmp_path):
     md = (results / "compression-digits.md").read_text()
     assert "ckptfs-lossless" in md and LOSSY in md
     assert (results / "compression-digits.png").stat().st_size > 1000
+
+
+def test_fault_experiment_with_several_seeds(workdir, tmp_path):
+    """--seeds 0,1: each seed resumes from its own store and is compared with
+    the uninterrupted run of the same seed; lossless ends bit-identical for
+    both, and the summary line gives their mean."""
+    results = tmp_path / "results"
+    r = subprocess.run([h.PYTHON, os.path.join(EVAL, "exp_fault_tolerance.py"), "--workload", "digits",
+                        "--size", "smoke", "--seeds", "0,1", "--backends", "ckptfs-lossless", "--workdir", workdir,
+                        "--results", str(results)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    with open(results / "fault-digits.json") as f:
+        b = json.load(f)["backends"]["ckptfs-lossless"]
+    assert sorted(b["per_seed"]) == ["seed0", "seed1"]
+    for seed, p in b["per_seed"].items():
+        assert p["bit_identical"] and p["restores"] == 2, (seed, p)
+    # Seed 1 is its own run (another trajectory), not seed 0's again.
+    assert b["per_seed"]["seed1"]["final"] != b["per_seed"]["seed0"]["final"]
+    assert b["per_seed_summary"]["mean"] == 0.0 and b["per_seed_summary"]["all_within_target"]
+    md = (results / "fault-digits.md").read_text()
+    assert "ckptfs-lossless, seed1" in md and "over seeds 0, 1" in md
+    bad = subprocess.run([h.PYTHON, os.path.join(EVAL, "exp_fault_tolerance.py"), "--workload", "digits",
+                          "--size", "smoke", "--seeds", "0,7", "--backends", "ckptfs-lossless", "--workdir", workdir,
+                          "--results", str(results)], capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "--seeds" in bad.stderr
 
 
 def test_safetensors_writer_layout(tmp_path):
