@@ -229,14 +229,20 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     ctx.base = ByteSpan(base, out.size());
   }
   const ChunkCodecImpl* codec = FindChunkCodec(chunk.codec);  // known: checked at Open
-  Status decoded = codec->Decode(stored, index_.params[c], ctx, scratch, out);
+  // Codecs that can hash the output as they write it (while it is in
+  // cache) return the decoded checksum; for the others it is hashed here.
+  std::optional<uint64_t> decoded_checksum;
+  Status decoded = codec->Decode(stored, index_.params[c], ctx, scratch, out, &decoded_checksum);
   if (!decoded.ok()) {
     if (decoded.code() != StatusCode::kCorruption) return decoded;
     return ChunkError(StatusCode::kCorruption, c, decoded.message());
   }
   // A raw chunk decodes to its stored bytes, hashed above: each byte is
   // hashed once.
-  if (uint64_t have = chunk.codec == ChunkCodec::kRaw ? stored_checksum : Checksum64(out); have != chunk.checksum)
+  const uint64_t have = chunk.codec == ChunkCodec::kRaw ? stored_checksum
+                        : decoded_checksum      ? *decoded_checksum
+                                                : Checksum64(out);
+  if (have != chunk.checksum)
     return ChunkError(StatusCode::kChecksumMismatch, c,
                       fmt::format("decoded bytes checksum want={:016x} have={:016x}", chunk.checksum, have));
   return Status::Ok();

@@ -13,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "codec/common/hash.h"
 #include "codec/tensor/byte_planes.h"
 #include "codec/tensor/codecs.h"
 #include "codec/tensor/element_ranges.h"
@@ -289,13 +290,39 @@ size_t StreamedRansPlane(const uint8_t* modes, size_t width) {
   return rans_plane;
 }
 
+// What happens to each block of decoded output once it is merged, while it
+// is in cache: XOR with the base version (a delta chunk), then the chunk
+// checksum, fed in pieces of about kHashPiece bytes.
+class BlockFinisher {
+ public:
+  // `base`: empty, or out.size() bytes. `hash`: nullptr for none.
+  BlockFinisher(MutableByteSpan out, ByteSpan base, Checksum64Stream* hash) : out_(out), base_(base), hash_(hash) {}
+  // Bytes [at, at + n) of `out` are final but for the XOR; blocks come in order.
+  void Done(size_t at, size_t n) {
+    if (!base_.empty()) XorBytes(out_.data() + at, base_.data() + at, n, out_.data() + at);
+    if (hash_ == nullptr) return;
+    if (at + n - hashed_ >= kHashPiece || at + n == out_.size()) {
+      hash_->Update(ByteSpan(out_.data() + hashed_, at + n - hashed_));
+      hashed_ = at + n;
+    }
+  }
+
+ private:
+  static constexpr size_t kHashPiece = 16 << 10;
+  MutableByteSpan out_;
+  ByteSpan base_;
+  Checksum64Stream* hash_;
+  size_t hashed_ = 0;
+};
+
 // Decodes planes bodies[0, width) of `kept` elements each, all raw but
 // bodies[rans_plane], into `out` (count elements), block by block; with a
 // mask (sparse payload) the zero elements go back in as each block is
-// merged. `first_plane` numbers the planes in messages.
+// merged. `finish` sees each block once it is written. `first_plane`
+// numbers the planes in messages.
 Status DecodeStreamed(const ByteSpan* bodies, size_t rans_plane, size_t first_plane, size_t width, size_t count,
                       size_t kept, const std::byte* mask, CodecScratch& scratch, MutableByteSpan out,
-                      std::string_view what) {
+                      BlockFinisher& finish, std::string_view what) {
   for (size_t k = 0; k < width; ++k) {
     if (k != rans_plane && bodies[k].size() != kept)
       return Status::Corruption(fmt::format("{}: raw plane {} is {} bytes, want {}", what, first_plane + k,
@@ -322,8 +349,11 @@ Status DecodeStreamed(const ByteSpan* bodies, size_t rans_plane, size_t first_pl
     return Status::Ok();
   };
   if (mask == nullptr) {
-    for (size_t i = 0; i < count; i += kStreamBlock)
-      RETURN_IF_ERROR(merge(i, std::min(kStreamBlock, count - i), out.data() + i * width));
+    for (size_t i = 0; i < count; i += kStreamBlock) {
+      const size_t n = std::min(kStreamBlock, count - i);
+      RETURN_IF_ERROR(merge(i, n, out.data() + i * width));
+      finish.Done(i * width, n * width);
+    }
     return rans.Finish();
   }
   // `packed` holds the merged kept elements [taken, merged): fewer than a
@@ -342,15 +372,18 @@ Status DecodeStreamed(const ByteSpan* bodies, size_t rans_plane, size_t first_pl
     }
     // Unpacking reads up to n elements from `packed`: within kPieceRoom.
     UnpackNonZeroElements(packed, mask + i / 8, n, width, out.data() + i * width);
+    finish.Done(i * width, n * width);
     taken += block_kept;
     std::memmove(packed, packed + block_kept * width, (merged - taken) * width);
   }
   return rans.Finish();
 }
 
-// Decodes the payload `stored` of a chunk of out.size() bytes into `out`.
-Status DecodePlanes(ByteSpan stored, DType dtype, CodecScratch& scratch, MutableByteSpan out,
-                    std::string_view what) {
+// Decodes the payload `stored` of a chunk of out.size() bytes into `out`,
+// XORed with `base` when that is not empty (a delta chunk). With `checksum`,
+// the streamed path also hashes the output as it goes and sets *checksum.
+Status DecodePlanes(ByteSpan stored, DType dtype, ByteSpan base, CodecScratch& scratch, MutableByteSpan out,
+                    std::optional<uint64_t>* checksum, std::string_view what) {
   const size_t width = DTypeSize(dtype);
   if (!IsCodecFloat(dtype) || (width != 2 && width != 4))
     return Status::Corruption(fmt::format("{}: dtype {} is not a byte-plane float", what, DTypeName(dtype)));
@@ -396,9 +429,15 @@ Status DecodePlanes(ByteSpan stored, DType dtype, CodecScratch& scratch, Mutable
     kept = count - zeros;
   }
   const size_t first_plane = sparse ? 1 : 0;
-  if (const size_t rans_plane = StreamedRansPlane(modes.data() + first_plane, width); rans_plane < width)
-    return DecodeStreamed(bodies.data() + first_plane, rans_plane, first_plane, width, count, kept, mask, scratch,
-                          out, what);
+  if (const size_t rans_plane = StreamedRansPlane(modes.data() + first_plane, width); rans_plane < width) {
+    std::optional<Checksum64Stream> hash;
+    if (checksum != nullptr) hash.emplace();
+    BlockFinisher finish(out, base, hash ? &*hash : nullptr);
+    RETURN_IF_ERROR(DecodeStreamed(bodies.data() + first_plane, rans_plane, first_plane, width, count, kept, mask,
+                                   scratch, out, finish, what));
+    if (hash) *checksum = hash->Digest();
+    return Status::Ok();
+  }
   std::byte* buffer = scratch.planes.Reserve(width * kept);
   std::array<const std::byte*, kMaxWidth> planes{};
   for (size_t k = 0; k < width; ++k) {
@@ -407,12 +446,13 @@ Status DecodePlanes(ByteSpan stored, DType dtype, CodecScratch& scratch, Mutable
   }
   if (!sparse) {
     MergeBytePlanes(planes.data(), count, width, out.data());
-    return Status::Ok();
+  } else {
+    // Unpacking may read one element past the kept ones: room for count.
+    std::byte* packed = scratch.packed.Reserve(width * count);
+    MergeBytePlanes(planes.data(), kept, width, packed);
+    UnpackNonZeroElements(packed, mask, count, width, out.data());
   }
-  // Unpacking may read one element past the kept ones: room for count.
-  std::byte* packed = scratch.packed.Reserve(width * count);
-  MergeBytePlanes(planes.data(), kept, width, packed);
-  UnpackNonZeroElements(packed, mask, count, width, out.data());
+  if (!base.empty()) XorBytes(out.data(), base.data(), out.size(), out.data());
   return Status::Ok();
 }
 
@@ -491,7 +531,12 @@ Result<size_t> BytePlaneCodec::DoEncode(ByteSpan data, const ChunkContext& ctx, 
 
 Status BytePlaneCodec::DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
                                 MutableByteSpan out) const {
-  return DecodePlanes(stored, ctx.dtype, scratch, out, "byte-plane");
+  return DecodePlanes(stored, ctx.dtype, {}, scratch, out, nullptr, "byte-plane");
+}
+
+Status BytePlaneCodec::DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
+                                       MutableByteSpan out, std::optional<uint64_t>* checksum) const {
+  return DecodePlanes(stored, ctx.dtype, {}, scratch, out, checksum, "byte-plane");
 }
 
 Result<size_t> BytePlaneXorCodec::DoEncode(ByteSpan data, const ChunkContext& ctx, CodecScratch& scratch,
@@ -503,11 +548,14 @@ Result<size_t> BytePlaneXorCodec::DoEncode(ByteSpan data, const ChunkContext& ct
 
 Status BytePlaneXorCodec::DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
                                    MutableByteSpan out) const {
+  return DoDecodeAndHash(stored, ctx, scratch, out, nullptr);
+}
+
+Status BytePlaneXorCodec::DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
+                                          MutableByteSpan out, std::optional<uint64_t>* checksum) const {
   if (ctx.base.size() != out.size())
     return Status::Internal(fmt::format("byte-plane-xor: base is {} bytes, want {}", ctx.base.size(), out.size()));
-  RETURN_IF_ERROR(DecodePlanes(stored, ctx.dtype, scratch, out, "byte-plane-xor"));
-  XorBytes(out.data(), ctx.base.data(), out.size(), out.data());
-  return Status::Ok();
+  return DecodePlanes(stored, ctx.dtype, ctx.base, scratch, out, checksum, "byte-plane-xor");
 }
 
 }  // namespace ckptfs

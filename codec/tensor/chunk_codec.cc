@@ -23,13 +23,17 @@ Result<size_t> ChunkCodecImpl::Encode(ByteSpan data, const ChunkContext& ctx, Co
 }
 
 Status ChunkCodecImpl::Decode(ByteSpan stored, ByteSpan params, const ChunkContext& ctx, CodecScratch& scratch,
-                              MutableByteSpan out) const {
+                              MutableByteSpan out, std::optional<uint64_t>* checksum) const {
   if (!TakesParams() && !params.empty())
     return Status::Corruption(
         fmt::format("{}: parameters area holds {} bytes, want 0", ChunkCodecName(id_), params.size()));
   if (!ctx.base.empty() && ctx.base.size() != out.size())
     return Status::Internal(
         fmt::format("{}: base is {} bytes, want {}", ChunkCodecName(id_), ctx.base.size(), out.size()));
+  if (checksum != nullptr) {
+    checksum->reset();
+    return DoDecodeAndHash(stored, ctx, scratch, out, checksum);
+  }
   return DoDecode(stored, ctx, scratch, out);
 }
 

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
@@ -49,8 +51,12 @@ class ChunkCodecImpl {
   // parameters area (empty for every lossless codec: anything else is
   // Corruption). Hostile input gives Corruption, never UB.
   // REQUIRES: ctx.base is empty or out.size() long.
+  // With `checksum`, a codec that can hashes the output as it writes it,
+  // piece by piece while the bytes are in cache, and sets *checksum to
+  // XXH3-64 of all of `out` (Checksum64, the chunk's decoded checksum);
+  // the others leave it empty, and the caller hashes `out` itself.
   Status Decode(ByteSpan stored, ByteSpan params, const ChunkContext& ctx, CodecScratch& scratch,
-                MutableByteSpan out) const;
+                MutableByteSpan out, std::optional<uint64_t>* checksum = nullptr) const;
 
  protected:
   // An upper bound of the stored size for `raw_size` input bytes.
@@ -61,6 +67,12 @@ class ChunkCodecImpl {
   // Fills all of `out`, or fails.
   virtual Status DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
                           MutableByteSpan out) const = 0;
+  // DoDecode that may also hash its output as it goes (Decode with a
+  // checksum); by default it does not.
+  virtual Status DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
+                                 MutableByteSpan out, std::optional<uint64_t>* /*checksum*/) const {
+    return DoDecode(stored, ctx, scratch, out);
+  }
   // True for codecs that store parameters (the lossy ones, later).
   virtual bool TakesParams() const { return false; }
 

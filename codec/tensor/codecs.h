@@ -64,6 +64,10 @@ class BytePlaneCodec : public ChunkCodecImpl {
                           std::byte* out) const override;
   Status DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
                   MutableByteSpan out) const override;
+  // The streamed float path (one rANS plane, the others raw) hashes each
+  // block as it is merged.
+  Status DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch, MutableByteSpan out,
+                         std::optional<uint64_t>* checksum) const override;
 };
 
 // kBytePlaneXorZstd: XOR with the base version's bytes, then as
@@ -78,6 +82,9 @@ class BytePlaneXorCodec final : public BytePlaneCodec {
                           std::byte* out) const override;
   Status DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
                   MutableByteSpan out) const override;
+  // The streamed path XORs and hashes each block as it is merged.
+  Status DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch, MutableByteSpan out,
+                         std::optional<uint64_t>* checksum) const override;
 };
 
 }  // namespace ckptfs

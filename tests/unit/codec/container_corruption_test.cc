@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <zstd.h>
 
+#include <set>
+
 #include "blob_test_util.h"
 
 namespace ckptfs {
@@ -83,6 +85,38 @@ TEST(BlobCorruption, DamagedChunkErrorNamesTheChunk) {
   std::vector<std::byte> head(c.logical_offset);
   EXPECT_TRUE((*damaged)->ReadAt(0, head).ok());
   EXPECT_EQ((*damaged)->VerifyChunk(2).code(), StatusCode::kChecksumMismatch);
+}
+
+// A chunk whose stored bytes are intact but whose decoded bytes are not what
+// was written (a decoder bug, a different machine): the decoded checksum
+// catches it on every decode path, including the byte-plane path that hashes
+// its output block by block as it decodes, and a delta chunk's XOR.
+TEST(BlobCorruption, AWrongDecodedChecksumIsFoundOnEveryDecodePath) {
+  std::vector<std::byte> weights = testing::NormalF32(30000, 5);
+  for (size_t i = 0; i < 30000; ++i) {  // noisy low mantissa bytes, as in trained weights
+    weights[4 * i] = static_cast<std::byte>(i * 131 + 7);
+    weights[4 * i + 1] = static_cast<std::byte>((i * 2654435761u) >> 13);
+  }
+  std::string text(3000, 'v');
+  FileBuilder f;
+  f.Verbatim(AsBytes(text)).Tensor("w", DType::kF32, {30000}, weights).Tensor("h", DType::kBF16, {9000},
+                                                                                testing::NormalBF16(9000, 6));
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 32 << 10, 1});
+  auto reader = OpenBytes(blob);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  std::set<ChunkCodec> codecs;
+  for (size_t c = 0; c < (*reader)->chunks().size(); ++c) {
+    codecs.insert((*reader)->chunks()[c].codec);
+    // Intact, every chunk verifies (the block-by-block hash equals the whole one).
+    ASSERT_TRUE((*reader)->VerifyChunk(static_cast<uint32_t>(c)).ok()) << "chunk " << c;
+    std::vector<std::byte> bad = RewriteBlob(blob, [&](BlobIndex& index, auto&) { index.chunks[c].checksum ^= 1; });
+    auto damaged = OpenBytes(bad);
+    ASSERT_TRUE(damaged.ok()) << damaged.status().ToString();
+    Status s = (*damaged)->VerifyChunk(static_cast<uint32_t>(c));
+    EXPECT_EQ(s.code(), StatusCode::kChecksumMismatch) << "chunk " << c << ": " << s.ToString();
+    EXPECT_NE(s.message().find("decoded bytes checksum"), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(codecs.count(ChunkCodec::kBytePlaneZstd)) << "no byte-plane chunk to test";
 }
 
 TEST(BlobCorruption, DecompressionBombInAChunkIsRefusedBeforeInflating) {

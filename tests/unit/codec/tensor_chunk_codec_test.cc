@@ -4,8 +4,11 @@
 #include <zstd.h>
 
 #include <limits>
+#include <optional>
+#include <random>
 
 #include "blob_test_util.h"
+#include "codec/common/hash.h"
 #include "codec/tensor/chunk_encoder.h"
 
 namespace ckptfs {
@@ -295,6 +298,76 @@ TEST(ChunkCodec, StreamedDecodeHandlesZeroRunsAcrossBlocks) {
                 StatusCode::kCorruption);
     }
   }
+}
+
+// Normal f32 values whose two low mantissa bytes are noise, as in trained
+// weights: only the sign/exponent plane is worth coding.
+std::vector<std::byte> TrainedLikeF32(size_t count, uint32_t seed) {
+  std::vector<std::byte> out = testing::NormalF32(count, seed);
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < count; ++i) {
+    out[4 * i] = static_cast<std::byte>(rng());
+    out[4 * i + 1] = static_cast<std::byte>(rng());
+  }
+  return out;
+}
+
+// Decode with a checksum: the streamed float path (one rANS plane, the
+// others raw) hashes each block as it writes it; the value must be the
+// chunk checksum of the whole output, whatever the block boundaries, the
+// zero mask or the XOR with a base. Other paths leave it to the caller.
+TEST(ChunkCodec, DecodeHashesTheOutputAsItGoesOnTheStreamedPath) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (size_t count : {size_t{1}, size_t{33}, size_t{511}, size_t{512}, size_t{513}, size_t{4097}, size_t{100000}}) {
+      const uint32_t seed = static_cast<uint32_t>(count);
+      const std::vector<std::byte> normal = dtype == DType::kF32 ? TrainedLikeF32(count, seed)
+                                                                 : testing::NormalBF16(count, seed);
+      const std::vector<std::byte> sparse = WithZeros(dtype, count, 8, seed);
+      for (const std::vector<std::byte>* input : {&normal, &sparse}) {
+        const std::vector<std::byte>& data = *input;
+        ChunkContext ctx{dtype, 3, {}};
+        std::vector<std::byte> stored = EncodeWith(ChunkCodec::kBytePlaneZstd, data, ctx);
+        std::vector<std::byte> back(data.size());
+        CodecScratch scratch;
+        std::optional<uint64_t> checksum = 12345;
+        ASSERT_TRUE(FindChunkCodec(ChunkCodec::kBytePlaneZstd)->Decode(stored, {}, ctx, scratch, back, &checksum).ok());
+        EXPECT_EQ(back, data);
+        if (checksum) {
+          EXPECT_EQ(*checksum, Checksum64(data)) << DTypeName(dtype) << " x " << count;
+        }
+        // Normal weights: sign/exponent plane rANS, the rest raw (streamed).
+        if (input == &normal && count >= 4097) {
+          EXPECT_TRUE(checksum.has_value()) << DTypeName(dtype) << " x " << count << ": not streamed";
+        }
+      }
+      // A delta chunk: XOR and hash per block. Two unrelated tensors keep the
+      // residual's sign/exponent plane for rANS (the streamed path).
+      std::vector<std::byte> base = dtype == DType::kF32 ? TrainedLikeF32(count, seed + 1)
+                                                         : testing::NormalBF16(count, seed + 1);
+      ChunkContext delta{dtype, 3, base};
+      std::vector<std::byte> stored = EncodeWith(ChunkCodec::kBytePlaneXorZstd, normal, delta);
+      std::vector<std::byte> back(normal.size());
+      CodecScratch scratch;
+      std::optional<uint64_t> checksum;
+      ASSERT_TRUE(FindChunkCodec(ChunkCodec::kBytePlaneXorZstd)->Decode(stored, {}, delta, scratch, back, &checksum).ok());
+      EXPECT_EQ(back, normal);
+      if (checksum) {
+        EXPECT_EQ(*checksum, Checksum64(normal)) << "delta " << DTypeName(dtype) << " x " << count;
+      }
+      if (count >= 4097) {
+        EXPECT_TRUE(checksum.has_value()) << "delta " << DTypeName(dtype) << " x " << count;
+      }
+    }
+  }
+  // A codec without the streamed path leaves it empty (a stale value is cleared).
+  std::vector<std::byte> data = testing::NormalF32(1000, 3);
+  ChunkContext ctx{DType::kF32, 3, {}};
+  std::vector<std::byte> stored = EncodeWith(ChunkCodec::kZstd, data, ctx);
+  std::vector<std::byte> back(data.size());
+  CodecScratch scratch;
+  std::optional<uint64_t> checksum = 1;
+  ASSERT_TRUE(FindChunkCodec(ChunkCodec::kZstd)->Decode(stored, {}, ctx, scratch, back, &checksum).ok());
+  EXPECT_FALSE(checksum.has_value());
 }
 
 TEST(ChunkCodec, SparseChunksOfAlmostOnlyZerosRoundTrip) {
