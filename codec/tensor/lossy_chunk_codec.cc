@@ -94,6 +94,11 @@ Result<size_t> LossyChunkCodec::DoEncode(ByteSpan, const ChunkContext&, CodecScr
 
 Status LossyChunkCodec::DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
                                  MutableByteSpan out) const {
+  return DoDecodeAndHash(stored, ctx, scratch, out, nullptr);
+}
+
+Status LossyChunkCodec::DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
+                                        MutableByteSpan out, std::optional<uint64_t>* checksum) const {
   ASSIGN_OR_RETURN(lossy::ElementType type, lossy::ElementTypeOf(ctx.dtype));
   // The kernels store whole elements: decode into an aligned buffer when a
   // reader's span is not aligned to the element size (then copy).
@@ -105,9 +110,9 @@ Status LossyChunkCodec::DoDecode(ByteSpan stored, const ChunkContext& ctx, Codec
     std::copy(base.begin(), base.end(), copy);
     base = ByteSpan(copy, base.size());
   }
-  if (!misaligned(out.data())) return lossy::DecodeChunk(type, stored, base, out, &scratch.lossy());
+  if (!misaligned(out.data())) return lossy::DecodeChunk(type, stored, base, out, &scratch.lossy(), nullptr, checksum);
   MutableByteSpan aligned(scratch.planes.Reserve(out.size()), out.size());
-  RETURN_IF_ERROR(lossy::DecodeChunk(type, stored, base, aligned, &scratch.lossy()));
+  RETURN_IF_ERROR(lossy::DecodeChunk(type, stored, base, aligned, &scratch.lossy(), nullptr, checksum));
   std::copy(aligned.begin(), aligned.end(), out.begin());
   return Status::Ok();
 }

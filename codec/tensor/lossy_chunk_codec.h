@@ -55,6 +55,9 @@ class LossyChunkCodec final : public ChunkCodecImpl {
                           std::byte* out) const override;
   Status DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch,
                   MutableByteSpan out) const override;
+  // The quantized and log modes hash the output slice by slice as they write it.
+  Status DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch, MutableByteSpan out,
+                         std::optional<uint64_t>* checksum) const override;
   bool TakesParams() const override { return true; }
 };
 

@@ -1,5 +1,6 @@
 // DecodeChunk: parses and checks the stream (LOSSY.md), then unpacks and
 // dequantizes through the kernels and patches the exact elements.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -22,7 +23,8 @@ Status Corrupt(const std::string& what, uint64_t want, uint64_t have) {
 }  // namespace
 
 Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
-                   LossyKernels* kernels) {
+                   LossyKernels* kernels, std::optional<uint64_t>* checksum) {
+  if (checksum != nullptr) checksum->reset();
   const size_t width = ElementSize(type);
   if (encoded.size() < StreamHeader::kEncodedSize + kTrailerSize)
     return Corrupt("stream size at least", StreamHeader::kEncodedSize + kTrailerSize, encoded.size());
@@ -49,8 +51,16 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   if (!s.cpu_kernels) s.cpu_kernels = MakeCpuKernels();
   LossyKernels& k = kernels ? *kernels : *s.cpu_kernels;
 
-  if (h.mode == StreamMode::kLog)
-    return DecodeLogBody(type, h, encoded.subspan(StreamHeader::kEncodedSize), base, out, s);
+  // The CPU kernels decode in slices that are hashed while in cache; a
+  // device backend decodes the chunk in one call (the caller hashes it).
+  std::optional<Checksum64Stream> hash;
+  if (checksum != nullptr && kernels == nullptr && h.mode != StreamMode::kLossless) hash.emplace();
+  if (h.mode == StreamMode::kLog) {
+    RETURN_IF_ERROR(DecodeLogBody(type, h, encoded.subspan(StreamHeader::kEncodedSize), base, out, s,
+                                  SimdLevel::kAvx512, hash ? &*hash : nullptr));
+    if (hash) *checksum = hash->Digest();
+    return Status::Ok();
+  }
   ByteReader r(encoded, "lossy chunk");
   r.Skip(StreamHeader::kEncodedSize);
   if (h.mode == StreamMode::kLossless) {
@@ -84,11 +94,23 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   const uint64_t packed_bytes = PackedBytes(n, h.bits);
   EnsureSize(&s.packed, packed_bytes);
   RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.packed.data(), packed_bytes, "symbols"));
+  ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, width, &s.exact_list));
   uint32_t max_symbol = 0;
-  RETURN_IF_ERROR(k.Dequantize(type, h.bits, levels, ByteSpan(s.packed.data(), packed_bytes), base, out, &max_symbol));
+  const uint64_t slice = hash ? kDecodeSliceElements : std::max<uint64_t>(n, 1);
+  auto dequantize = [&](uint64_t first, uint64_t count) {
+    // Every slice starts on a byte of the packed symbols (first is a multiple of 8).
+    const uint64_t at = first * h.bits / 8;
+    uint32_t slice_max = 0;
+    Status done = k.Dequantize(type, h.bits, levels, ByteSpan(s.packed.data() + at, packed_bytes - at),
+                               base.empty() ? base : base.subspan(first * width, count * width),
+                               out.subspan(first * width, count * width), &slice_max);
+    max_symbol = std::max(max_symbol, slice_max);
+    return done;
+  };
+  RETURN_IF_ERROR(DecodeInSlices(n, width, slice, exact, hash ? &*hash : nullptr, out, dequantize));
   if (max_symbol > h.num_levels) return Corrupt("symbols <= levels", h.num_levels, max_symbol);
-
-  return ApplyExactStream(s.dctx.get(), exact_z, h, width, &s.exact_list, out);
+  if (hash) *checksum = hash->Digest();
+  return Status::Ok();
 }
 
 }  // namespace ckptfs::lossy

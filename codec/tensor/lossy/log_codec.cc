@@ -267,39 +267,64 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
 // `packed` has kPackedSlack readable bytes past its end. With avx512 an
 // f32 key frame's table decode runs by AVX-512, and with a vector_table
 // (see DecodeDeltaF32Avx512's requirements) an f32 delta frame.
+// Decodes the elements of a log stream slice by slice: [first, first +
+// count) of `out` from the packed symbols and, for a delta frame, the base.
+// What depends on the whole chunk (the key-frame symbol table, the path)
+// is decided once.
 template <typename E>
-Status DecodeTyped(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, ByteSpan packed, ByteSpan base,
-                   MutableByteSpan out, bool avx512, const LogFractionTable* vector_table) {
+class LogSliceDecoder {
+ public:
   using Bits = typename E::Bits;
-  const uint64_t n = out.size() / sizeof(Bits);
-  const uint32_t mask = (1u << bits) - 1;
-  const std::byte* p = packed.data();
-  if (base.empty() && bits <= kMaxTableBits && (uint64_t{1} << bits) <= n) {
-    // A key frame predicts every element from the origin, so a symbol alone
-    // names the element: decode through a table of all 2^bits of them.
-    std::vector<Bits> table(size_t{1} << bits);
-    for (uint32_t sym = 0; sym < table.size(); ++sym)
-      table[sym] = sym == kSymbolZero ? Bits{0} : GridElement<E>(grid, origin + (sym == 0 ? 0 : Unzigzag(sym - 1)));
+  LogSliceDecoder(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, ByteSpan packed, ByteSpan base,
+                  MutableByteSpan out, bool avx512, const LogFractionTable* vector_table)
+      : grid_(grid), bits_(bits), mask_((1u << bits) - 1), origin_(origin), shift_(shift), packed_(packed),
+        base_(base), out_(out), avx512_(avx512), vector_table_(vector_table) {
+    const uint64_t n = out.size() / sizeof(Bits);
+    if (base.empty() && bits <= kMaxTableBits && (uint64_t{1} << bits) <= n) {
+      // A key frame predicts every element from the origin, so a symbol alone
+      // names the element: decode through a table of all 2^bits of them.
+      table_.resize(size_t{1} << bits);
+      for (uint32_t sym = 0; sym < table_.size(); ++sym)
+        table_[sym] = sym == kSymbolZero ? Bits{0} : GridElement<E>(grid, origin + (sym == 0 ? 0 : Unzigzag(sym - 1)));
+    }
+  }
+
+  // REQUIRES: first is a multiple of 8 (the slice's symbols start on a byte).
+  Status Slice(uint64_t first, uint64_t n) {
+    const std::byte* p = packed_.data() + first * bits_ / 8;
+    std::byte* out = out_.data() + first * sizeof(Bits);
+    if (!table_.empty()) {
+      if constexpr (std::is_same_v<E, F32Elem>) {
+        if (avx512_) {
+          DecodeKeyTableF32Avx512(table_.data(), p, bits_, n, out);
+          return Status::Ok();
+        }
+      }
+      for (uint64_t i = 0; i < n; ++i) StoreLogBits<E>(out, i, table_[SymbolAt(p, i, bits_, mask_)]);
+      return Status::Ok();
+    }
+    const std::byte* b = base_.empty() ? nullptr : base_.data() + first * sizeof(Bits);
     if constexpr (std::is_same_v<E, F32Elem>) {
-      if (avx512) {
-        DecodeKeyTableF32Avx512(table.data(), p, bits, n, out.data());
+      if (vector_table_ != nullptr && b != nullptr) {
+        DecodeDeltaF32Avx512(grid_, *vector_table_, p, bits_, origin_, shift_, b, n, out);
         return Status::Ok();
       }
     }
-    for (uint64_t i = 0; i < n; ++i) StoreLogBits<E>(out.data(), i, table[SymbolAt(p, i, bits, mask)]);
+    for (uint64_t i = 0; i < n; ++i)
+      StoreLogBits<E>(out, i, DecodeLogElement<E>(grid_, SymbolAt(p, i, bits_, mask_), b, i, origin_, shift_));
     return Status::Ok();
   }
-  const std::byte* b = base.empty() ? nullptr : base.data();
-  if constexpr (std::is_same_v<E, F32Elem>) {
-    if (vector_table != nullptr && b != nullptr) {
-      DecodeDeltaF32Avx512(grid, *vector_table, p, bits, origin, shift, b, n, out.data());
-      return Status::Ok();
-    }
-  }
-  for (uint64_t i = 0; i < n; ++i)
-    StoreLogBits<E>(out.data(), i, DecodeLogElement<E>(grid, SymbolAt(p, i, bits, mask), b, i, origin, shift));
-  return Status::Ok();
-}
+
+ private:
+  const LogGrid& grid_;
+  uint32_t bits_, mask_;
+  int64_t origin_, shift_;
+  ByteSpan packed_, base_;
+  MutableByteSpan out_;
+  bool avx512_;
+  const LogFractionTable* vector_table_;
+  std::vector<Bits> table_;
+};
 
 }  // namespace
 
@@ -372,7 +397,7 @@ Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan va
 }
 
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
-                     Scratch::Buffers& s, SimdLevel max_simd) {
+                     Scratch::Buffers& s, SimdLevel max_simd, Checksum64Stream* hash) {
   ByteReader r(body, "lossy log chunk");
   const double ratio = std::bit_cast<double>(r.U64());
   const int64_t origin = static_cast<int32_t>(r.U32());
@@ -409,18 +434,20 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
     }
     if (s.log_table && s.log_table->ratio == grid->ratio() && s.log_table->has_small) vector_table = s.log_table.get();
   }
+  ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list));
+  const uint64_t slice = hash != nullptr ? kDecodeSliceElements : std::max<uint64_t>(n, 1);
+  auto run = [&]<typename E>(bool vector_ok) {
+    LogSliceDecoder<E> decoder(*grid, h.bits, origin, shift, packed, base, out, vector_ok && avx512,
+                               vector_ok ? vector_table : nullptr);
+    return DecodeInSlices(n, sizeof(typename E::Bits), slice, exact, hash, out,
+                          [&](uint64_t first, uint64_t count) { return decoder.Slice(first, count); });
+  };
   switch (type) {
-    case ElementType::kF32:
-      RETURN_IF_ERROR(DecodeTyped<F32Elem>(*grid, h.bits, origin, shift, packed, base, out, avx512, vector_table));
-      break;
-    case ElementType::kF16:
-      RETURN_IF_ERROR(DecodeTyped<F16Elem>(*grid, h.bits, origin, shift, packed, base, out, false, nullptr));
-      break;
-    case ElementType::kBF16:
-      RETURN_IF_ERROR(DecodeTyped<BF16Elem>(*grid, h.bits, origin, shift, packed, base, out, false, nullptr));
-      break;
+    case ElementType::kF32: return run.template operator()<F32Elem>(true);
+    case ElementType::kF16: return run.template operator()<F16Elem>(false);
+    case ElementType::kBF16: return run.template operator()<BF16Elem>(false);
   }
-  return ApplyExactStream(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list, out);
+  return Status::Internal("log decode: element type");
 }
 
 }  // namespace ckptfs::lossy

@@ -146,8 +146,9 @@ Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan va
 // Decodes the body of a log-mode stream (everything after the header, the
 // checksum already removed and verified). `base` is empty unless h is a
 // delta frame, then out.size() bytes. max_simd caps the vector path (the
-// output is the same at every level).
+// output is the same at every level). With `hash`, the output is written,
+// patched and hashed in slices (DecodeInSlices) while each is in cache.
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
-                     Scratch::Buffers& s, SimdLevel max_simd = SimdLevel::kAvx512);
+                     Scratch::Buffers& s, SimdLevel max_simd = SimdLevel::kAvx512, Checksum64Stream* hash = nullptr);
 
 }  // namespace ckptfs::lossy

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -126,9 +127,13 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
 // `base` must be the same base the encoder was given (it may be empty when
 // the stream is a key frame; it is ignored then).
 // Corrupt or truncated input gives a Corruption status, never a crash.
+// With `checksum`, the quantized and log modes on the CPU kernels write,
+// patch and hash the output slice by slice while it is in cache and set
+// *checksum to XXH3-64 of all of `out` (the chunk checksum); other paths
+// leave it empty.
 // REQUIRES: out.size() is the chunk's byte size.
 // Thread safety: reentrant; concurrent calls need distinct scratch/kernels.
 Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
-                   LossyKernels* kernels = nullptr);
+                   LossyKernels* kernels = nullptr, std::optional<uint64_t>* checksum = nullptr);
 
 }  // namespace ckptfs::lossy

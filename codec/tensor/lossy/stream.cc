@@ -119,39 +119,45 @@ void BuildExactList(std::span<const uint32_t> positions, ByteSpan raw, std::vect
   out->resize(at + raw.size());
 }
 
-Status PatchExactList(ByteSpan list, uint64_t count, size_t width, MutableByteSpan out) {
-  const uint64_t n = out.size() / width;
-  const size_t raw_at = list.size() - count * width;
-  ByteSpan gaps = list.first(raw_at);
-  size_t pos = 0;
-  uint64_t next = 0;
-  for (uint64_t e = 0; e < count; ++e) {
-    uint32_t gap = 0;
-    if (!GetVarint32(gaps, &pos, &gap))
-      return Status::Corruption("lossy chunk: exact list position " + std::to_string(e));
-    uint64_t p = next + gap;
-    if (p >= n)
-      return Status::Corruption("lossy chunk: exact position < element count, want=" + std::to_string(n) +
-                                " have=" + std::to_string(p));
-    std::memcpy(out.data() + p * width, list.data() + raw_at + e * width, width);
-    next = p + 1;
-  }
-  if (pos != gaps.size())
-    return Status::Corruption("lossy chunk: exact list gap bytes, want=" + std::to_string(gaps.size()) +
-                              " have=" + std::to_string(pos));
-  return Status::Ok();
-}
-
-Status ApplyExactStream(ZSTD_DCtx* dctx, ByteSpan exact_z, const StreamHeader& h, size_t width,
-                        std::vector<std::byte>* list, MutableByteSpan out) {
-  if (h.exact_count == 0) return Status::Ok();
+Result<ExactPatcher> ExactPatcher::Open(ZSTD_DCtx* dctx, ByteSpan exact_z, const StreamHeader& h, size_t width,
+                                        std::vector<std::byte>* list) {
+  if (h.exact_count == 0) return ExactPatcher();
   // The list holds at least 1 byte of varint and `width` raw bytes per entry.
   if (h.exact_raw_size < h.exact_count * (1 + width) || h.exact_raw_size > h.exact_count * (5 + width))
     return Status::Corruption("lossy chunk: exact list size, want=" + std::to_string(h.exact_count * (1 + width)) +
                               " have=" + std::to_string(h.exact_raw_size));
   if (list->size() < h.exact_raw_size) list->resize(h.exact_raw_size);
   RETURN_IF_ERROR(Unzstd(dctx, exact_z, list->data(), h.exact_raw_size, "exact list"));
-  return PatchExactList(ByteSpan(list->data(), h.exact_raw_size), h.exact_count, width, out);
+  return ExactPatcher(ByteSpan(list->data(), h.exact_raw_size), h.exact_count, width);
+}
+
+Status ExactPatcher::PatchBelow(uint64_t end, MutableByteSpan out) {
+  // The varint gaps are position - previous - 1, the first relative to -1.
+  while (done_ < count_) {
+    if (!have_position_) {
+      uint32_t gap = 0;
+      if (!GetVarint32(list_.first(raw_at_), &pos_, &gap))
+        return Status::Corruption("lossy chunk: exact list position " + std::to_string(done_));
+      position_ = next_ + gap;
+      have_position_ = true;
+    }
+    if (position_ >= end || position_ >= out.size() / width_) break;  // a later slice's, or out of range (Finish)
+    std::memcpy(out.data() + position_ * width_, list_.data() + raw_at_ + done_ * width_, width_);
+    next_ = position_ + 1;
+    ++done_;
+    have_position_ = false;
+  }
+  return Status::Ok();
+}
+
+Status ExactPatcher::Finish(uint64_t n) const {
+  if (done_ < count_)
+    return Status::Corruption("lossy chunk: exact position < element count, want=" + std::to_string(n) +
+                              " have=" + std::to_string(position_));
+  if (pos_ != raw_at_)
+    return Status::Corruption("lossy chunk: exact list gap bytes, want=" + std::to_string(raw_at_) +
+                              " have=" + std::to_string(pos_));
+  return Status::Ok();
 }
 
 void SplitPlanes(ByteSpan values, ByteSpan base, size_t width, MutableByteSpan out) {

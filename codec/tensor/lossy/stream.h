@@ -3,6 +3,7 @@
 // byte-plane transform of the lossless mode.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -11,6 +12,7 @@
 #include <zstd.h>
 
 #include "codec/common/bytes.h"
+#include "codec/common/hash.h"
 #include "codec/common/status.h"
 #include "codec/tensor/lossy/lossy.h"
 
@@ -68,13 +70,57 @@ Status Unzstd(ZSTD_DCtx* dctx, ByteSpan src, std::byte* dst, size_t want, const 
 void AppendChecksum(std::vector<std::byte>* out);
 // Writes the exact list (LOSSY.md 5.4): varint position gaps, then the raw bits.
 void BuildExactList(std::span<const uint32_t> positions, ByteSpan raw, std::vector<std::byte>* out);
-// Parses a decompressed exact list of `count` elements of `width` bytes and
-// writes each raw element at its position in `out` (n = out.size() / width).
-Status PatchExactList(ByteSpan list, uint64_t count, size_t width, MutableByteSpan out);
-// Decompresses the exact stream `exact_z` of a stream with header `h` (into
-// `list`) and patches its elements into `out`; nothing when exact_count = 0.
-Status ApplyExactStream(ZSTD_DCtx* dctx, ByteSpan exact_z, const StreamHeader& h, size_t width,
-                        std::vector<std::byte>* list, MutableByteSpan out);
+
+// The exact list of a stream (LOSSY.md 5.4), written into the decoded output
+// slice by slice: the decoders write, patch and hash a chunk's output in
+// slices, while each is in cache.
+class ExactPatcher {
+ public:
+  ExactPatcher() = default;  // an empty list
+  // Decompresses the exact stream `exact_z` of a stream with header `h` into
+  // `list` (nothing when h.exact_count is 0). `list` must outlive the patcher.
+  static Result<ExactPatcher> Open(ZSTD_DCtx* dctx, ByteSpan exact_z, const StreamHeader& h, size_t width,
+                                   std::vector<std::byte>* list);
+  // Writes the raw elements at positions below `end` into `out`, the whole
+  // chunk's output. Calls come with growing `end`.
+  Status PatchBelow(uint64_t end, MutableByteSpan out);
+  // After the last slice of n elements: every entry lay within them, and no
+  // list bytes were left over.
+  Status Finish(uint64_t n) const;
+
+ private:
+  ExactPatcher(ByteSpan list, uint64_t count, size_t width)
+      : list_(list), count_(count), width_(width), raw_at_(list.size() - count * width) {}
+  ByteSpan list_;
+  uint64_t count_ = 0;
+  size_t width_ = 0;
+  size_t raw_at_ = 0;            // the raw elements follow the varint gaps
+  size_t pos_ = 0;               // next varint byte
+  uint64_t done_ = 0;            // entries written
+  uint64_t next_ = 0;            // the position after the last one written
+  bool have_position_ = false;   // position_ is read but not written yet
+  uint64_t position_ = 0;
+};
+
+// The slice, in elements, in which a decoder writes, patches and hashes its
+// output: 64 KiB of f32 stays in L2. A multiple of 8, so that every slice's
+// packed symbols start on a byte boundary at any symbol width.
+inline constexpr uint64_t kDecodeSliceElements = 16384;
+
+// Runs decode_slice(first, count) over the n elements of `out` in slices of
+// `slice` elements (a multiple of 8), writing each slice's exact elements
+// and, with `hash`, hashing it right after; then checks the exact list.
+template <typename DecodeSlice>
+Status DecodeInSlices(uint64_t n, size_t width, uint64_t slice, ExactPatcher& exact, Checksum64Stream* hash,
+                      MutableByteSpan out, DecodeSlice&& decode_slice) {
+  for (uint64_t first = 0; first < n; first += slice) {
+    const uint64_t count = std::min(slice, n - first);
+    RETURN_IF_ERROR(decode_slice(first, count));
+    RETURN_IF_ERROR(exact.PatchBelow(first + count, out));
+    if (hash != nullptr) hash->Update(ByteSpan(out.data() + first * width, count * width));
+  }
+  return exact.Finish(n);
+}
 
 // LEB128 unsigned varint (7 bits per byte, low first, at most 5 bytes here).
 inline size_t PutVarint32(std::byte* out, uint32_t v) {

@@ -48,7 +48,7 @@ EncodedChunk CheckRoundTrip(ElementType type, const std::vector<std::byte>& valu
 
   // decode(encode) == the reconstruction, bit for bit.
   std::vector<std::byte> out(values.size(), std::byte{0x5a});
-  Status st = DecodeChunk(type, c.bytes, base, out, scratch);
+  Status st = testing::DecodeBothWays(type, c.bytes, base, out, scratch);
   EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_TRUE(out == c.reconstruction) << "decoded bytes differ from the encoder's reconstruction";
 

@@ -46,7 +46,7 @@ ChainResult RunChain(ElementType type, double rel_l2, size_t n, int versions) {
     result.worst_rel = std::max(result.worst_rel, rel);
     // The chain decodes from its own reconstructions.
     std::vector<std::byte> out(values.size());
-    Status st = DecodeChunk(type, c->bytes, base, out, &scratch);
+    Status st = testing::DecodeBothWays(type, c->bytes, base, out, &scratch);
     EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_TRUE(out == c->reconstruction) << "version " << t;
     if (t == 0) {

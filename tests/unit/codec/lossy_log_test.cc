@@ -85,7 +85,7 @@ TEST(LossyLog, EveryElementIsWithinItsRelativeBound) {
         ASSERT_TRUE(c.ok()) << c.status().ToString();
         const double worst = CheckElements(type, values, c->reconstruction, max_rel);
         std::vector<std::byte> out(values.size());
-        Status st = DecodeChunk(type, c->bytes, {}, out, &scratch);
+        Status st = testing::DecodeBothWays(type, c->bytes, {}, out, &scratch);
         ASSERT_TRUE(st.ok()) << st.ToString();
         EXPECT_TRUE(out == c->reconstruction);
         if (c->stats.mode == static_cast<uint8_t>(StreamMode::kLog)) {
@@ -197,7 +197,7 @@ TEST(LossyLog, FiftyVersionChainDoesNotDriftAndDeltasAreSmall) {
     ASSERT_EQ(c->stats.mode, static_cast<uint8_t>(StreamMode::kLog)) << "version " << t;
     CheckElements(ElementType::kF32, values, c->reconstruction, max_rel);  // against the truth: no drift
     std::vector<std::byte> out(values.size());
-    Status st = DecodeChunk(ElementType::kF32, c->bytes, base, out, &scratch);
+    Status st = testing::DecodeBothWays(ElementType::kF32, c->bytes, base, out, &scratch);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ASSERT_TRUE(out == c->reconstruction) << "version " << t;
     (t == 0 ? key_bytes : delta_bytes) += c->bytes.size();
@@ -306,7 +306,7 @@ TEST(LossyLog, EscapedElementsLeaveTheErrorSums) {
     EXPECT_EQ(chunk->stats.err2_sum, err2);
     EXPECT_EQ(chunk->stats.max_abs, max_abs);
     std::vector<std::byte> out(values.size());
-    ASSERT_TRUE(DecodeChunk(type, chunk->bytes, base, out, &scratch).ok());
+    ASSERT_TRUE(testing::DecodeBothWays(type, chunk->bytes, base, out, &scratch).ok());
     EXPECT_EQ(out, chunk->reconstruction);
   }
 }

@@ -2,9 +2,13 @@
 // and an independent (naive) error measurement.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -109,6 +113,28 @@ inline NaiveError Measure(ElementType type, const std::vector<std::byte>& orig, 
     e.max_abs = std::max(e.max_abs, std::fabs(d));
   }
   return e;
+}
+
+// Decodes `encoded` twice: plainly, and writing, patching and hashing the
+// output slice by slice (DecodeChunk with a checksum). Both must give the
+// same status and bytes, and the second the chunk checksum of those bytes
+// (always for the quantized and log modes, the byte after the version).
+// Returns the plain decode's status; `out` holds its bytes.
+inline Status DecodeBothWays(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch) {
+  Status plain = DecodeChunk(type, encoded, base, out, scratch);
+  std::vector<std::byte> sliced(out.size(), std::byte{0xa5});
+  std::optional<uint64_t> checksum;
+  Status hashed = DecodeChunk(type, encoded, base, sliced, scratch, nullptr, &checksum);
+  EXPECT_EQ(plain.code(), hashed.code()) << plain.ToString() << " / " << hashed.ToString();
+  if (plain.ok() && hashed.ok()) {
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), sliced.begin())) << "the sliced decode differs";
+    const bool sliced_mode = encoded.size() > 1 && encoded[1] != std::byte{0};
+    EXPECT_EQ(checksum.has_value(), sliced_mode);
+    if (checksum) {
+      EXPECT_EQ(*checksum, Checksum64(out));
+    }
+  }
+  return plain;
 }
 
 // Rewrites the trailing checksum after a test edited a stream on purpose.
