@@ -5,6 +5,7 @@
 // checksum is exercised (a random trailer would almost never match).
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "codec/common/bytes.h"
@@ -34,5 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Scratch scratch;
   (void)DecodeChunk(type, stream, base, out, &scratch);
   (void)DecodeChunk(type, ByteSpan(reinterpret_cast<const std::byte*>(data), size), base, out, &scratch);
+  // The sliced path (write, patch and hash slice by slice), as the blob
+  // reader decodes; up to 2^16 elements reach several slices.
+  std::optional<uint64_t> checksum;
+  (void)DecodeChunk(type, stream, base, out, &scratch, nullptr, &checksum);
   return 0;
 }
