@@ -20,11 +20,9 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -37,28 +35,27 @@
 #include "codec/format/layout.h"
 #include "codec/policy/policy.h"
 #include "codec/tensor/lossy_chunk_codec.h"
+#include "tests/bench/bench_clock.h"
 
 namespace ckptfs {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// How each measurement is taken: the median of `runs` calls, by `clock`
+// (--clock cpu: the calling thread's CPU time).
+struct Timing {
+  int runs = 5;
+  bench::ClockKind clock = bench::ClockKind::kWall;
+};
 
-// --clock cpu: the calling thread's CPU time instead of wall time (every
-// measured call runs on the calling thread), so that neighbours on a shared
-// machine do not count.
-bool g_cpu_clock = false;
 // --dump: where the encoded blobs go (empty = nowhere), and the next blob's number.
-std::string g_dump_dir;
-int g_dump_count = 0;
-
-double NowSeconds() {
-  if (g_cpu_clock) {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+struct BlobDump {
+  std::string dir;
+  int count = 0;
+  Status Write(ByteSpan blob) {
+    if (dir.empty()) return Status::Ok();
+    return WriteWholeFile(dir + "/" + std::to_string(count++) + ".blob", blob);
   }
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
+};
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -66,12 +63,12 @@ double Median(std::vector<double> v) {
 }
 
 template <typename F>
-double MedianSeconds(int runs, F&& f) {
+double MedianSeconds(const Timing& timing, F&& f) {
   std::vector<double> t;
-  for (int i = 0; i < runs; ++i) {
-    const double t0 = NowSeconds();
+  for (int i = 0; i < timing.runs; ++i) {
+    const double t0 = bench::NowSeconds(timing.clock);
     f();
-    t.push_back(NowSeconds() - t0);
+    t.push_back(bench::NowSeconds(timing.clock) - t0);
   }
   return Median(t);
 }
@@ -83,16 +80,16 @@ nlohmann::json Entry(uint64_t logical, uint64_t stored, double enc_s, double dec
           {"decode_MBps", dec_s > 0 ? double(logical) / dec_s / 1e6 : 0.0}};
 }
 
-nlohmann::json BenchZstd(ByteSpan in, int level, int runs) {
+nlohmann::json BenchZstd(ByteSpan in, int level, const Timing& timing) {
   ZSTD_CCtx* c = ZSTD_createCCtx();
   ZSTD_DCtx* d = ZSTD_createDCtx();
   std::vector<std::byte> comp(ZSTD_compressBound(in.size()));
   std::vector<std::byte> back(in.size());
   size_t n = 0;
-  double enc = MedianSeconds(runs, [&] {
+  double enc = MedianSeconds(timing, [&] {
     n = ZSTD_compressCCtx(c, comp.data(), comp.size(), in.data(), in.size(), level);
   });
-  double dec = MedianSeconds(runs, [&] { ZSTD_decompressDCtx(d, back.data(), back.size(), comp.data(), n); });
+  double dec = MedianSeconds(timing, [&] { ZSTD_decompressDCtx(d, back.data(), back.size(), comp.data(), n); });
   ZSTD_freeCCtx(c);
   ZSTD_freeDCtx(d);
   if (ZSTD_isError(n) || std::memcmp(back.data(), in.data(), in.size()) != 0) return {{"error", "zstd failed"}};
@@ -155,9 +152,9 @@ nlohmann::json ModelErrors(ByteSpan file, const Layout& layout, ByteSpan previou
   return j;
 }
 
-nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, const policy::Policy* policy,
+nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, const Timing& timing, const policy::Policy* policy,
                            const lossy::BudgetSchedule& schedule, ByteSpan previous, MapResolver* resolver,
-                           ObjectId* id_out) {
+                           BlobDump* dump, ObjectId* id_out) {
   Layout layout = DetectLayout(file);
   EncodeOptions options;
   options.threads = 1;
@@ -167,7 +164,7 @@ nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, const p
   VectorSink sink;
   EncodeStats stats;
   Status failure;
-  double enc = MedianSeconds(runs, [&] {
+  double enc = MedianSeconds(timing, [&] {
     sink.bytes.clear();
     auto r = EncodeBlob(file, layout, base, options, &sink);
     if (!r.ok()) failure = r.status();
@@ -175,14 +172,11 @@ nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, const p
   });
   if (!failure.ok()) return {{"error", failure.ToString()}};
   ObjectId id = ObjectId::Of(sink.bytes);
-  if (!g_dump_dir.empty()) {
-    Status written = WriteWholeFile(g_dump_dir + "/" + std::to_string(g_dump_count++) + ".blob", sink.bytes);
-    if (!written.ok()) return {{"error", written.ToString()}};
-  }
+  if (Status written = dump->Write(sink.bytes); !written.ok()) return {{"error", written.ToString()}};
   auto reader = BlobReader::Open(std::make_shared<MemoryFile>(sink.bytes), std::nullopt, resolver);
   if (!reader.ok()) return {{"error", reader.status().ToString()}};
   std::vector<std::byte> out(file.size());
-  double dec = MedianSeconds(runs, [&] {
+  double dec = MedianSeconds(timing, [&] {
     Status s = (*reader)->ReadAt(0, out);
     if (!s.ok()) failure = s;
   });
@@ -202,7 +196,8 @@ nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, int runs, const p
 }
 
 int Main(int argc, char** argv) {
-  int runs = 5;
+  Timing timing;
+  BlobDump dump;
   double budget = 0, opt_budget = -1;
   lossy::BudgetSchedule schedule;
   std::vector<std::string> files, seq;
@@ -210,8 +205,9 @@ int Main(int argc, char** argv) {
   bool in_seq = false, zstd_baselines = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--clock" && i + 1 < argc) g_cpu_clock = std::string(argv[++i]) == "cpu";
+    if (a == "--runs" && i + 1 < argc) timing.runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--clock" && i + 1 < argc)
+      timing.clock = std::string(argv[++i]) == "cpu" ? bench::ClockKind::kThreadCpu : bench::ClockKind::kWall;
     else if (a == "--budget" && i + 1 < argc) budget = std::atof(argv[++i]);
     else if (a == "--opt-budget" && i + 1 < argc) opt_budget = std::atof(argv[++i]);
     else if (a == "--schedule" && i + 1 < argc) {
@@ -219,7 +215,7 @@ int Main(int argc, char** argv) {
       if (!parsed.ok()) return (std::fprintf(stderr, "--schedule: want off or dsq\n"), 2);
       schedule = *parsed;
     } else if (a == "--policy" && i + 1 < argc) policy_file = argv[++i];
-    else if (a == "--dump" && i + 1 < argc) g_dump_dir = argv[++i];
+    else if (a == "--dump" && i + 1 < argc) dump.dir = argv[++i];
     else if (a == "--no-zstd") zstd_baselines = false;
     else if (a == "--seq") in_seq = true;
     else (in_seq ? seq : files).push_back(a);
@@ -238,12 +234,12 @@ int Main(int argc, char** argv) {
   }
   const policy::Policy* policy = lossy_policy ? &*lossy_policy : nullptr;
   nlohmann::json out;
-  out["runs"] = runs;
+  out["runs"] = timing.runs;
   out["budget"] = budget;
   out["opt_budget"] = policy != nullptr ? policy->optimizer_rel_l2() : 0.0;
   out["policy"] = policy_file;
   out["threads"] = 1;
-  out["clock"] = g_cpu_clock ? "thread_cpu" : "wall";
+  out["clock"] = timing.clock == bench::ClockKind::kThreadCpu ? "thread_cpu" : "wall";
   out["schedule"] = std::string(lossy::BudgetScheduleName(schedule));
   out["files"] = nlohmann::json::array();
   MapResolver resolver;
@@ -255,10 +251,10 @@ int Main(int argc, char** argv) {
     }
     ObjectId id;
     nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
-    j["ckptfs"] = BenchCkptfs(*bytes, nullptr, runs, policy, schedule, {}, &resolver, &id);
+    j["ckptfs"] = BenchCkptfs(*bytes, nullptr, timing, policy, schedule, {}, &resolver, &dump, &id);
     if (zstd_baselines) {
-      j["zstd-1"] = BenchZstd(*bytes, 1, runs);
-      j["zstd-3"] = BenchZstd(*bytes, 3, runs);
+      j["zstd-1"] = BenchZstd(*bytes, 1, timing);
+      j["zstd-3"] = BenchZstd(*bytes, 3, timing);
     }
     out["files"].push_back(j);
   }
@@ -272,9 +268,10 @@ int Main(int argc, char** argv) {
       if (!bytes.ok()) return 2;
       ObjectId id;
       nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
-      j["ckptfs"] = BenchCkptfs(*bytes, base ? &*base : nullptr, runs, policy, schedule, previous, &resolver, &id);
+      j["ckptfs"] =
+          BenchCkptfs(*bytes, base ? &*base : nullptr, timing, policy, schedule, previous, &resolver, &dump, &id);
       previous = *bytes;
-      if (zstd_baselines) j["zstd-3"] = BenchZstd(*bytes, 3, 1);
+      if (zstd_baselines) j["zstd-3"] = BenchZstd(*bytes, 3, Timing{1, timing.clock});
       if (j["ckptfs"].contains("error")) return (std::puts(j.dump(2).c_str()), 3);
       logical += bytes->size();
       stored += j["ckptfs"]["stored_bytes"].get<uint64_t>();

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <zstd.h>
 
-#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include "codec/container/blob.h"
 #include "codec/common/hash.h"
 #include "codec/tensor/chunk_encoder.h"
+#include "tests/bench/bench_clock.h"
 
 using namespace ckptfs;
 
@@ -28,14 +28,9 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// The calling thread's CPU seconds: unlike wall time, not inflated by other
-// processes taking the core (a shared machine), so old and new builds
+// The calling thread's CPU seconds (bench_clock.h): old and new builds
 // compare even when the machine is busy.
-double ThreadCpuSeconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
+double ThreadCpuSeconds() { return bench::NowSeconds(bench::ClockKind::kThreadCpu); }
 
 DType ParseDType(const std::string& s) {
   if (s == "f32") return DType::kF32;

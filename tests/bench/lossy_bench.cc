@@ -4,12 +4,10 @@
 // Without --input it uses Gaussian weights (key frame) and a drifted copy
 // (delta frame). Per-kernel times come from the selected backend; "encode"
 // and "decode" are whole EncodeChunk/DecodeChunk calls with reused scratch.
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,45 +18,32 @@
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/search.h"
 #include "gpu/lossy_backend.h"
+#include "tests/bench/bench_clock.h"
 
 namespace {
 
 using namespace ckptfs;
 using namespace ckptfs::lossy;
-// The calling thread's CPU time: on a shared machine wall time mostly
-// measures the neighbours. (With a GPU backend, pass --wall 1.)
-bool g_wall = false;
-struct Clock {
-  using time_point = double;
-  static double now() {
-    if (g_wall) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-  }
-};
-
-double Since(double t0) { return Clock::now() - t0; }
-
 struct Options {
   uint64_t elements = 1u << 20;
   uint64_t chunks = 16;
   double rel = 1e-2;
   std::string gpu = "off";
   std::string input, base;
+  // The bench's element type (f32 inputs are rounded to it).
+  ElementType type = ElementType::kF32;
+  // The calling thread's CPU time by default (--wall 1 with a GPU backend).
+  bench::ClockKind clock = bench::ClockKind::kThreadCpu;
 };
 
-// The bench's element type (f32 inputs are rounded to it).
-ElementType g_type = ElementType::kF32;
-
-std::vector<std::byte> ConvertF32(const std::vector<std::byte>& f32) {
-  if (g_type == ElementType::kF32) return f32;
+std::vector<std::byte> ConvertF32(const std::vector<std::byte>& f32, ElementType type) {
+  if (type == ElementType::kF32) return f32;
   const size_t n = f32.size() / 4;
   std::vector<std::byte> out(n * 2);
   for (size_t i = 0; i < n; ++i) {
     float f;
     std::memcpy(&f, f32.data() + 4 * i, 4);
-    const uint16_t h = g_type == ElementType::kF16 ? FloatToHalf(f) : FloatToBf16(f);
+    const uint16_t h = type == ElementType::kF16 ? FloatToHalf(f) : FloatToBf16(f);
     std::memcpy(out.data() + 2 * i, &h, 2);
   }
   return out;
@@ -82,22 +67,24 @@ struct Frame {
 };
 
 // Encodes and decodes `values` (against `base` when not empty) chunk by chunk.
-Frame RunFrame(const std::vector<std::byte>& values, const std::vector<std::byte>& base, uint64_t chunk_elems,
-               double rel, LossyKernels* kernels, std::vector<std::byte>* recon_out) {
+Frame RunFrame(const std::vector<std::byte>& values, const std::vector<std::byte>& base, const Options& o,
+               LossyKernels* kernels, std::vector<std::byte>* recon_out) {
+  const ElementType type = o.type;
+  auto now = [&] { return bench::NowSeconds(o.clock); };
   Frame f;
   Scratch scratch;
   EncodeOptions opt;
   opt.kernels = kernels;
-  const uint64_t chunk_bytes = chunk_elems * ElementSize(g_type);
+  const uint64_t chunk_bytes = o.elements * ElementSize(type);
   std::vector<EncodedChunk> chunks;
   recon_out->assign(values.size(), std::byte{0});
-  auto t0 = Clock::now();
+  auto t0 = now();
   for (uint64_t at = 0; at < values.size(); at += chunk_bytes) {
     uint64_t len = std::min<uint64_t>(chunk_bytes, values.size() - at);
     ByteSpan v(values.data() + at, len);
     ByteSpan b = base.empty() ? ByteSpan{} : ByteSpan(base.data() + at, len);
     opt.reconstruction_out = MutableByteSpan(recon_out->data() + at, len);
-    Result<EncodedChunk> e = EncodeChunk(g_type, v, b, {rel, 0}, &scratch, opt);
+    Result<EncodedChunk> e = EncodeChunk(type, v, b, {o.rel, 0}, &scratch, opt);
     if (!e.ok()) {
       std::fprintf(stderr, "encode: %s\n", e.status().ToString().c_str());
       std::exit(1);
@@ -106,20 +93,20 @@ Frame RunFrame(const std::vector<std::byte>& values, const std::vector<std::byte
     f.worst_rel = std::max(f.worst_rel, e->stats.rel_l2);
     chunks.push_back(std::move(e).value());
   }
-  f.encode_s = Since(t0);
+  f.encode_s = now() - t0;
   std::vector<std::byte> decoded(values.size());
-  t0 = Clock::now();
+  t0 = now();
   for (uint64_t at = 0, i = 0; at < values.size(); at += chunk_bytes, ++i) {
     uint64_t len = std::min<uint64_t>(chunk_bytes, values.size() - at);
     ByteSpan b = base.empty() ? ByteSpan{} : ByteSpan(base.data() + at, len);
-    Status st = DecodeChunk(g_type, chunks[i].bytes, b, MutableByteSpan(decoded.data() + at, len), &scratch,
+    Status st = DecodeChunk(type, chunks[i].bytes, b, MutableByteSpan(decoded.data() + at, len), &scratch,
                             kernels);
     if (!st.ok()) {
       std::fprintf(stderr, "decode: %s\n", st.ToString().c_str());
       std::exit(1);
     }
   }
-  f.decode_s = Since(t0);
+  f.decode_s = now() - t0;
   if (decoded != *recon_out) {
     std::fprintf(stderr, "decode differs from the encoder's reconstruction\n");
     std::exit(1);
@@ -130,9 +117,12 @@ Frame RunFrame(const std::vector<std::byte>& values, const std::vector<std::byte
 
 // Times each kernel once over one chunk (repeated `reps` times).
 std::string KernelTimes(const std::vector<std::byte>& values, const std::vector<std::byte>& base, uint64_t n,
-                        double rel, LossyKernels& k) {
+                        const Options& o, LossyKernels& k) {
+  const ElementType type = o.type;
+  const double rel = o.rel;
+  auto now = [&] { return bench::NowSeconds(o.clock); };
   const int reps = 5;
-  const size_t w = ElementSize(g_type);
+  const size_t w = ElementSize(type);
   ByteSpan v(values.data(), n * w);
   ByteSpan b = base.empty() ? ByteSpan{} : ByteSpan(base.data(), n * w);
   std::vector<float> r(n);
@@ -142,36 +132,36 @@ std::string KernelTimes(const std::vector<std::byte>& values, const std::vector<
   auto report = [&](const char* name, double s) {
     json += "\"" + std::string(name) + "\": {\"gb_per_s\": " + std::to_string(n * double(w) * reps / s / 1e9) + "}, ";
   };
-  auto t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) (void)k.Residual(g_type, v, b, r, p);
-  report("residual", Since(t0));
-  t0 = Clock::now();
+  auto t0 = now();
+  for (int i = 0; i < reps; ++i) (void)k.Residual(type, v, b, r, p);
+  report("residual", now() - t0);
+  t0 = now();
   for (int i = 0; i < reps; ++i) (void)k.Histogram(r, h);
-  report("histogram", Since(t0));
+  report("histogram", now() - t0);
   double norm = 0;
   for (double x : p) norm += x;
   std::optional<SearchResult> found;
-  t0 = Clock::now();
+  t0 = now();
   for (int i = 0; i < reps; ++i) found = SearchConfig(h, n, 4, {rel * rel * norm * 0.85, INFINITY});
-  report("search", Since(t0));
+  report("search", now() - t0);
   if (!found) return json + "\"search_result\": \"lossless\"";
   const QuantizeTable& t = found->table;
   std::vector<std::byte> packed(PackedBytes(n, t.bits)), recon(n * w), raw(n * w), out(n * w);
   std::vector<uint32_t> pos(n);
   double mx;
   ClassCounts cc;
-  t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) (void)k.QuantizePack(g_type, t, v, b, r, packed, recon, p, &mx, &cc);
-  report("quantize_pack", Since(t0));
+  t0 = now();
+  for (int i = 0; i < reps; ++i) (void)k.QuantizePack(type, t, v, b, r, packed, recon, p, &mx, &cc);
+  report("quantize_pack", now() - t0);
   uint64_t count = 0;
-  t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) (void)k.CompactExact(g_type, t, v, r, pos, raw, &count);
-  report("compact_exact", Since(t0));
+  t0 = now();
+  for (int i = 0; i < reps; ++i) (void)k.CompactExact(type, t, v, r, pos, raw, &count);
+  report("compact_exact", now() - t0);
   uint32_t ms;
-  t0 = Clock::now();
+  t0 = now();
   for (int i = 0; i < reps; ++i)
-    (void)k.Dequantize(g_type, t.bits, std::span<const float>(t.levels, kMaxLevels), packed, b, out, &ms);
-  report("dequantize", Since(t0));
+    (void)k.Dequantize(type, t.bits, std::span<const float>(t.levels, kMaxLevels), packed, b, out, &ms);
+  report("dequantize", now() - t0);
   return json + "\"bits\": " + std::to_string(t.bits);
 }
 
@@ -194,9 +184,9 @@ int main(int argc, char** argv) {
     else if (a == "--base")
       o.base = v;
     else if (a == "--wall")
-      g_wall = v == "1";
+      o.clock = v == "1" ? bench::ClockKind::kWall : bench::ClockKind::kThreadCpu;
     else if (a == "--type")
-      g_type = v == "f16" ? ElementType::kF16 : v == "bf16" ? ElementType::kBF16 : ElementType::kF32;
+      o.type = v == "f16" ? ElementType::kF16 : v == "bf16" ? ElementType::kBF16 : ElementType::kF32;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -209,8 +199,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::byte> key, next;
   if (!o.input.empty()) {
-    key = ConvertF32(ReadF32(o.input));
-    if (!o.base.empty()) next = ConvertF32(ReadF32(o.base));
+    key = ConvertF32(ReadF32(o.input), o.type);
+    if (!o.base.empty()) next = ConvertF32(ReadF32(o.base), o.type);
   } else {
     uint64_t n = o.elements * o.chunks;
     std::vector<float> w(n);
@@ -219,36 +209,36 @@ int main(int argc, char** argv) {
     for (float& x : w) x = normal(rng);
     key.resize(n * 4);
     std::memcpy(key.data(), w.data(), n * 4);
-    key = ConvertF32(key);
+    key = ConvertF32(key, o.type);
     for (uint64_t i = 0; i < n; ++i)
       if (i % 4 != 0) w[i] += step(rng);  // a quarter of the elements frozen
     next.resize(n * 4);
     std::memcpy(next.data(), w.data(), n * 4);
-    next = ConvertF32(next);
+    next = ConvertF32(next, o.type);
   }
   std::vector<std::byte> key_recon, next_recon;
-  Frame kf = RunFrame(key, {}, o.elements, o.rel, kernels->get(), &key_recon);
-  const char* type_name = g_type == ElementType::kF32 ? "f32" : g_type == ElementType::kF16 ? "f16" : "bf16";
+  Frame kf = RunFrame(key, {}, o, kernels->get(), &key_recon);
+  const char* type_name = o.type == ElementType::kF32 ? "f32" : o.type == ElementType::kF16 ? "f16" : "bf16";
   std::printf("{\"backend\": \"%s\", \"type\": \"%s\", \"clock\": \"%s\", \"rel_l2\": %g, \"chunk_elements\": %llu,\n",
-              std::string((*kernels)->name()).c_str(), type_name, g_wall ? "wall" : "thread_cpu", o.rel,
+              std::string((*kernels)->name()).c_str(), type_name, o.clock == bench::ClockKind::kWall ? "wall" : "thread_cpu", o.rel,
               static_cast<unsigned long long>(o.elements));
-  auto print_frame = [](const char* name, const Frame& f) {
+  auto print_frame = [&o](const char* name, const Frame& f) {
     std::printf(
         " \"%s\": {\"bytes\": %llu, \"encoded\": %llu, \"bits_per_element\": %.4f, \"ratio\": %.2f, "
         "\"worst_rel_l2\": %.3g, \"encode_gb_per_s\": %.3f, \"decode_gb_per_s\": %.3f},\n",
         name, static_cast<unsigned long long>(f.bytes), static_cast<unsigned long long>(f.encoded),
-        f.encoded * 8.0 / (f.bytes / double(ElementSize(g_type))), static_cast<double>(f.bytes) / f.encoded, f.worst_rel,
+        f.encoded * 8.0 / (f.bytes / double(ElementSize(o.type))), static_cast<double>(f.bytes) / f.encoded, f.worst_rel,
         f.bytes / f.encode_s / 1e9, f.bytes / f.decode_s / 1e9);
   };
   print_frame("key_frame", kf);
   if (!next.empty() && next.size() == key.size()) {
-    Frame df = RunFrame(next, key_recon, o.elements, o.rel, kernels->get(), &next_recon);
+    Frame df = RunFrame(next, key_recon, o, kernels->get(), &next_recon);
     print_frame("delta_frame", df);
     std::printf(
         " \"kernels_delta\": {%s},\n",
-        KernelTimes(next, key_recon, std::min<uint64_t>(o.elements, next.size() / ElementSize(g_type)), o.rel, **kernels).c_str());
+        KernelTimes(next, key_recon, std::min<uint64_t>(o.elements, next.size() / ElementSize(o.type)), o, **kernels).c_str());
   }
   std::printf(" \"kernels_key\": {%s}}\n",
-              KernelTimes(key, {}, std::min<uint64_t>(o.elements, key.size() / ElementSize(g_type)), o.rel, **kernels).c_str());
+              KernelTimes(key, {}, std::min<uint64_t>(o.elements, key.size() / ElementSize(o.type)), o, **kernels).c_str());
   return 0;
 }
