@@ -78,14 +78,14 @@ def run(args, extra=None):
     res = {"experiment": "fault-tolerance", "workload": args.workload, "size": args.size,
            "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "cpus": os.cpu_count(),
            "schedule": sched, "metric": metric, "baseline": {}, "backends": {}}
+    baseline_state = {}  # seed -> the uninterrupted run's final checkpoint, for the bit-identity check
     for seed in h.SEEDS:
         h.log(f"[fault {args.workload}] baseline seed {seed}")
         b = h.baseline_run(args.workdir, args.workload, args.size, seed)
+        baseline_state[seed] = b["final"]
         res["baseline"][f"seed{seed}"] = {"final": final_eval(b["final"]), "curves": curves(b["log"])}
-    ref = res["baseline"]["seed0"]["final"]
     vals = [res["baseline"][f"seed{s}"]["final"][metric] for s in h.SEEDS]
     res["seed_spread"] = {"metric": metric, "min": min(vals), "max": max(vals), "range": max(vals) - min(vals)}
-    ref_final = h.baseline_run(args.workdir, args.workload, args.size, 0)["final"]
     init_source = h.pretrained_checkpoint(args.workdir, args.size) if args.workload == "transfer" else None
 
     failures = []
@@ -98,9 +98,7 @@ def run(args, extra=None):
                 r = h.resumed_run(b, rundir, args.workload, args.size, seed, init_source=init_source)
                 ref_k = res["baseline"][f"seed{seed}"]["final"]
                 got = final_eval(r["final"])
-                identical, max_diff = h.compare_states(
-                    ref_final if seed == 0 else h.baseline_run(args.workdir, args.workload, args.size, seed)["final"],
-                    r["final"])
+                identical, max_diff = h.compare_states(baseline_state[seed], r["final"])
                 per_seed[f"seed{seed}"] = {
                     "seed": seed, "restores": r["restores"], "final": got,
                     "delta": {k: got[k] - ref_k[k] for k in ("loss", "accuracy")},

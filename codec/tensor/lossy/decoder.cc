@@ -96,7 +96,6 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.packed.data(), packed_bytes, "symbols"));
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, width, &s.exact_list));
   uint32_t max_symbol = 0;
-  const uint64_t slice = hash ? kDecodeSliceElements : std::max<uint64_t>(n, 1);
   auto dequantize = [&](uint64_t first, uint64_t count) {
     // Every slice starts on a byte of the packed symbols (first is a multiple of 8).
     const uint64_t at = first * h.bits / 8;
@@ -107,7 +106,7 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
     max_symbol = std::max(max_symbol, slice_max);
     return done;
   };
-  RETURN_IF_ERROR(DecodeInSlices(n, width, slice, exact, hash ? &*hash : nullptr, out, dequantize));
+  RETURN_IF_ERROR(DecodeInSlices(n, width, exact, hash ? &*hash : nullptr, out, dequantize));
   if (max_symbol > h.num_levels) return Corrupt("symbols <= levels", h.num_levels, max_symbol);
   if (hash) *checksum = hash->Digest();
   return Status::Ok();

@@ -435,11 +435,10 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
     if (s.log_table && s.log_table->ratio == grid->ratio() && s.log_table->has_small) vector_table = s.log_table.get();
   }
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list));
-  const uint64_t slice = hash != nullptr ? kDecodeSliceElements : std::max<uint64_t>(n, 1);
   auto run = [&]<typename E>(bool vector_ok) {
     LogSliceDecoder<E> decoder(*grid, h.bits, origin, shift, packed, base, out, vector_ok && avx512,
                                vector_ok ? vector_table : nullptr);
-    return DecodeInSlices(n, sizeof(typename E::Bits), slice, exact, hash, out,
+    return DecodeInSlices(n, sizeof(typename E::Bits), exact, hash, out,
                           [&](uint64_t first, uint64_t count) { return decoder.Slice(first, count); });
   };
   switch (type) {

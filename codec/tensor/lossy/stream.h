@@ -107,12 +107,14 @@ class ExactPatcher {
 // packed symbols start on a byte boundary at any symbol width.
 inline constexpr uint64_t kDecodeSliceElements = 16384;
 
-// Runs decode_slice(first, count) over the n elements of `out` in slices of
-// `slice` elements (a multiple of 8), writing each slice's exact elements
-// and, with `hash`, hashing it right after; then checks the exact list.
+// Runs decode_slice(first, count) over the n elements of `out`, writing each
+// slice's exact elements after it; then checks the exact list. With `hash`,
+// in slices of kDecodeSliceElements, each hashed right after it is patched;
+// without, in one slice.
 template <typename DecodeSlice>
-Status DecodeInSlices(uint64_t n, size_t width, uint64_t slice, ExactPatcher& exact, Checksum64Stream* hash,
-                      MutableByteSpan out, DecodeSlice&& decode_slice) {
+Status DecodeInSlices(uint64_t n, size_t width, ExactPatcher& exact, Checksum64Stream* hash, MutableByteSpan out,
+                      DecodeSlice&& decode_slice) {
+  const uint64_t slice = hash != nullptr ? kDecodeSliceElements : std::max<uint64_t>(n, 1);
   for (uint64_t first = 0; first < n; first += slice) {
     const uint64_t count = std::min(slice, n - first);
     RETURN_IF_ERROR(decode_slice(first, count));
