@@ -1,8 +1,9 @@
 """Filesystem benchmark: the same writes and reads into the backing disk
 directly, into ckptfs (default policy: lossy float tensors), into ckptfs with
 lossy=off (the lossless codec), and into ckptfs with compression off (plain
-passthrough into objects: the FUSE floor), in one run. Prints JSON with
-medians and ratios.
+passthrough into objects: the FUSE floor), in one run, the targets
+interleaved round by round. Prints JSON with medians, ratios of the medians,
+and paired ratios (the median over rounds of each round's ratio).
 
   fs_bench.py --ckptfs BIN --work DIR [--dd-mib 1024] [--model-mb 1000] [--runs 3]
 
@@ -83,6 +84,39 @@ def make_checkpoint(model_mb):
     return {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 1}
 
 
+def measure(t, run, src, ckpt, r, info):
+    """One round of target t: dd, torch.save, remount, torch.load."""
+    t.mount()
+    try:
+        dst = os.path.join(t.dir, f"dd_{run}.bin")
+        t0 = time.perf_counter()
+        subprocess.run(["dd", f"if={src}", f"of={dst}", "bs=1M", "status=none"], check=True)
+        r["dd_write_s"].append(time.perf_counter() - t0)
+        t.wait_committed()
+        os.unlink(dst)
+
+        path = os.path.join(t.dir, f"ckpt_{run}.pt")
+        t0 = time.perf_counter()
+        torch.save(ckpt, path)
+        r["save_s"].append(time.perf_counter() - t0)
+        t.wait_committed()
+        r["committed_s"].append(time.perf_counter() - t0)
+        info["stored_bytes"] = t.stored_bytes(path)
+        info["logical_bytes"] = os.path.getsize(path)
+    finally:
+        t.umount()
+    drop_caches()
+    t.mount()
+    try:
+        t0 = time.perf_counter()
+        loaded = torch.load(path)
+        r["load_s"].append(time.perf_counter() - t0)
+        del loaded
+        os.unlink(path)
+    finally:
+        t.umount()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckptfs", required=True)
@@ -105,51 +139,36 @@ def main():
         Target("passthrough", args.work, args.ckptfs, "compress=off"),
         Target("ckptfs-lossless", args.work, args.ckptfs, "lossy=off"),
     ]
+    # Rounds: every target once per round, the order rotated from round to
+    # round. The host's speed drifts over minutes (shared machine); running
+    # all of one target's runs before the next one's put that drift into
+    # the ratios (the same build measured 1.13x and 1.35x half an hour
+    # apart). Interleaved, each round's targets see the same host, and the
+    # per-round ratios (paired_ratios) cancel the drift between rounds.
+    runs = {t.name: {"dd_write_s": [], "save_s": [], "committed_s": [], "load_s": []} for t in targets}
+    info = {t.name: {} for t in targets}
+    for run in range(args.runs):
+        shift = run % len(targets)
+        for t in targets[shift:] + targets[:shift]:
+            measure(t, run, src, ckpt, runs[t.name], info[t.name])
     results = {}
     for t in targets:
-        r = {"dd_write_s": [], "save_s": [], "committed_s": [], "load_s": [], "stored_bytes": None}
-        for run in range(args.runs):
-            t.mount()
-            try:
-                dst = os.path.join(t.dir, f"dd_{run}.bin")
-                t0 = time.perf_counter()
-                subprocess.run(["dd", f"if={src}", f"of={dst}", "bs=1M", "status=none"], check=True)
-                r["dd_write_s"].append(time.perf_counter() - t0)
-                t.wait_committed()
-                os.unlink(dst)
-
-                path = os.path.join(t.dir, f"ckpt_{run}.pt")
-                t0 = time.perf_counter()
-                torch.save(ckpt, path)
-                r["save_s"].append(time.perf_counter() - t0)
-                t.wait_committed()
-                r["committed_s"].append(time.perf_counter() - t0)
-                r["stored_bytes"] = t.stored_bytes(path)
-                r["logical_bytes"] = os.path.getsize(path)
-            finally:
-                t.umount()
-            drop_caches()
-            t.mount()
-            try:
-                t0 = time.perf_counter()
-                loaded = torch.load(path)
-                r["load_s"].append(time.perf_counter() - t0)
-                del loaded
-                os.unlink(path)
-            finally:
-                t.umount()
-        results[t.name] = {k: (statistics.median(v) if isinstance(v, list) else v) for k, v in r.items()}
-        results[t.name]["runs"] = {k: v for k, v in r.items() if isinstance(v, list)}
+        results[t.name] = {k: statistics.median(v) for k, v in runs[t.name].items()}
+        results[t.name].update(info[t.name])
 
     def ratio(a, b, key):
         return results[a][key] / results[b][key] if results[b][key] else None
+
+    def paired(a, b, key):
+        # Median over rounds of the ratio within each round.
+        return statistics.median(x / y for x, y in zip(runs[a][key], runs[b][key]) if y)
 
     out = {
         "dd_mib": args.dd_mib,
         "checkpoint_bytes": results["disk"].get("logical_bytes"),
         "runs": args.runs,
         "page_cache_dropped": drop_caches(),
-        "medians": {name: {k: v for k, v in r.items() if k != "runs"} for name, r in results.items()},
+        "medians": results,
         "ratios": {
             "ckptfs_vs_passthrough": {k: ratio("ckptfs", "passthrough", k)
                                       for k in ("dd_write_s", "save_s", "load_s")},
@@ -158,7 +177,13 @@ def main():
             "ckptfs_vs_disk": {k: ratio("ckptfs", "disk", k) for k in ("dd_write_s", "save_s", "load_s")},
             "passthrough_vs_disk": {k: ratio("passthrough", "disk", k) for k in ("dd_write_s", "save_s", "load_s")},
         },
-        "raw": {name: r["runs"] for name, r in results.items()},
+        "paired_ratios": {
+            "ckptfs_vs_passthrough": {k: paired("ckptfs", "passthrough", k)
+                                      for k in ("dd_write_s", "save_s", "load_s")},
+            "ckptfs_lossless_vs_passthrough": {k: paired("ckptfs-lossless", "passthrough", k)
+                                               for k in ("dd_write_s", "save_s", "load_s")},
+        },
+        "raw": runs,
     }
     print(json.dumps(out, indent=2))
     shutil.rmtree(args.work, ignore_errors=True)
