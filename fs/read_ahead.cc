@@ -6,7 +6,8 @@
 
 namespace ckptfs::fs {
 
-ReadAhead::ReadAhead(unsigned workers, uint64_t window_bytes) : window_bytes_(window_bytes) {
+ReadAhead::ReadAhead(unsigned workers, uint64_t window_bytes, uint64_t drop_lag_bytes)
+    : window_bytes_(window_bytes), drop_lag_bytes_(drop_lag_bytes) {
   if (window_bytes_ == 0) return;
   for (unsigned i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(); });
 }
@@ -68,9 +69,12 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
     }
     // The kernel sends the reads of one stretch from several threads, and
     // its read-ahead runs ahead of the reader's own reads: any read within
-    // the run so far, or just past it, continues the run.
-    const bool sequential = stream.seen && first >= stream.run_first &&
-                            first <= static_cast<uint64_t>(stream.last_chunk) + 1;
+    // the run so far, or just past it, continues the run; so does one a
+    // little before the run's start (the reads that arrive late), which
+    // would otherwise restart the run and queue decodes of chunks the
+    // reader has already had.
+    const bool sequential = stream.seen && first <= static_cast<uint64_t>(stream.last_chunk) + 1 &&
+                            (first >= stream.run_first || offset + length + drop_lag_bytes_ > stream.furthest_end);
     if (!sequential) RestartLocked(stream, first);
     const bool was_seen = stream.seen;
     const std::vector<SegmentInfo>& segments = blob->segments();
@@ -82,9 +86,13 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
       }
     }
     stream.last_chunk = was_seen ? std::max(stream.last_chunk, last) : last;
+    stream.furthest_end = was_seen ? std::max(stream.furthest_end, offset + length) : offset + length;
     stream.seen = true;
-    for (; stream.dropped_until + kDropLag < stream.last_chunk; ++stream.dropped_until)
+    for (; stream.dropped_until < stream.last_chunk; ++stream.dropped_until) {
+      const ChunkInfo& c = chunks[stream.dropped_until];
+      if (c.logical_offset + c.logical_length + drop_lag_bytes_ > stream.furthest_end) break;
       drop.push_back(stream.dropped_until);
+    }
     const int32_t segment =
         stream.run_tensor_segment >= 0 ? stream.run_tensor_segment : chunks[stream.last_chunk].segment;
     // Only the second sequential read starts decoding ahead: a single read
@@ -95,7 +103,7 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
     for (; was_seen && c < chunks.size() && ahead < window_bytes_; ++c) {
       if (chunks[c].segment != segment) break;
       ahead += chunks[c].logical_length;
-      fresh.push_back(Job{blob, c, stream.cancelled});
+      fresh.push_back(Job{blob, c, stream.cancelled, blob->prefetch_ticket()});
     }
     stream.queued_until = std::max(stream.queued_until, c);
     // The window reached the end of the run's tensor: the rest of it goes
@@ -135,7 +143,7 @@ void ReadAhead::QueueNextTensorLocked(Stream& stream, const std::shared_ptr<cons
     uint32_t c = p.queued_until;
     for (; c < end && ahead < window_bytes_; ++c) {
       ahead += chunks[c].logical_length;
-      fresh->push_back(Job{blob, c, stream.next_cancelled});
+      fresh->push_back(Job{blob, c, stream.next_cancelled, blob->prefetch_ticket()});
     }
     predicted_queued_.fetch_add(c - p.queued_until, std::memory_order_relaxed);
     p.queued_until = c;
@@ -160,7 +168,7 @@ void ReadAhead::Work() {
     decodes_started_.fetch_add(1, std::memory_order_relaxed);
     // A failure is not reported here: the reader's own read of the chunk
     // decodes it again and reports it.
-    (void)job.blob->Prefetch(job.chunk);
+    (void)job.blob->Prefetch(job.chunk, job.ticket);
     job = Job{};  // drop the reader outside the lock
     lock.lock();
   }

@@ -26,10 +26,21 @@ namespace ckptfs::fs {
 
 class ReadAhead {
  public:
+  // The kernel's read-ahead (readahead=, 16 MiB) runs up to 16 MiB ahead
+  // of the reader, whose own reads of the pages it missed come behind:
+  // dropping a chunk sooner makes the daemon decode it twice. The lag is in
+  // bytes, not chunks: a torch.save file puts tiny chunks (biases, small
+  // records) between the 4 MiB ones, and a lag of 8 chunks dropped chunks
+  // the reader was still reading (18% of a 957 MB torch.load decoded
+  // twice).
+  static constexpr uint64_t kDefaultDropLagBytes = 32 << 20;
+
   // `workers` decode threads; `window_bytes` of decoded chunks are kept
   // queued or decoded past the furthest chunk a stream has read (0: no
   // decoding ahead, and no threads; finished chunks are still dropped).
-  ReadAhead(unsigned workers, uint64_t window_bytes);
+  // A run's chunks that end `drop_lag_bytes` or more before the end of its
+  // furthest read leave the cache.
+  ReadAhead(unsigned workers, uint64_t window_bytes, uint64_t drop_lag_bytes = kDefaultDropLagBytes);
   // Drops the queued decodes and joins the workers (after the running
   // decodes end).
   ~ReadAhead();
@@ -50,6 +61,7 @@ class ReadAhead {
     const BlobReader* blob = nullptr;  // identity only: what the positions below refer to
     bool seen = false;                 // a read of `blob` came before
     uint32_t last_chunk = 0;           // furthest chunk read so far
+    uint64_t furthest_end = 0;         // end offset of the furthest read of the run
     uint32_t queued_until = 0;         // chunks below this are queued or decoded
     uint32_t run_first = 0;            // first chunk of this run of sequential reads
     int32_t run_tensor_segment = -1;   // the first tensor segment the run read, or -1
@@ -89,7 +101,7 @@ class ReadAhead {
   // stop it), so a reader that jumps there does not wait for its first
   // chunks. The guess is cancelled when the reader starts another tensor,
   // or the file is closed.
-  // Chunks a run has read kDropLag chunks behind its furthest read leave
+  // Chunks a run has left drop_lag_bytes behind its furthest read leave
   // the chunk cache, so that a long stream recycles a few buffers instead
   // of filling the cache with chunks it never reads again (fresh memory
   // faults on first touch); short runs and random reads keep theirs.
@@ -108,12 +120,8 @@ class ReadAhead {
     std::shared_ptr<const BlobReader> blob;
     uint32_t chunk = 0;
     std::shared_ptr<std::atomic<bool>> cancelled;
+    uint64_t ticket = 0;  // BlobReader::prefetch_ticket() when queued
   };
-  // Chunks this far behind the furthest one a run read are dropped. The
-  // kernel's read-ahead (readahead=, 16 MiB) runs up to four 4 MiB chunks
-  // ahead of the reader, whose own reads of the pages it missed come
-  // behind: dropping sooner made the daemon decode chunks twice.
-  static constexpr uint32_t kDropLag = 8;
   static constexpr size_t kMaxPredicted = 16;
   // Starts a new run at chunk `first`.
   static void RestartLocked(Stream& stream, uint32_t first);
@@ -132,6 +140,7 @@ class ReadAhead {
   void Work();
 
   const uint64_t window_bytes_;
+  const uint64_t drop_lag_bytes_;
   std::mutex mu_;  // guards jobs_ and stop_; taken after a Stream's mu
   std::condition_variable cv_;
   std::deque<Job> jobs_;

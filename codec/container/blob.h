@@ -199,9 +199,16 @@ class BlobReader {
   virtual Status ReadPieces(uint64_t offset, uint64_t length, std::vector<Piece>* pieces) const = 0;
 
   // Decodes chunk `index` into the chunk cache unless it is cached or being
-  // decoded already (decoding ahead of a sequential reader). Nothing to do
-  // without a cache or id. Errors are those of a read of the chunk.
-  virtual Status Prefetch(uint32_t index) const = 0;
+  // decoded already (decoding ahead of a sequential reader), or a reader
+  // has finished with it since `ticket` (a value of prefetch_ticket() taken
+  // when the decode was queued): a decode queued ahead of a reader that
+  // then read the chunk before the decode started (decoding it itself)
+  // would only decode it a second time. Nothing to do without a cache or
+  // id. Errors are those of a read of the chunk.
+  virtual Status Prefetch(uint32_t index, uint64_t ticket) const = 0;
+  // The current position of the reader's "finished with a chunk" counter,
+  // for Prefetch.
+  virtual uint64_t prefetch_ticket() const = 0;
   // A sequential reader is past chunk `index`: its decoded bytes leave the
   // chunk cache now, and their memory is reused for the next chunk (instead
   // of filling the cache with fresh memory that a stream never reads
@@ -245,7 +252,8 @@ class ChunkCache {
   // total reaches the chunk's size the chunk is dropped (a sequential
   // reader is done with it). Overlapping reads count twice: the chunk then
   // only leaves early and is decoded again if asked for.
-  void NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes);
+  // Returns whether the chunk left the cache.
+  bool NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes);
   // Working memory of the decodes that fill this cache, shared by all
   // readers that use it.
   CodecScratchPool& scratch_pool();

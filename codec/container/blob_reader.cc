@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -26,7 +27,8 @@ class BlobReaderImpl final : public BlobReader {
         resolver_(resolver),
         cache_(cache),
         limits_(limits),
-        index_(std::move(index)) {
+        index_(std::move(index)),
+        finished_at_(std::make_unique<std::atomic<uint64_t>[]>(index_.chunks.size())) {
     if (cache_ == nullptr) own_scratch_ = std::make_unique<CodecScratchPool>();
     scratch_ = cache_ != nullptr ? &cache_->scratch_pool() : own_scratch_.get();
   }
@@ -53,21 +55,30 @@ class BlobReaderImpl final : public BlobReader {
 
   Status ReadPieces(uint64_t offset, uint64_t length, std::vector<Piece>* pieces) const override;
 
-  Status Prefetch(uint32_t index) const override {
+  Status Prefetch(uint32_t index, uint64_t ticket) const override {
     if (index >= index_.chunks.size())
       return Status::InvalidArgument(fmt::format("prefetch: chunk {} of {}", index, index_.chunks.size()));
     if (cache_ == nullptr || !id_) return Status::Ok();
+    if (finished_at_[index].load(std::memory_order_relaxed) > ticket) return Status::Ok();
     return CachedChunk(index, 0).status();
   }
 
+  uint64_t prefetch_ticket() const override { return finished_.load(std::memory_order_relaxed); }
+
   void DropCached(uint32_t index) const override {
-    if (cache_ != nullptr && id_ && index < index_.chunks.size()) cache_->Drop(*id_, index);
+    if (cache_ == nullptr || !id_ || index >= index_.chunks.size()) return;
+    cache_->Drop(*id_, index);
+    MarkFinished(index);
   }
 
   // ReadAt at delta-chain level `depth` (0 for the caller's blob).
   Status ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth) const;
 
  private:
+  // A reader is done with chunk `c` (read it all, or went past it).
+  void MarkFinished(uint32_t c) const {
+    finished_at_[c].store(finished_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   // Decodes chunk `c` into `out` (exactly its logical length), checking
   // both checksums. `depth` is its level in the delta chain.
   Status DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const;
@@ -101,6 +112,10 @@ class BlobReaderImpl final : public BlobReader {
   // read leases another for the next level.
   std::unique_ptr<CodecScratchPool> own_scratch_;
   CodecScratchPool* scratch_ = nullptr;
+  // Prefetch's tickets: a counter of the chunks readers finished with, and
+  // per chunk its value when that last happened (0: never).
+  mutable std::atomic<uint64_t> finished_{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> finished_at_;
   mutable std::mutex base_mu_;  // guards base_reader_
   mutable std::shared_ptr<const BlobReader> base_reader_;
   // Lock order: inflight_mu_ before InFlight::mu; neither is held while
@@ -272,7 +287,7 @@ Status BlobReaderImpl::ReadPieces(uint64_t offset, uint64_t length, std::vector<
     }
     ByteSpan piece(data->data() + from, n);
     pieces->push_back(Piece{std::move(data), piece});
-    if (cached) cache_->NoteRead(*id_, c, n);  // after the piece holds the buffer
+    if (cached && cache_->NoteRead(*id_, c, n)) MarkFinished(c);  // after the piece holds the buffer
     at += n;
   }
   return Status::Ok();

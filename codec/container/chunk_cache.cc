@@ -195,14 +195,15 @@ void ChunkCache::Drop(const ObjectId& blob, uint32_t chunk) {
   impl_->Remove(it->second);
 }
 
-void ChunkCache::NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes) {
+bool ChunkCache::NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes) {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->map.find(CacheKey{blob, chunk});
-  if (it == impl_->map.end()) return;
+  if (it == impl_->map.end()) return false;
   Impl::Entry& e = *it->second;
   e.read += bytes;
-  if (e.read < e.data->size()) return;
+  if (e.read < e.data->size()) return false;
   impl_->Remove(it->second);
+  return true;
 }
 
 CodecScratchPool& ChunkCache::scratch_pool() { return impl_->scratch; }

@@ -182,6 +182,38 @@ TEST(BlobRandomAccess, ReadPiecesLetsAChunkGoOnceEveryByteWasReturned) {
   EXPECT_NE(cache.Get(id, 1), nullptr);  // ReadAt keeps what it decodes
 }
 
+TEST(BlobRandomAccess, PrefetchSkipsAChunkAReaderFinishedAfterItWasQueued) {
+  FileBuilder f = CheckpointLike(12, 4);
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 3000, 1});
+  ChunkCache cache(1 << 20);
+  ObjectId id = ObjectId::Of(blob);
+  auto reader = OpenBytes(blob, id, nullptr, &cache);
+  ASSERT_TRUE(reader.ok());
+  const BlobReader& r = **reader;
+  ASSERT_GE(r.chunks().size(), 3u);
+  // A decode queued ahead of the reader, which then reads the chunk itself
+  // before the decode starts: the decode is skipped.
+  const uint64_t queued = r.prefetch_ticket();
+  const ChunkInfo& c1 = r.chunks()[1];
+  std::vector<BlobReader::Piece> pieces;
+  ASSERT_TRUE(r.ReadPieces(c1.logical_offset, c1.logical_length, &pieces).ok());
+  ASSERT_EQ(cache.Get(id, 1), nullptr);
+  ASSERT_TRUE(r.Prefetch(1, queued).ok());
+  EXPECT_EQ(cache.Get(id, 1), nullptr);
+  // Queued after the reader finished with it (a second pass): decoded.
+  ASSERT_TRUE(r.Prefetch(1, r.prefetch_ticket()).ok());
+  EXPECT_NE(cache.Get(id, 1), nullptr);
+  // A chunk a sequential reader went past counts as finished too; one no
+  // reader touched is decoded.
+  const uint64_t before_drop = r.prefetch_ticket();
+  r.DropCached(2);
+  ASSERT_TRUE(r.Prefetch(2, before_drop).ok());
+  EXPECT_EQ(cache.Get(id, 2), nullptr);
+  ASSERT_TRUE(r.Prefetch(0, before_drop).ok());
+  EXPECT_NE(cache.Get(id, 0), nullptr);
+  EXPECT_EQ(r.Prefetch(static_cast<uint32_t>(r.chunks().size()), 0).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(BlobRandomAccess, ReadsFromAFileWithoutContiguousMemory) {
   // A RandomAccessFile that does not expose its bytes (like a PosixFile).
   class Opaque final : public RandomAccessFile {

@@ -112,5 +112,58 @@ TEST(ReadAheadTest, DecodesTheNextStorageInPickleOrderBeforeItIsRead) {
   ahead.Close(stream);
 }
 
+TEST(ReadAheadTest, DropsChunksByBytesBehindTheReaderNotByChunkCount) {
+  // A big tensor, many tiny records after it (as a torch.save file puts
+  // biases and headers between weights), then another big tensor.
+  constexpr uint64_t kChunk = 64 << 10;
+  ckptfs::testing::FileBuilder b;
+  b.layout.format = FileFormat::kTorchZip;
+  auto add_tensor = [&](uint64_t bytes, uint32_t seed) {
+    std::vector<std::byte> data = ckptfs::testing::NormalF32(bytes / 4, seed);
+    const int32_t t = static_cast<int32_t>(b.layout.tensors.size());
+    b.layout.tensors.push_back(TensorInfo{std::to_string(t), DType::kF32, {bytes / 4}, false});
+    b.layout.segments.push_back(Segment{b.bytes.size(), data.size(), t});
+    b.bytes.insert(b.bytes.end(), data.begin(), data.end());
+  };
+  add_tensor(2 * kChunk, 1);
+  for (uint32_t i = 0; i < 16; ++i) add_tensor(64, 10 + i);
+  add_tensor(4 * kChunk, 2);
+  EncodeOptions options;
+  options.chunk_bytes = kChunk;
+  std::vector<std::byte> blob = ckptfs::testing::Encode(b.bytes, b.layout, options);
+  const ObjectId id = ObjectId::Of(blob);
+  ChunkCache cache(64 << 20);
+  auto reader = ckptfs::testing::OpenBytes(blob, id, nullptr, &cache);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  const BlobReader& r = **reader;
+  const std::vector<ChunkInfo>& chunks = r.chunks();
+  const uint32_t big = ChunkIndexAt(chunks, 2 * kChunk + 16 * 64);
+  ASSERT_GE(big, 2u + 16u) << "each tiny record in a chunk of its own";
+
+  // No decoding ahead (window 0); chunks that end two chunks' bytes
+  // behind the furthest read leave the cache.
+  ReadAhead ahead(1, 0, 2 * kChunk);
+  ReadAhead::Stream stream;
+  auto read = [&](uint64_t offset, uint64_t length) {
+    std::vector<BlobReader::Piece> pieces;
+    ASSERT_TRUE(r.ReadPieces(offset, length, &pieces).ok());
+    ahead.OnRead(stream, *reader, offset, length);
+  };
+  // Half of chunk 1 (the end of the first tensor): it stays cached.
+  read(kChunk, kChunk / 2);
+  read(kChunk + kChunk / 2, 16);
+  ASSERT_NE(cache.Get(id, 1), nullptr);
+  // The kernel's read-ahead reads the tiny records and the start of the
+  // next tensor: many chunks, few bytes past chunk 1. Chunk 1 stays
+  // (the reader's own read of its second half comes later).
+  read(2 * kChunk, 16 * 64 + kChunk / 2);
+  EXPECT_GT(ChunkIndexAt(chunks, 2 * kChunk + 16 * 64 + kChunk / 2 - 1), 1u + 8u);
+  EXPECT_NE(cache.Get(id, 1), nullptr);
+  // Far past it: dropped.
+  read(2 * kChunk + 16 * 64 + kChunk / 2, 2 * kChunk);
+  EXPECT_EQ(cache.Get(id, 1), nullptr);
+  ahead.Close(stream);
+}
+
 }  // namespace
 }  // namespace ckptfs::fs
