@@ -80,6 +80,21 @@ inline Result<std::shared_ptr<const BlobReader>> OpenBytes(std::vector<std::byte
   return BlobReader::Open(std::make_shared<MemoryFile>(std::move(blob)), id, resolver, cache, limits);
 }
 
+// A blob encoded from `file`, opened with a chunk cache of its own.
+// `reader` is null (and the test has failed) when it does not open.
+struct CachedBlob {
+  CachedBlob(const FileBuilder& file, const EncodeOptions& options, uint64_t cache_bytes = 1 << 20)
+      : bytes(Encode(file.bytes, file.layout, options)), id(ObjectId::Of(bytes)), cache(cache_bytes) {
+    Result<std::shared_ptr<const BlobReader>> opened = OpenBytes(bytes, id, nullptr, &cache);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (opened.ok()) reader = *opened;
+  }
+  std::vector<std::byte> bytes;
+  ObjectId id;
+  ChunkCache cache;
+  std::shared_ptr<const BlobReader> reader;  // after `cache`: let go first
+};
+
 // Resolves ids to blobs held in memory; counts opens.
 class MapResolver final : public BlobResolver {
  public:

@@ -8,6 +8,7 @@
 namespace ckptfs {
 namespace {
 
+using testing::CachedBlob;
 using testing::Encode;
 using testing::FileBuilder;
 using testing::OpenBytes;
@@ -159,37 +160,35 @@ TEST(BlobRandomAccess, ReadPiecesMatchesTheFileWithAndWithoutCache) {
 
 TEST(BlobRandomAccess, ReadPiecesLetsAChunkGoOnceEveryByteWasReturned) {
   FileBuilder f = CheckpointLike(11, 4);
-  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 3000, 1});
-  ChunkCache cache(1 << 20);
-  ObjectId id = ObjectId::Of(blob);
-  auto reader = OpenBytes(blob, id, nullptr, &cache);
-  ASSERT_TRUE(reader.ok());
-  const ChunkInfo& c1 = (*reader)->chunks()[1];
+  CachedBlob b(f, EncodeOptions{3, 3000, 1});
+  ASSERT_NE(b.reader, nullptr);
+  ChunkCache& cache = b.cache;
+  const ObjectId& id = b.id;
+  const BlobReader& r = *b.reader;
+  const ChunkInfo& c1 = r.chunks()[1];
   ASSERT_GT(c1.logical_length, 2u);
   const uint64_t half = c1.logical_length / 2;
   std::vector<BlobReader::Piece> pieces;
-  ASSERT_TRUE((*reader)->ReadPieces(c1.logical_offset, half, &pieces).ok());
+  ASSERT_TRUE(r.ReadPieces(c1.logical_offset, half, &pieces).ok());
   EXPECT_NE(cache.Get(id, 1), nullptr);  // half of it returned: kept
-  ASSERT_TRUE((*reader)->ReadPieces(c1.logical_offset + half, c1.logical_length - half, &pieces).ok());
+  ASSERT_TRUE(r.ReadPieces(c1.logical_offset + half, c1.logical_length - half, &pieces).ok());
   EXPECT_EQ(cache.Get(id, 1), nullptr);  // all of it returned: gone
   // The pieces still hold the bytes, and a later read decodes the chunk again.
   std::vector<std::byte> joined;
   for (const auto& p : pieces) joined.insert(joined.end(), p.data.begin(), p.data.end());
   EXPECT_TRUE(std::equal(joined.begin(), joined.end(), f.bytes.begin() + c1.logical_offset));
   std::vector<std::byte> out(c1.logical_length);
-  ASSERT_TRUE((*reader)->ReadAt(c1.logical_offset, out).ok());
+  ASSERT_TRUE(r.ReadAt(c1.logical_offset, out).ok());
   EXPECT_TRUE(std::equal(out.begin(), out.end(), f.bytes.begin() + c1.logical_offset));
   EXPECT_NE(cache.Get(id, 1), nullptr);  // ReadAt keeps what it decodes
 }
 
 TEST(BlobRandomAccess, PrefetchSkipsAChunkAReaderFinishedAfterItWasQueued) {
-  FileBuilder f = CheckpointLike(12, 4);
-  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 3000, 1});
-  ChunkCache cache(1 << 20);
-  ObjectId id = ObjectId::Of(blob);
-  auto reader = OpenBytes(blob, id, nullptr, &cache);
-  ASSERT_TRUE(reader.ok());
-  const BlobReader& r = **reader;
+  CachedBlob b(CheckpointLike(12, 4), EncodeOptions{3, 3000, 1});
+  ASSERT_NE(b.reader, nullptr);
+  ChunkCache& cache = b.cache;
+  const ObjectId& id = b.id;
+  const BlobReader& r = *b.reader;
   ASSERT_GE(r.chunks().size(), 3u);
   // A decode queued ahead of the reader, which then reads the chunk itself
   // before the decode starts: the decode is skipped.

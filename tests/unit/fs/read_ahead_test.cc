@@ -63,6 +63,12 @@ TEST(NextTensorTest, OtherFormatsFollowFileOrder) {
   EXPECT_EQ(PredictNextTensorSegment(FileFormat::kSafetensors, segments, 23), -1);  // the last tensor
 }
 
+EncodeOptions ChunkBytes(uint64_t chunk_bytes) {
+  EncodeOptions options;
+  options.chunk_bytes = chunk_bytes;
+  return options;
+}
+
 // Polls the cache: the decodes run on ReadAhead's worker.
 bool EventuallyCached(ChunkCache& cache, const ObjectId& id, uint32_t chunk) {
   for (int i = 0; i < 2000; ++i) {
@@ -74,15 +80,12 @@ bool EventuallyCached(ChunkCache& cache, const ObjectId& id, uint32_t chunk) {
 
 TEST(ReadAheadTest, DecodesTheNextStorageInPickleOrderBeforeItIsRead) {
   constexpr uint64_t kChunk = 64 << 10;
-  ckptfs::testing::FileBuilder file = TorchLikeFile(4 * kChunk);
-  EncodeOptions options;
-  options.chunk_bytes = kChunk;
-  std::vector<std::byte> blob = ckptfs::testing::Encode(file.bytes, file.layout, options);
-  const ObjectId id = ObjectId::Of(blob);
-  ChunkCache cache(64 << 20);
-  auto reader = ckptfs::testing::OpenBytes(blob, id, nullptr, &cache);
-  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-  const BlobReader& r = **reader;
+  ckptfs::testing::CachedBlob b(TorchLikeFile(4 * kChunk), ChunkBytes(kChunk), 64 << 20);
+  ASSERT_NE(b.reader, nullptr);
+  ChunkCache& cache = b.cache;
+  const ObjectId& id = b.id;
+  const std::shared_ptr<const BlobReader>& reader = b.reader;
+  const BlobReader& r = *reader;
   const int32_t one = SegmentOfTensor(r.segments(), 1);
   const int32_t two = SegmentOfTensor(r.segments(), 2);
   const int32_t ten = SegmentOfTensor(r.segments(), 10);
@@ -93,8 +96,8 @@ TEST(ReadAheadTest, DecodesTheNextStorageInPickleOrderBeforeItIsRead) {
   ReadAhead ahead(1, 6 * kChunk);
   ReadAhead::Stream stream;
   const SegmentInfo& seg = r.segments()[one];
-  ahead.OnRead(stream, *reader, seg.offset, kChunk);
-  ahead.OnRead(stream, *reader, seg.offset + kChunk, kChunk);
+  ahead.OnRead(stream, reader, seg.offset, kChunk);
+  ahead.OnRead(stream, reader, seg.offset + kChunk, kChunk);
 
   EXPECT_TRUE(EventuallyCached(cache, id, r.segments()[two].first_chunk));
   EXPECT_GT(ahead.predicted_queued(), 0u);
@@ -105,8 +108,8 @@ TEST(ReadAheadTest, DecodesTheNextStorageInPickleOrderBeforeItIsRead) {
   // does not queue its chunks again.
   const uint64_t queued = ahead.predicted_queued();
   const SegmentInfo& next = r.segments()[two];
-  ahead.OnRead(stream, *reader, next.offset, kChunk);
-  ahead.OnRead(stream, *reader, next.offset + kChunk, kChunk);
+  ahead.OnRead(stream, reader, next.offset, kChunk);
+  ahead.OnRead(stream, reader, next.offset + kChunk, kChunk);
   EXPECT_TRUE(EventuallyCached(cache, id, next.first_chunk + 3));
   EXPECT_GT(ahead.predicted_queued(), queued);  // tensor 3's first chunks
   ahead.Close(stream);
@@ -128,14 +131,11 @@ TEST(ReadAheadTest, DropsChunksByBytesBehindTheReaderNotByChunkCount) {
   add_tensor(2 * kChunk, 1);
   for (uint32_t i = 0; i < 16; ++i) add_tensor(64, 10 + i);
   add_tensor(4 * kChunk, 2);
-  EncodeOptions options;
-  options.chunk_bytes = kChunk;
-  std::vector<std::byte> blob = ckptfs::testing::Encode(b.bytes, b.layout, options);
-  const ObjectId id = ObjectId::Of(blob);
-  ChunkCache cache(64 << 20);
-  auto reader = ckptfs::testing::OpenBytes(blob, id, nullptr, &cache);
-  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-  const BlobReader& r = **reader;
+  ckptfs::testing::CachedBlob blob(b, ChunkBytes(kChunk), 64 << 20);
+  ASSERT_NE(blob.reader, nullptr);
+  ChunkCache& cache = blob.cache;
+  const ObjectId& id = blob.id;
+  const BlobReader& r = *blob.reader;
   const std::vector<ChunkInfo>& chunks = r.chunks();
   const uint32_t big = ChunkIndexAt(chunks, 2 * kChunk + 16 * 64);
   ASSERT_GE(big, 2u + 16u) << "each tiny record in a chunk of its own";
@@ -147,7 +147,7 @@ TEST(ReadAheadTest, DropsChunksByBytesBehindTheReaderNotByChunkCount) {
   auto read = [&](uint64_t offset, uint64_t length) {
     std::vector<BlobReader::Piece> pieces;
     ASSERT_TRUE(r.ReadPieces(offset, length, &pieces).ok());
-    ahead.OnRead(stream, *reader, offset, length);
+    ahead.OnRead(stream, blob.reader, offset, length);
   };
   // Half of chunk 1 (the end of the first tensor): it stays cached.
   read(kChunk, kChunk / 2);
