@@ -1,0 +1,43 @@
+"""The filesystem benchmark (scripts/bench/fs_bench.py) end to end at a tiny
+size: every target runs once per round, the JSON carries medians, ratios of
+the medians and paired ratios, and nothing stays mounted. Timings are not
+judged (the machines are shared): only that the run is complete and sane."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import CKPTFS, REPO, _fuse_usable
+
+pytest.importorskip("torch")
+
+
+def test_fs_bench_runs_every_target_every_round(tmp_path):
+    why = _fuse_usable()
+    if why:
+        pytest.skip(f"FUSE unavailable: {why}")
+    work = tmp_path / "work"
+    work.mkdir()
+    out = subprocess.run(
+        ["/usr/bin/python3", os.path.join(REPO, "scripts", "bench", "fs_bench.py"), "--ckptfs", CKPTFS,
+         "--work", str(work), "--dd-mib", "4", "--model-mb", "24", "--runs", "2"],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    targets = {"disk", "ckptfs", "passthrough", "ckptfs-lossless"}
+    assert set(result["raw"]) == targets
+    for name, runs in result["raw"].items():
+        for key in ("dd_write_s", "save_s", "committed_s", "load_s"):
+            assert len(runs[key]) == 2 and all(t > 0 for t in runs[key]), (name, key, runs[key])
+    for name in targets:
+        assert result["medians"][name]["logical_bytes"] == result["checkpoint_bytes"]
+    # Lossy float tensors store far less than the file; passthrough stores it all.
+    assert result["medians"]["ckptfs"]["stored_bytes"] < result["checkpoint_bytes"] / 2
+    assert result["medians"]["passthrough"]["stored_bytes"] == result["checkpoint_bytes"]
+    for group in ("ratios", "paired_ratios"):
+        for pair in ("ckptfs_vs_passthrough", "ckptfs_lossless_vs_passthrough"):
+            assert set(result[group][pair]) == {"dd_write_s", "save_s", "load_s"}
+            assert all(r > 0 for r in result[group][pair].values())
+    with open("/proc/self/mounts") as f:
+        assert not [line for line in f if str(work) in line]
