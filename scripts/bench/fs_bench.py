@@ -3,7 +3,8 @@ directly, into ckptfs (default policy: lossy float tensors), into ckptfs with
 lossy=off (the lossless codec), and into ckptfs with compression off (plain
 passthrough into objects: the FUSE floor), in one run, the targets
 interleaved round by round. Prints JSON with medians, ratios of the medians,
-and paired ratios (the median over rounds of each round's ratio).
+paired ratios (the median over rounds of each round's ratio) and their
+range over the rounds.
 
   fs_bench.py --ckptfs BIN --work DIR [--dd-mib 1024] [--model-mb 1000] [--runs 3]
 
@@ -159,9 +160,16 @@ def main():
     def ratio(a, b, key):
         return results[a][key] / results[b][key] if results[b][key] else None
 
+    def round_ratios(a, b, key):
+        return [x / y for x, y in zip(runs[a][key], runs[b][key]) if y]
+
     def paired(a, b, key):
         # Median over rounds of the ratio within each round.
-        return statistics.median(x / y for x, y in zip(runs[a][key], runs[b][key]) if y)
+        return statistics.median(round_ratios(a, b, key))
+
+    def paired_range(a, b, key):
+        r = round_ratios(a, b, key)
+        return [min(r), max(r)]
 
     out = {
         "dd_mib": args.dd_mib,
@@ -181,6 +189,14 @@ def main():
             "ckptfs_vs_passthrough": {k: paired("ckptfs", "passthrough", k)
                                       for k in ("dd_write_s", "save_s", "load_s")},
             "ckptfs_lossless_vs_passthrough": {k: paired("ckptfs-lossless", "passthrough", k)
+                                               for k in ("dd_write_s", "save_s", "load_s")},
+        },
+        # The smallest and largest single-round ratio: how far one round
+        # can be from the median on this host.
+        "paired_ratio_ranges": {
+            "ckptfs_vs_passthrough": {k: paired_range("ckptfs", "passthrough", k)
+                                      for k in ("dd_write_s", "save_s", "load_s")},
+            "ckptfs_lossless_vs_passthrough": {k: paired_range("ckptfs-lossless", "passthrough", k)
                                                for k in ("dd_write_s", "save_s", "load_s")},
         },
         "raw": runs,

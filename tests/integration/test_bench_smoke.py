@@ -39,5 +39,8 @@ def test_fs_bench_runs_every_target_every_round(tmp_path):
         for pair in ("ckptfs_vs_passthrough", "ckptfs_lossless_vs_passthrough"):
             assert set(result[group][pair]) == {"dd_write_s", "save_s", "load_s"}
             assert all(r > 0 for r in result[group][pair].values())
+    for pair, ranges in result["paired_ratio_ranges"].items():
+        for key, (low, high) in ranges.items():
+            assert 0 < low <= result["paired_ratios"][pair][key] <= high, (pair, key)
     with open("/proc/self/mounts") as f:
         assert not [line for line in f if str(work) in line]
