@@ -117,7 +117,12 @@ void Filesystem::StartWorkers() {
   // The window lives in the chunk cache: a quarter of it at most, so the
   // chunks decoded ahead are not evicted by each other before they are read.
   uint64_t window_mib = std::min(options_.decode_ahead_mib, SplitMemory(options_).cache_mib / 4);
-  read_ahead_ = std::make_unique<ReadAhead>(options_.threads, window_mib << 20);
+  // The kernel's read-ahead (readahead=) runs that far ahead of the
+  // reader, whose own reads of the pages it missed come behind: chunks are
+  // dropped twice that far behind the furthest read (a shorter lag made the
+  // daemon decode them twice), and at least one chunk's worth behind.
+  const uint64_t drop_lag = std::max<uint64_t>(2 * (uint64_t{options_.read_ahead_kb} << 10), 8 << 20);
+  read_ahead_ = std::make_unique<ReadAhead>(options_.threads, window_mib << 20, drop_lag);
   if (options_.gc_interval_seconds > 0) gc_thread_ = std::thread([this] { GcLoop(); });
 }
 

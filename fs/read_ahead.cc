@@ -60,6 +60,8 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
   const uint32_t last = ChunkIndexAt(chunks, offset + length - 1);
   std::vector<Job> fresh;
   std::vector<uint32_t> drop;
+  // Decodes queued now skip chunks the reader finishes with from here on.
+  const uint64_t ticket = blob->prefetch_ticket();
   {
     std::lock_guard<std::mutex> lock(stream.mu);
     if (stream.blob != blob.get()) {
@@ -103,14 +105,14 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
     for (; was_seen && c < chunks.size() && ahead < window_bytes_; ++c) {
       if (chunks[c].segment != segment) break;
       ahead += chunks[c].logical_length;
-      fresh.push_back(Job{blob, c, stream.cancelled, blob->prefetch_ticket()});
+      fresh.push_back(Job{blob, c, stream.cancelled, ticket});
     }
     stream.queued_until = std::max(stream.queued_until, c);
     // The window reached the end of the run's tensor: the rest of it goes
     // to the first chunks of the tensor read next.
     const bool at_tensor_end = c >= chunks.size() || chunks[c].segment != segment;
     if (was_seen && stream.run_tensor_segment >= 0 && at_tensor_end && ahead < window_bytes_)
-      QueueNextTensorLocked(stream, blob, ahead, &fresh);
+      QueueNextTensorLocked(stream, blob, ahead, ticket, &fresh);
   }
   for (uint32_t k : drop) blob->DropCached(k);
   if (fresh.empty()) return;
@@ -123,7 +125,7 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
 }
 
 void ReadAhead::QueueNextTensorLocked(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t ahead,
-                                      std::vector<Job>* fresh) {
+                                      uint64_t ticket, std::vector<Job>* fresh) {
   const std::vector<ChunkInfo>& chunks = blob->chunks();
   const std::vector<SegmentInfo>& segments = blob->segments();
   int32_t next = stream.run_tensor_segment;
@@ -143,7 +145,7 @@ void ReadAhead::QueueNextTensorLocked(Stream& stream, const std::shared_ptr<cons
     uint32_t c = p.queued_until;
     for (; c < end && ahead < window_bytes_; ++c) {
       ahead += chunks[c].logical_length;
-      fresh->push_back(Job{blob, c, stream.next_cancelled, blob->prefetch_ticket()});
+      fresh->push_back(Job{blob, c, stream.next_cancelled, ticket});
     }
     predicted_queued_.fetch_add(c - p.queued_until, std::memory_order_relaxed);
     p.queued_until = c;

@@ -26,21 +26,15 @@ namespace ckptfs::fs {
 
 class ReadAhead {
  public:
-  // The kernel's read-ahead (readahead=, 16 MiB) runs up to 16 MiB ahead
-  // of the reader, whose own reads of the pages it missed come behind:
-  // dropping a chunk sooner makes the daemon decode it twice. The lag is in
-  // bytes, not chunks: a torch.save file puts tiny chunks (biases, small
-  // records) between the 4 MiB ones, and a lag of 8 chunks dropped chunks
-  // the reader was still reading (18% of a 957 MB torch.load decoded
-  // twice).
-  static constexpr uint64_t kDefaultDropLagBytes = 32 << 20;
-
   // `workers` decode threads; `window_bytes` of decoded chunks are kept
   // queued or decoded past the furthest chunk a stream has read (0: no
   // decoding ahead, and no threads; finished chunks are still dropped).
   // A run's chunks that end `drop_lag_bytes` or more before the end of its
-  // furthest read leave the cache.
-  ReadAhead(unsigned workers, uint64_t window_bytes, uint64_t drop_lag_bytes = kDefaultDropLagBytes);
+  // furthest read leave the cache. The lag is in bytes, not chunks: a
+  // torch.save file puts tiny chunks (biases, small records) between the
+  // 4 MiB ones, and a lag of 8 chunks dropped chunks the reader was still
+  // reading (18% of a 957 MB torch.load decoded twice).
+  ReadAhead(unsigned workers, uint64_t window_bytes, uint64_t drop_lag_bytes);
   // Drops the queued decodes and joins the workers (after the running
   // decodes end).
   ~ReadAhead();
@@ -136,7 +130,7 @@ class ReadAhead {
   // past the reader) stays under the window; at most kMaxPredicted tensors
   // (a run of tiny ones costs a job each).
   void QueueNextTensorLocked(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t ahead,
-                             std::vector<Job>* fresh);
+                             uint64_t ticket, std::vector<Job>* fresh);
   void Work();
 
   const uint64_t window_bytes_;

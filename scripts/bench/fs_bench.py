@@ -157,6 +157,8 @@ def main():
         results[t.name] = {k: statistics.median(v) for k, v in runs[t.name].items()}
         results[t.name].update(info[t.name])
 
+    timed = ("dd_write_s", "save_s", "load_s")
+
     def ratio(a, b, key):
         return results[a][key] / results[b][key] if results[b][key] else None
 
@@ -168,37 +170,24 @@ def main():
         return statistics.median(round_ratios(a, b, key))
 
     def paired_range(a, b, key):
+        # The smallest and largest single-round ratio: how far one round
+        # can be from the median on this host.
         r = round_ratios(a, b, key)
         return [min(r), max(r)]
 
+    def per_key(f, pairs):
+        return {f"{a}_vs_{b}".replace("-", "_"): {k: f(a, b, k) for k in timed} for a, b in pairs}
+
+    vs_passthrough = [("ckptfs", "passthrough"), ("ckptfs-lossless", "passthrough")]
     out = {
         "dd_mib": args.dd_mib,
         "checkpoint_bytes": results["disk"].get("logical_bytes"),
         "runs": args.runs,
         "page_cache_dropped": drop_caches(),
         "medians": results,
-        "ratios": {
-            "ckptfs_vs_passthrough": {k: ratio("ckptfs", "passthrough", k)
-                                      for k in ("dd_write_s", "save_s", "load_s")},
-            "ckptfs_lossless_vs_passthrough": {k: ratio("ckptfs-lossless", "passthrough", k)
-                                               for k in ("dd_write_s", "save_s", "load_s")},
-            "ckptfs_vs_disk": {k: ratio("ckptfs", "disk", k) for k in ("dd_write_s", "save_s", "load_s")},
-            "passthrough_vs_disk": {k: ratio("passthrough", "disk", k) for k in ("dd_write_s", "save_s", "load_s")},
-        },
-        "paired_ratios": {
-            "ckptfs_vs_passthrough": {k: paired("ckptfs", "passthrough", k)
-                                      for k in ("dd_write_s", "save_s", "load_s")},
-            "ckptfs_lossless_vs_passthrough": {k: paired("ckptfs-lossless", "passthrough", k)
-                                               for k in ("dd_write_s", "save_s", "load_s")},
-        },
-        # The smallest and largest single-round ratio: how far one round
-        # can be from the median on this host.
-        "paired_ratio_ranges": {
-            "ckptfs_vs_passthrough": {k: paired_range("ckptfs", "passthrough", k)
-                                      for k in ("dd_write_s", "save_s", "load_s")},
-            "ckptfs_lossless_vs_passthrough": {k: paired_range("ckptfs-lossless", "passthrough", k)
-                                               for k in ("dd_write_s", "save_s", "load_s")},
-        },
+        "ratios": per_key(ratio, vs_passthrough + [("ckptfs", "disk"), ("passthrough", "disk")]),
+        "paired_ratios": per_key(paired, vs_passthrough),
+        "paired_ratio_ranges": per_key(paired_range, vs_passthrough),
         "raw": runs,
     }
     print(json.dumps(out, indent=2))

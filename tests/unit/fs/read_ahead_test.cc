@@ -93,7 +93,7 @@ TEST(ReadAheadTest, DecodesTheNextStorageInPickleOrderBeforeItIsRead) {
 
   // A window of 6 chunks: reading tensor 1 (4 chunks) leaves room for the
   // first chunks of the tensor after it.
-  ReadAhead ahead(1, 6 * kChunk);
+  ReadAhead ahead(1, 6 * kChunk, 32 << 20);
   ReadAhead::Stream stream;
   const SegmentInfo& seg = r.segments()[one];
   ahead.OnRead(stream, reader, seg.offset, kChunk);
