@@ -8,6 +8,9 @@
                         opt_budget=OPT_BUDGET)
   ckptfs-policy:NAME    a ckptfs mount with -o policy=scripts/eval/policies/NAME.toml
 
+Any ckptfs backend takes further mount options after '+', e.g.
+ckptfs-lossy:3e-2+schedule=dsq (',' separates backends in --backends).
+
 A backend is used as:  b.start(workdir) -> directory to write into;
 b.cycle() (unmount and remount so later reads decode from the store rather
 than from staging files or the page cache); b.stop(); b.stats() per-file
@@ -169,9 +172,19 @@ class Ckptfs:
 
 
 def make(spec):
-    """A backend from its name: plain | ckptfs-lossless | ckptfs-lossy:B[:OB] | ckptfs-policy:NAME."""
+    """A backend from its name: plain | ckptfs-lossless | ckptfs-lossy:B[:OB] | ckptfs-policy:NAME,
+    each ckptfs one optionally followed by +KEY=VALUE mount options."""
     if spec == "plain":
         return Plain()
+    base, *extra = spec.split("+")
+    for opt in extra:
+        if not re.fullmatch(r"[a-z_]+=[A-Za-z0-9_.-]+", opt):
+            raise ValueError(f"backend '{spec}': '{opt}' is not a KEY=VALUE mount option")
+    if extra and base.startswith("ckptfs-"):
+        backend = make(base)
+        backend.name = spec
+        backend.options = backend.options + extra
+        return backend
     if spec == "ckptfs-lossless":
         return Ckptfs(spec, ["lossy=off"])
     if spec.startswith("ckptfs-lossy:"):
