@@ -180,27 +180,22 @@ def make(spec):
     for opt in extra:
         if not re.fullmatch(r"[a-z_]+=[A-Za-z0-9_.-]+", opt):
             raise ValueError(f"backend '{spec}': '{opt}' is not a KEY=VALUE mount option")
-    if extra and base.startswith("ckptfs-"):
-        backend = make(base)
-        backend.name = spec
-        backend.options = backend.options + extra
-        return backend
-    if spec == "ckptfs-lossless":
-        return Ckptfs(spec, ["lossy=off"])
-    if spec.startswith("ckptfs-lossy:"):
-        parts = spec.split(":")[1:]
+    if base == "ckptfs-lossless":
+        return Ckptfs(spec, ["lossy=off"] + extra)
+    if base.startswith("ckptfs-lossy:"):
+        parts = base.split(":")[1:]
         opts = ["lossy=on", f"budget={float(parts[0]):g}"]
         if len(parts) > 1:
             opts.append(f"opt_budget={float(parts[1]):g}")
-        return Ckptfs(spec, opts)
-    if spec.startswith("ckptfs-policy:"):
-        name = spec.split(":", 1)[1]
+        return Ckptfs(spec, opts + extra)
+    if base.startswith("ckptfs-policy:"):
+        name = base.split(":", 1)[1]
         path = os.path.join(REPO, "scripts", "eval", "policies", name + ".toml")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not os.path.isfile(path):
             raise ValueError(f"backend '{spec}': no policy file {path}")
-        return Ckptfs(spec, ["lossy=on", f"policy={path}"])
+        return Ckptfs(spec, ["lossy=on", f"policy={path}"] + extra)
     raise ValueError(f"unknown backend '{spec}' (want plain | ckptfs-lossless | ckptfs-lossy:BUDGET[:OPT_BUDGET]"
-                     " | ckptfs-policy:NAME)")
+                     " | ckptfs-policy:NAME, optionally +KEY=VALUE ...)")
 
 
 def probe_lossless_options(backend, workdir):

@@ -76,6 +76,18 @@ def ckpt_name(step):
     return f"ckpt_{step:06d}.pt"
 
 
+def train_step(workload, step):
+    """One optimizer step on the batch of `step` (and the scheduler's step);
+    returns the loss."""
+    loss = workload.loss(step)
+    workload.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    workload.optimizer.step()
+    if workload.scheduler is not None:
+        workload.scheduler.step()
+    return loss
+
+
 def train(workload, args):
     """Runs `workload` from its start (or args.resume) up to args.stop_at
     (default args.steps), saving {model, optimizer, scheduler, step,
@@ -112,12 +124,7 @@ def train(workload, args):
     t0 = time.time()
     model.train()
     for step in range(start + 1, stop + 1):
-        loss = workload.loss(step)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
+        loss = train_step(workload, step)
         emit({"step": step, "train_loss": loss.item()})
         if step % args.save_every == 0 or step == args.steps:
             state = {

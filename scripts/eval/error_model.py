@@ -178,12 +178,7 @@ def main():
 
     model.train()
     for step in range(1, sched["steps"] + 1):
-        loss = wl.loss(step)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if wl.scheduler is not None:
-            wl.scheduler.step()
+        common.train_step(wl, step)
         if a.uninterrupted or step % sched["save_every"]:
             continue
         params = {n: p for n, p in model.named_parameters() if opt.state.get(p)}
@@ -220,8 +215,9 @@ def main():
         "workload": a.workload, "seed": a.seed,
         "variant": {k: v for k, v in vars(a).items() if k not in ("workload", "seed")},
         "final": wl.evaluate(),
-        "ratio": sum(raw.values()) / max(sum(bits.values()), 1.0),
-        "ratio_parts": {k: raw[k] / max(bits[k], 1.0) for k in bits},
+        # None: nothing stored (uninterrupted, or --momentum zero for exp_avg).
+        "ratio": sum(raw.values()) / sum(bits.values()) if sum(bits.values()) else None,
+        "ratio_parts": {k: raw[k] / bits[k] if bits[k] else None for k in bits},
     }
     print(json.dumps(result))
     return 0
