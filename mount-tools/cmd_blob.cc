@@ -53,7 +53,7 @@ struct BlobArgs {
   bool chunks = false;
   double budget = 0.0;       // 0: lossless (the default of a single-file encode)
   double opt_budget = -1.0;  // < 0: the mount's default (policy::DefaultOptimizerBudget)
-  std::string schedule = "off";
+  std::string schedule = "dsq";  // the mount's default
 };
 
 Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, FileListResolver* resolver) {
@@ -154,9 +154,9 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
   enc->add_option("--threads", args->threads, "encode threads")->check(CLI::Range(1, 256));
   enc->add_option("--budget", args->budget, "lossy: per-tensor rel_l2 budget of float tensors (0 = lossless)")
       ->check(CLI::Range(0.0, 1.0));
-  enc->add_option("--opt-budget", args->opt_budget, "lossy: budget of optimizer state (default: --budget, at least 0.1)")
+  enc->add_option("--opt-budget", args->opt_budget, "lossy: budget of optimizer state (default: --budget, at least 0.2)")
       ->check(CLI::Range(0.0, 1.0));
-  enc->add_option("--schedule", args->schedule, "lossy: budget schedule of delta frames, off or dsq")
+  enc->add_option("--schedule", args->schedule, "lossy: budget schedule of delta frames, off or dsq (default dsq)")
       ->check(CLI::IsMember({"off", "dsq"}));
   enc->callback([args, exit_code] { *exit_code = RunEncode(*args); });
 

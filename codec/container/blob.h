@@ -74,7 +74,8 @@ struct EncodeOptions {
   lossy::LossyKernels* lossy_kernels = nullptr;
   int lossy_zstd_level = 1;
   // Dynamic precision: tightens the budget of delta-frame chunks whose
-  // update is small (codec/tensor/lossy/schedule.h). Off by default.
+  // update is small (codec/tensor/lossy/schedule.h). Off here; the mount and
+  // `ckptfs encode` turn it on by default.
   lossy::BudgetSchedule budget_schedule;
 };
 

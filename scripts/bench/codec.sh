@@ -5,7 +5,7 @@
 # decode MB/s on one core, medians). A second JSON object follows with the
 # lossy codec at per-tensor rel_l2 budgets 1e-2 and 5e-2 (ratio vs budget,
 # achieved max rel_l2) on the same files and sequence, at 1e-2 with the
-# optimizer state at 1e-2 too (instead of the default 0.1), and at 1e-2 with
+# optimizer state at 1e-2 too (instead of the default 0.2), and at 1e-2 with
 # Adam's second moments lossless instead of in log mode. The last object,
 # "lossy_rel_l2_1e-2_dsq", encodes a converging sequence (training continued
 # with a learning rate halved every version, seq-decay/) at budget 1e-2 with
@@ -31,7 +31,7 @@ out=${1:-/dev/stdout}
     build/tests/bench/checkpoint_bench --runs 3 --budget "$budget" "$data/fp32.pt" "$data/bf16.pt" "$data/bf16-model.pt" --seq "$data"/seq/v*.pt
   done
   # The same at 1e-2 with the optimizer state at 1e-2 too (the default before
-  # its 0.1 floor), for the side-by-side comparison.
+  # its optimizer floor), for the side-by-side comparison.
   echo ', "lossy_rel_l2_1e-2_opt_1e-2":'
   build/tests/bench/checkpoint_bench --runs 3 --budget 1e-2 --opt-budget 1e-2 \
     "$data/fp32.pt" "$data/bf16.pt" "$data/bf16-model.pt" --seq "$data"/seq/v*.pt

@@ -21,9 +21,9 @@ def rel_l2(got, want):
     return float((got.double() - want).norm() / n) if n > 0 else float((got.double() - want).norm())
 
 
-# The mount's default budget of optimizer state when only budget= (below 0.1)
+# The mount's default budget of optimizer state when only budget= (below 0.2)
 # is given (docs/policy.md).
-DEFAULT_OPT_BUDGET = 0.1
+DEFAULT_OPT_BUDGET = 0.2
 
 
 def check_within(got, want, budget, opt_budget=None, path=""):

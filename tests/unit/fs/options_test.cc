@@ -46,11 +46,11 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   EXPECT_EQ(o.budget, 0.02);
   EXPECT_EQ(o.opt_budget, 0.1);
   EXPECT_EQ(o.gpu, lossy::GpuMode::kOff);
-  EXPECT_FALSE(o.schedule.enabled());  // off by default
-  ASSERT_TRUE(ParseMountOptionList("schedule=dsq", &o).ok());
-  EXPECT_EQ(o.schedule.kind, lossy::BudgetSchedule::Kind::kDsq);
+  EXPECT_EQ(o.schedule.kind, lossy::BudgetSchedule::Kind::kDsq);  // on by default
   ASSERT_TRUE(ParseMountOptionList("schedule=off", &o).ok());
   EXPECT_FALSE(o.schedule.enabled());
+  ASSERT_TRUE(ParseMountOptionList("schedule=dsq", &o).ok());
+  EXPECT_EQ(o.schedule.kind, lossy::BudgetSchedule::Kind::kDsq);
   Result<std::shared_ptr<const policy::Policy>> p = BuildLossyPolicy(o);
   ASSERT_TRUE(p.ok());
   TensorInfo w{"model.w", DType::kF32, {4}, false};
