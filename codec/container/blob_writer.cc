@@ -11,6 +11,7 @@
 #include <memory>
 #include <thread>
 
+#include "codec/common/hash.h"
 #include "codec/container/blob_format.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/chunk_encoder.h"
@@ -88,6 +89,22 @@ ByteSpan ReadBaseBytes(const PlannedChunk& plan, const BaseRef* base, CodecScrat
   return ByteSpan(buffer, plan.length);
 }
 
+// The source digest the base recorded for exactly the range `plan` reads
+// from it (LossyChunkParams::source_digest); 0 when it has none: no base
+// range, another chunk layout, a chunk not stored lossily, or parameters
+// written before version 3.
+uint64_t BaseSourceDigest(const PlannedChunk& plan, const BaseRef& base) {
+  const std::vector<ChunkInfo>& chunks = base.reader->chunks();
+  if (!plan.base_offset || chunks.empty()) return 0;
+  const uint32_t c = ChunkIndexAt(chunks, *plan.base_offset);
+  const ChunkInfo& info = chunks[c];
+  if (info.codec != ChunkCodec::kLossy || info.logical_offset != *plan.base_offset ||
+      info.logical_length != plan.length)
+    return 0;
+  Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(base.reader->chunk_params(c));
+  return params.ok() ? params->source_digest : 0;
+}
+
 // A lossy stream at most this share of the raw chunk is kept without
 // encoding the lossless candidates: float data never compresses losslessly
 // that far (fp32 about 80%, bf16 about 67% of its size) except when it is
@@ -131,8 +148,10 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
     values = ByteSpan(copy, data.size());
   }
   const bool direct_out = !misaligned(out.data());
+  const uint64_t digest = Checksum64(data);
   lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, direct_out ? out : MutableByteSpan(),
                                      &options.budget_schedule};
+  lossy_options.source_unchanged = !base_bytes.empty() && digest != 0 && BaseSourceDigest(plan, *base) == digest;
   ASSIGN_OR_RETURN(lossy::EncodedChunk encoded,
                    lossy::EncodeChunk(type, values, base_bytes, plan.budget, &scratch.lossy(), lossy_options));
   if (!direct_out) std::copy(encoded.reconstruction.begin(), encoded.reconstruction.end(), out.begin());
@@ -164,6 +183,7 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
   p.exact = encoded.stats.exact;
   p.update_rel = static_cast<float>(encoded.stats.update_rel);
   p.budget_rel_l2 = encoded.stats.budget.rel_l2;
+  p.source_digest = digest;
   result->stored = std::move(encoded.bytes);
   result->used = true;
   return Status::Ok();

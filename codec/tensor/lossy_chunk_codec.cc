@@ -41,11 +41,14 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   // Offset 56: modes 0/1 the rel_l2 budget it was encoded to, log mode its
   // achieved per-element relative error.
   w.U64(std::bit_cast<uint64_t>(mode == 2 ? max_rel : budget_rel_l2));
+  w.U64(source_digest);
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
-  if (bytes.size() != kEncodedSize)
-    return Status::Corruption(fmt::format("lossy params: {} bytes, want {}", bytes.size(), kEncodedSize));
+  if (bytes.size() != kEncodedSize && bytes.size() != kEncodedSizeV2)
+    return Status::Corruption(
+        fmt::format("lossy params: {} bytes, want {} or {}", bytes.size(), kEncodedSize, kEncodedSizeV2));
+  const bool has_digest = bytes.size() == kEncodedSize;
   ByteReader r(bytes, "lossy params");
   LossyChunkParams p;
   const uint8_t version = r.U8();
@@ -60,9 +63,11 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
   p.quantized = r.U64();
   p.exact = r.U64();
   const uint64_t budget_bits = r.U64();
+  if (has_digest) p.source_digest = r.U64();
   RETURN_IF_ERROR(r.status());
-  if (version != 1 && version != kVersion)
-    return Status::Corruption(fmt::format("lossy params: version {}, want 1 or {}", version, kVersion));
+  // The size tells the version: 64 bytes are versions 1 and 2, 72 bytes 3.
+  if (has_digest ? version != kVersion : (version != 1 && version != 2))
+    return Status::Corruption(fmt::format("lossy params: version {} in {} bytes", version, bytes.size()));
   // Version 1 reserved the fields that version 2 fills.
   if ((p.flags & ~kFlagDelta) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)))
     return Status::Corruption("lossy params: reserved bits set");

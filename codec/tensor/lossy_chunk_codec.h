@@ -12,13 +12,16 @@
 
 namespace ckptfs {
 
-// The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), 64 bytes LE.
+// The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), 72 bytes LE.
 struct LossyChunkParams {
-  static constexpr size_t kEncodedSize = 64;
-  // Version 2 adds the stream mode, the measured update (budget schedule)
-  // and the bound the chunk was encoded to; version 1 holds zeros there
-  // and still decodes (mode from bits, nothing recorded).
-  static constexpr uint8_t kVersion = 2;
+  // Version 3 appends the source digest (72 bytes). Versions 1 and 2 are 64
+  // bytes and still decode, without a digest. Version 2 added the stream
+  // mode, the measured update (budget schedule) and the bound the chunk was
+  // encoded to; version 1 holds zeros there (mode from bits, nothing
+  // recorded).
+  static constexpr size_t kEncodedSize = 72;
+  static constexpr size_t kEncodedSizeV2 = 64;
+  static constexpr uint8_t kVersion = 3;
   static constexpr uint8_t kFlagDelta = 1;  // the stream reads the base at base_offset
 
   uint8_t flags = 0;
@@ -33,11 +36,16 @@ struct LossyChunkParams {
   uint64_t exact = 0;
   float update_rel = 0.0f;     // measured ||w - base|| / ||w|| the budget schedule saw (0 = none)
   double budget_rel_l2 = 0.0;  // modes 0/1: the rel_l2 budget it was encoded to (0 = not recorded)
+  // XXH3-64 of the chunk's original bytes, the values the encoder was given
+  // (0 = not recorded). The next version's encoder compares it with its
+  // own values: equal means this range did not change (a frozen layer), and
+  // the budget schedule then leaves its budget alone (LOSSY.md §8).
+  uint64_t source_digest = 0;
 
   bool delta() const { return (flags & kFlagDelta) != 0; }
   void EncodeTo(ByteWriter& w) const;
   // Rejects a wrong size or version, reserved bits, negative or non-finite sums.
-  // Accepts versions 1 and 2.
+  // Accepts versions 1 and 2 (64 bytes) and 3 (72 bytes).
   static Result<LossyChunkParams> DecodeFrom(ByteSpan bytes);
 };
 

@@ -150,7 +150,8 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   // 2a. Dynamic precision: the update's size comes from the residual
   // histogram (integer counts: deterministic, and no extra pass).
   double update_rel = 0.0;
-  if (options.schedule != nullptr && options.schedule->enabled() && !base.empty() && norm_sq > 0) {
+  if (options.schedule != nullptr && options.schedule->enabled() && !options.source_unchanged && !base.empty() &&
+      norm_sq > 0) {
     update_rel = std::sqrt(EstimateEnergy(s.histogram) / norm_sq);
     budget = EffectiveBudget(*options.schedule, configured, update_rel);
   }

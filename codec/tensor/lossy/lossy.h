@@ -108,6 +108,13 @@ struct EncodeOptions {
   // When set and enabled, a delta frame's budget follows its measured update
   // (schedule.h); ChunkStats::budget says what was applied.
   const BudgetSchedule* schedule = nullptr;
+  // The values are bit-identical to the original that `base` reconstructs
+  // (the base chunk's source digest matched): the true update is zero (a
+  // frozen tensor), so the schedule leaves the budget alone. Measured
+  // against the reconstruction, the "update" would be the base's own
+  // quantization error, and the schedule would spend bits re-encoding
+  // unchanged values closer to themselves, version after version.
+  bool source_unchanged = false;
 };
 
 // Encodes one chunk. `values` holds n elements of `type`; `base` is empty for

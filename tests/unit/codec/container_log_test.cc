@@ -97,43 +97,64 @@ TEST(ContainerLog, SecondMomentChainKeepsEveryElementWithinItsBound) {
   EXPECT_LT(key_bytes, kN * 4 / 2);
 }
 
-TEST(ContainerLog, VersionTwoParametersRoundTripAndVersionOneStillDecodes) {
+TEST(ContainerLog, VersionThreeParametersRoundTripAndOlderVersionsStillDecode) {
   LossyChunkParams p;
   p.bits = 12;
   p.mode = 2;
   p.max_rel = 0.0093;
   p.err2_sum = 1;
   p.ref2_sum = 2;
+  p.source_digest = 0x0123456789abcdefull;
   std::vector<std::byte> bytes;
   ByteWriter w(&bytes);
   p.EncodeTo(w);
   ASSERT_EQ(bytes.size(), LossyChunkParams::kEncodedSize);
-  EXPECT_EQ(static_cast<uint8_t>(bytes[0]), 2);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[0]), 3);
   Result<LossyChunkParams> back = LossyChunkParams::DecodeFrom(bytes);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->mode, 2);
   EXPECT_EQ(back->max_rel, 0.0093);
   EXPECT_EQ(back->bits, 12);
-  bytes[3] = std::byte{1};  // version 2 with a mode other than log
+  EXPECT_EQ(back->source_digest, 0x0123456789abcdefull);
+  bytes[3] = std::byte{1};  // a mode other than log with log's bit width
   EXPECT_FALSE(LossyChunkParams::DecodeFrom(bytes).ok());
 
-  LossyChunkParams q;  // a quantized chunk: version 2 too, its mode in byte 3
+  LossyChunkParams q;  // a quantized chunk: its mode in byte 3
   q.bits = 5;
   q.mode = 1;
   q.budget_rel_l2 = 0.01;
+  q.source_digest = 42;
   std::vector<std::byte> cur;
   ByteWriter w1(&cur);
   q.EncodeTo(w1);
-  EXPECT_EQ(static_cast<uint8_t>(cur[0]), 2);
+  EXPECT_EQ(static_cast<uint8_t>(cur[0]), 3);
   EXPECT_EQ(static_cast<uint8_t>(cur[3]), 1);
   Result<LossyChunkParams> q_back = LossyChunkParams::DecodeFrom(cur);
   ASSERT_TRUE(q_back.ok());
   EXPECT_EQ(q_back->mode, 1);
   EXPECT_EQ(q_back->budget_rel_l2, 0.01);
   EXPECT_EQ(q_back->max_rel, 0.0);
+  EXPECT_EQ(q_back->source_digest, 42u);
+  // The size tells the version: 72 bytes must say 3, 64 bytes 1 or 2.
+  std::vector<std::byte> wrong = cur;
+  wrong[0] = std::byte{2};
+  EXPECT_FALSE(LossyChunkParams::DecodeFrom(wrong).ok());
+  wrong = cur;
+  wrong.resize(LossyChunkParams::kEncodedSizeV2);
+  EXPECT_FALSE(LossyChunkParams::DecodeFrom(wrong).ok()) << "64 bytes cannot be version 3";
+  wrong.push_back(std::byte{0});
+  EXPECT_FALSE(LossyChunkParams::DecodeFrom(wrong).ok()) << "65 bytes";
+  // What version-2 writers produced: the first 64 bytes, no digest.
+  std::vector<std::byte> v2(cur.begin(), cur.begin() + LossyChunkParams::kEncodedSizeV2);
+  v2[0] = std::byte{2};
+  Result<LossyChunkParams> v2_back = LossyChunkParams::DecodeFrom(v2);
+  ASSERT_TRUE(v2_back.ok()) << v2_back.status().ToString();
+  EXPECT_EQ(v2_back->mode, 1);
+  EXPECT_EQ(v2_back->budget_rel_l2, 0.01);
+  EXPECT_EQ(v2_back->source_digest, 0u) << "not recorded before version 3";
   // What the first writers produced: version 1, bytes 3-7 and 56-63 zero;
   // the mode follows from bits.
-  std::vector<std::byte> old = cur;
+  std::vector<std::byte> old = v2;
   old[0] = std::byte{1};
   std::fill(old.begin() + 3, old.begin() + 8, std::byte{0});
   std::fill(old.begin() + 56, old.end(), std::byte{0});

@@ -213,11 +213,115 @@ TEST(BudgetSchedule, BlobRecordsTheAppliedBudgetPerTensor) {
   }
 }
 
+// A frozen tensor (bit-identical between versions) next to a trained one.
+// Measured against the base's reconstruction, the frozen tensor's "update"
+// is the base's own quantization error; without the source digest the
+// schedule would tighten its budget and re-encode the same values, version
+// after version.
+TEST(BudgetSchedule, FrozenTensorKeepsItsBudgetAndCostsNothing) {
+  constexpr size_t kN = 60000;
+  const std::vector<std::byte> frozen = testing::NormalF32(kN, 21, 0.05f);
+  std::vector<testing::FileBuilder> versions(3);
+  std::vector<std::byte> trained = testing::NormalF32(kN, 22, 0.05f);
+  for (size_t v = 0; v < versions.size(); ++v) {
+    if (v > 0) {  // a small training step
+      std::vector<std::byte> step = testing::NormalF32(kN, 30 + static_cast<uint32_t>(v), 0.05f * 2e-3f);
+      for (size_t i = 0; i < kN; ++i) {
+        float a, d;
+        std::memcpy(&a, trained.data() + 4 * i, 4);
+        std::memcpy(&d, step.data() + 4 * i, 4);
+        a += d;
+        std::memcpy(trained.data() + 4 * i, &a, 4);
+      }
+    }
+    versions[v].Tensor("frozen", DType::kF32, {kN}, frozen).Tensor("trained", DType::kF32, {kN}, trained);
+  }
+  const EncodeOptions options = LossyOptions(1e-2, true);
+  // Encodes version v against `base_id` (a key frame when none); returns its id.
+  testing::MapResolver resolver;
+  auto encode = [&](size_t v, std::optional<ObjectId> base_id) {
+    std::optional<BaseRef> base;
+    if (base_id) base = BaseRef{*base_id, *resolver.OpenBlob(*base_id)};
+    return resolver.Add(testing::Encode(versions[v].bytes, versions[v].layout, options, base ? &*base : nullptr));
+  };
+  auto reports_of = [&](const ObjectId& id) {
+    Result<std::vector<TensorLossyReport>> r = LossyTensorReports(**resolver.OpenBlob(id));
+    EXPECT_TRUE(r.ok());
+    EXPECT_EQ(r->size(), 2u);
+    return *r;
+  };
+  auto decode = [&](const ObjectId& id) { return *DecodeAll(**resolver.OpenBlob(id)); };
+  auto frozen_of = [&](const std::vector<std::byte>& file) {  // the frozen tensor is first
+    return std::vector<std::byte>(file.begin(), file.begin() + 4 * kN);
+  };
+
+  const ObjectId v0 = encode(0, std::nullopt);
+  const ObjectId v1 = encode(1, v0);
+  const ObjectId v2 = encode(2, v1);
+  for (const ObjectId& id : {v1, v2}) {
+    std::vector<TensorLossyReport> r = reports_of(id);
+    EXPECT_EQ(r[0].budget_rel_l2, 1e-2) << "frozen: the configured budget";
+    EXPECT_EQ(r[0].update_rel, 0.0) << "frozen: no update";
+    EXPECT_EQ(r[0].pruned, kN) << "frozen: every element unchanged";
+    EXPECT_LT(r[1].budget_rel_l2, 1e-2) << "trained: the schedule still tightens";
+    EXPECT_GT(r[1].update_rel, 0.0);
+  }
+  // The frozen tensor reads back as the key frame's reconstruction, within
+  // its budget, in every version.
+  const std::vector<std::byte> key = frozen_of(decode(v0));
+  for (const ObjectId& id : {v1, v2}) {
+    EXPECT_EQ(frozen_of(decode(id)), key);
+  }
+  ErrorSums e = MeasureError(DType::kF32, frozen, key);
+  EXPECT_LE(std::sqrt(e.err2 / e.ref2), 1e-2);
+
+  // The same versions against a key frame whose parameters carry no digest
+  // (what version-2 writers produced): the frozen tensor is tightened and
+  // re-encoded, and costs bytes.
+  std::vector<std::byte> v0_bytes = testing::Encode(versions[0].bytes, versions[0].layout, options);
+  const ObjectId v0_old = resolver.Add(testing::RewriteBlob(v0_bytes, [](BlobIndex& index, auto&) {
+    for (size_t c = 0; c < index.chunks.size(); ++c)
+      if (index.chunks[c].codec == ChunkCodec::kLossy) {
+        index.params[c].resize(LossyChunkParams::kEncodedSizeV2);
+        index.params[c][0] = std::byte{2};
+      }
+  }));
+  const ObjectId v1_old = encode(1, v0_old);
+  EXPECT_LT(reports_of(v1_old)[0].budget_rel_l2, 1e-2);
+  auto stored = [&](const ObjectId& id) { return (*resolver.OpenBlob(id))->stored_size(); };
+  EXPECT_LT(stored(v1) + 4 * kN / 20, stored(v1_old)) << "the frozen tensor's re-encode costs over 1/20 of its raw size";
+
+  // A digest that matches values that did change (a forged base, or a hash
+  // collision) only turns the schedule off: the budget still holds.
+  const std::vector<std::byte> trained1(versions[1].bytes.begin() + 4 * kN, versions[1].bytes.end());
+  const ObjectId v0_forged = resolver.Add(testing::RewriteBlob(v0_bytes, [&](BlobIndex& index, auto&) {
+    for (size_t c = 0; c < index.chunks.size(); ++c)
+      if (index.chunks[c].codec == ChunkCodec::kLossy && index.chunks[c].logical_offset >= 4 * kN) {
+        Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom(index.params[c]);
+        ASSERT_TRUE(p.ok());
+        const uint64_t at = index.chunks[c].logical_offset - 4 * kN;
+        p->source_digest = Checksum64(ByteSpan(trained1).subspan(at, index.chunks[c].logical_length));
+        index.params[c].clear();
+        ByteWriter w(&index.params[c]);
+        p->EncodeTo(w);
+      }
+  }));
+  const ObjectId v1_forged = encode(1, v0_forged);
+  std::vector<TensorLossyReport> forged = reports_of(v1_forged);
+  EXPECT_EQ(forged[1].budget_rel_l2, 1e-2) << "the schedule is off for a matching digest";
+  EXPECT_LE(forged[1].rel_l2, 1e-2 * (1 + 1e-9));
+  const std::vector<std::byte> got = decode(v1_forged);
+  ErrorSums t = MeasureError(DType::kF32, trained1, ByteSpan(got).subspan(4 * kN));
+  EXPECT_LE(std::sqrt(t.err2 / t.ref2), 1e-2 * (1 + 1e-9));
+}
+
 TEST(BudgetSchedule, VersionOneParamsStillDecode) {
   TwoVersions t = SmallStep();
   std::vector<std::byte> blob = testing::Encode(t.v0.bytes, t.v0.layout, LossyOptions(1e-2, false));
-  // What a version-1 writer produced: version 1, zeros in the new fields.
+  // What a version-1 writer produced: 64 bytes, version 1, zeros in the
+  // fields version 2 added.
   auto as_v1 = [](std::vector<std::byte>& p, bool keep_budget) {
+    p.resize(LossyChunkParams::kEncodedSizeV2);
     p[0] = std::byte{1};
     std::fill(p.begin() + 3, p.begin() + 8, std::byte{0});
     if (!keep_budget) std::fill(p.begin() + 56, p.end(), std::byte{0});
