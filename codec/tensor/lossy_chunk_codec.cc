@@ -67,7 +67,8 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
   RETURN_IF_ERROR(r.status());
   // The size tells the version: 64 bytes are versions 1 and 2, 72 bytes 3.
   if (has_digest ? version != kVersion : (version != 1 && version != 2))
-    return Status::Corruption(fmt::format("lossy params: version {} in {} bytes", version, bytes.size()));
+    return Status::Corruption(fmt::format("lossy params: version {} in {} bytes, want 3 in {} or 1-2 in {}", version,
+                                          bytes.size(), kEncodedSize, kEncodedSizeV2));
   // Version 1 reserved the fields that version 2 fills.
   if ((p.flags & ~kFlagDelta) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)))
     return Status::Corruption("lossy params: reserved bits set");

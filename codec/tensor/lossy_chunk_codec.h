@@ -12,7 +12,8 @@
 
 namespace ckptfs {
 
-// The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), 72 bytes LE.
+// The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), little-endian:
+// 72 bytes (version 3) or 64 (versions 1 and 2).
 struct LossyChunkParams {
   // Version 3 appends the source digest (72 bytes). Versions 1 and 2 are 64
   // bytes and still decode, without a digest. Version 2 added the stream
