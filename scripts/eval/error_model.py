@@ -3,22 +3,24 @@
 before building them: restore-and-resume in one process, minutes per variant.
 
   error_model.py --workload digits|charlm [--seed S]
-      [--budget 1e-2] [--schedule off|dsq]            weights (rel. L2)
+      [--budget 1e-2] [--schedule dsq|off]            weights (rel. L2)
       [--weights l2|fisher]
-      [--momentum-budget 0.1] [--momentum l2|step|step-prune|zero]
-      [--second-moment-budget 0.1]                     exp_avg_sq (max_rel)
+      [--momentum-budget 0.2] [--momentum l2|step|step-prune|zero]
+      [--second-moment-budget 0.2]                     exp_avg_sq (max_rel)
       [--keyframe 10] [--uninterrupted]
 
 Trains the workload in-process with the schedule of exp_fault_tolerance.py
 (harness.SCHEDULES, full size). At every checkpoint the weights, Adam's
 exp_avg and exp_avg_sq go through a model of the codec: per tensor a delta
 chain against the previous *reconstruction*, a key frame every --keyframe
-versions (and whenever it is smaller), an entropy-coded dead-zone uniform
+versions (and whenever it is smaller), the budget schedule (a tensor equal
+to its previous version keeps its budget), an entropy-coded dead-zone uniform
 quantizer searched for the smallest entropy within the budget (L2 budgets),
 and a geometric grid with ratio 1 + 1.9 max_rel (the log mode of
 exp_avg_sq). At every restore point the live state is replaced by the
 reconstructions, as a resume from the mount would (--uninterrupted: neither,
-the run to compare with). Prints one JSON line: the
+the run to compare with). The defaults are the mount's (docs/policy.md).
+Prints one JSON line: the
 final metric and the modelled ratio of weights, exp_avg and exp_avg_sq
 (entropy bound plus 8 bytes per tensor; the real codec's ratio is lower,
 about 0.8-0.9 of it, and the differences between variants are what it is for).
@@ -100,10 +102,12 @@ class Chain:
 
     def __init__(self, keyframe):
         self.keyframe, self.base, self.count = keyframe, None, 0
+        self.source = None  # the previous version's original (the codec keeps its digest)
 
     def encode_l2(self, x, budget, measure="l2", weight=None, schedule="off"):
         key = self.base is None or self.count % self.keyframe == 0
-        if schedule == "dsq" and not key:
+        frozen = self.source is not None and np.array_equal(x, self.source)
+        if schedule == "dsq" and not key and not frozen:
             update = float(np.linalg.norm(x - self.base) / max(np.linalg.norm(x), 1e-30))
             budget = min(max(0.5 * update, 0.1 * budget), budget)
         candidates = []
@@ -127,7 +131,7 @@ class Chain:
                 rh, bits = best
             candidates.append((bits + TENSOR_OVERHEAD_BITS, base + rh))
         bits, xh = min(candidates, key=lambda c: c[0])
-        self.base, self.count = xh, self.count + 1
+        self.base, self.source, self.count = xh, x.copy(), self.count + 1
         return xh, bits
 
     def encode_log(self, v, max_rel):
@@ -155,11 +159,11 @@ def main():
     ap.add_argument("--workload", choices=["digits", "charlm"], required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=1e-2)
-    ap.add_argument("--schedule", choices=["off", "dsq"], default="off")
+    ap.add_argument("--schedule", choices=["off", "dsq"], default="dsq")
     ap.add_argument("--weights", choices=["l2", "fisher"], default="l2")
-    ap.add_argument("--momentum-budget", type=float, default=0.1)
+    ap.add_argument("--momentum-budget", type=float, default=0.2)
     ap.add_argument("--momentum", choices=["l2", "step", "step-prune", "zero"], default="l2")
-    ap.add_argument("--second-moment-budget", type=float, default=0.1)
+    ap.add_argument("--second-moment-budget", type=float, default=0.2)
     ap.add_argument("--keyframe", type=int, default=10)
     ap.add_argument("--uninterrupted", action="store_true", help="the reference: no codec, no restores")
     a = ap.parse_args()
@@ -214,6 +218,7 @@ def main():
     result = {
         "workload": a.workload, "seed": a.seed,
         "variant": {k: v for k, v in vars(a).items() if k not in ("workload", "seed")},
+        "args": " ".join(arg for arg in sys.argv[1:] if arg not in ("--workload", a.workload)),
         "final": wl.evaluate(),
         # None: nothing stored (uninterrupted, or --momentum zero for exp_avg).
         "ratio": sum(raw.values()) / sum(bits.values()) if sum(bits.values()) else None,
