@@ -294,6 +294,15 @@ TEST(BudgetSchedule, FrozenTensorKeepsItsBudgetAndCostsNothing) {
   auto stored = [&](const ObjectId& id) { return (*resolver.OpenBlob(id))->stored_size(); };
   EXPECT_LT(stored(v1) + 4 * kN / 20, stored(v1_old)) << "the frozen tensor's re-encode costs over 1/20 of its raw size";
 
+  // Another chunking than the base's: no base chunk covers exactly the same
+  // range, so nothing is known to be unchanged and the schedule applies.
+  EncodeOptions finer = options;
+  finer.chunk_bytes = options.chunk_bytes / 2;
+  BaseRef base0{v0, *resolver.OpenBlob(v0)};
+  const ObjectId v1_finer =
+      resolver.Add(testing::Encode(versions[1].bytes, versions[1].layout, finer, &base0));
+  EXPECT_LT(reports_of(v1_finer)[0].budget_rel_l2, 1e-2);
+
   // A digest that matches values that did change (a forged base, or a hash
   // collision) only turns the schedule off: the budget still holds.
   const std::vector<std::byte> trained1(versions[1].bytes.begin() + 4 * kN, versions[1].bytes.end());
