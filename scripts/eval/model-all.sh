@@ -2,7 +2,7 @@
 # Runs the codec model (error_model.py) over the variants docs/eval.md
 # discusses: where the error that moves the final metric comes from, and
 # which error measures would buy ratio at the same accuracy. Seed 0, both
-# workloads; about 25 minutes on 2 cores (two variants at a time).
+# workloads; about 16 minutes on 2 cores (two variants at a time).
 #
 #   scripts/eval/model-all.sh [RESULTS_DIR]      (default docs/eval)
 #
@@ -20,6 +20,7 @@ mkdir -p "$RESULTS"
 variants="digits,charlm --uninterrupted
 digits,charlm
 digits,charlm --schedule off --momentum-budget 0.1 --second-moment-budget 0.1
+charlm --schedule off --momentum-budget 0.1 --second-moment-budget 0.1 --budget 1e-4
 charlm --budget 1e-4
 charlm --momentum-budget 1e-4
 charlm --second-moment-budget 1e-3
