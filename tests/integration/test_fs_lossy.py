@@ -176,6 +176,32 @@ def test_dsq_schedule_tightens_the_budget_of_small_updates(store):
     assert w["rel_l2"] <= w["budget_rel_l2"] + EPS, w
 
 
+def test_frozen_tensor_costs_almost_nothing_under_the_default_schedule(store):
+    """Fine-tuning with a frozen layer: the default mount (budget schedule on)
+    stores the unchanged tensor of the next version as unchanged, at its
+    configured budget, instead of re-encoding it closer to itself."""
+    store.mount("lossy=on")
+    d = store.path("run")
+    os.makedirs(d)
+    first = model_state(9)
+    second = model_state(301, drift=1e-3, base=first)
+    second["model"]["fc1.weight"] = first["model"]["fc1.weight"].clone()  # frozen
+    for step, state in enumerate([first, second]):
+        name = os.path.join(d, f"ckpt-{step}.pt")
+        torch.save(state, name)
+        wait_committed(store, name)
+    assert int(xattr(name, "chain_depth")) > 0
+    check_within(torch.load(name), second, 0.01, DEFAULT_OPT_BUDGET)
+    r = store.cli("inspect", "--json", os.path.join(store.backing, "run", "ckpt-1.pt"))
+    tensors = {t["name"]: t for t in json.loads(r.stdout)["blob"]["tensors"]}
+    frozen = tensors["model.fc1.weight"]
+    assert frozen["lossy"]["budget_rel_l2"] == pytest.approx(0.01), frozen  # not tightened
+    assert frozen["lossy"]["update_rel"] == 0.0, frozen
+    assert frozen["stored_bytes"] < frozen["logical_bytes"] / 100, frozen  # almost nothing
+    trained = tensors["model.fc1.bias"]["lossy"]
+    assert trained["budget_rel_l2"] < 0.01, trained  # the schedule still works on the rest
+
+
 def test_bad_lossy_options_refuse_to_mount(store, tmp_path):
     for opts in ["budget=-1", "budget=abc", "gpu=maybe", "schedule=fast", f"policy={tmp_path}/missing.toml"]:
         r = store.mount("lossy=on," + opts, check=False)
