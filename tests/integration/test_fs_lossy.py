@@ -155,21 +155,26 @@ def test_lossy_rotation_closed_loop(store):
     assert budgets["optimizer.state.0.exp_avg"] == DEFAULT_OPT_BUDGET, budgets
 
 
-def test_dsq_schedule_tightens_the_budget_of_small_updates(store):
-    store.mount("lossy=on,budget=0.01,schedule=dsq")
+def save_versions(store, states):
+    """Saves `states` as run/ckpt-N.pt one after the other (each a delta
+    against the previous), checks the last reads back within the 1e-2
+    default budgets, and returns its tensors from `ckptfs inspect --json`."""
     d = store.path("run")
     os.makedirs(d)
-    state = model_state(5)
-    for step in range(2):
-        if step:
-            state = model_state(300 + step, drift=1e-3, base=state)  # an update far below the budget
+    for step, state in enumerate(states):
         name = os.path.join(d, f"ckpt-{step}.pt")
         torch.save(state, name)
         wait_committed(store, name)
     assert int(xattr(name, "chain_depth")) > 0
-    check_within(torch.load(name), state, 0.01, DEFAULT_OPT_BUDGET)
-    r = store.cli("inspect", "--json", os.path.join(store.backing, "run", "ckpt-1.pt"))
-    tensors = {t["name"]: t for t in json.loads(r.stdout)["blob"]["tensors"]}
+    check_within(torch.load(name), states[-1], 0.01, DEFAULT_OPT_BUDGET)
+    r = store.cli("inspect", "--json", os.path.join(store.backing, "run", f"ckpt-{len(states) - 1}.pt"))
+    return {t["name"]: t for t in json.loads(r.stdout)["blob"]["tensors"]}
+
+
+def test_dsq_schedule_tightens_the_budget_of_small_updates(store):
+    store.mount("lossy=on,budget=0.01,schedule=dsq")
+    first = model_state(5)
+    tensors = save_versions(store, [first, model_state(301, drift=1e-3, base=first)])  # an update far below the budget
     w = tensors["model.fc1.weight"]["lossy"]
     assert 0 < w["update_rel"] < 0.02, w
     assert w["budget_rel_l2"] < 0.01, w  # tightened: the error follows the update
@@ -181,19 +186,10 @@ def test_frozen_tensor_costs_almost_nothing_under_the_default_schedule(store):
     stores the unchanged tensor of the next version as unchanged, at its
     configured budget, instead of re-encoding it closer to itself."""
     store.mount("lossy=on")
-    d = store.path("run")
-    os.makedirs(d)
     first = model_state(9)
     second = model_state(301, drift=1e-3, base=first)
     second["model"]["fc1.weight"] = first["model"]["fc1.weight"].clone()  # frozen
-    for step, state in enumerate([first, second]):
-        name = os.path.join(d, f"ckpt-{step}.pt")
-        torch.save(state, name)
-        wait_committed(store, name)
-    assert int(xattr(name, "chain_depth")) > 0
-    check_within(torch.load(name), second, 0.01, DEFAULT_OPT_BUDGET)
-    r = store.cli("inspect", "--json", os.path.join(store.backing, "run", "ckpt-1.pt"))
-    tensors = {t["name"]: t for t in json.loads(r.stdout)["blob"]["tensors"]}
+    tensors = save_versions(store, [first, second])
     frozen = tensors["model.fc1.weight"]
     assert frozen["lossy"]["budget_rel_l2"] == pytest.approx(0.01), frozen  # not tightened
     assert frozen["lossy"]["update_rel"] == 0.0, frozen

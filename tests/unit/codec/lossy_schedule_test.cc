@@ -147,6 +147,20 @@ EncodeOptions LossyOptions(double rel_l2, bool dsq) {
   return o;
 }
 
+// Adds a small training step (about 2e-3 of a 0.05-scale tensor) to the f32
+// elements of `w`.
+void AddSmallStep(std::vector<std::byte>* w, uint32_t seed) {
+  const size_t n = w->size() / 4;
+  std::vector<std::byte> step = testing::NormalF32(n, seed, 0.05f * 2e-3f);
+  for (size_t i = 0; i < n; ++i) {
+    float a, d;
+    std::memcpy(&a, w->data() + 4 * i, 4);
+    std::memcpy(&d, step.data() + 4 * i, 4);
+    a += d;
+    std::memcpy(w->data() + 4 * i, &a, 4);
+  }
+}
+
 // Two versions of one tensor, the second a small step from the first.
 struct TwoVersions {
   testing::FileBuilder v0, v1;
@@ -155,14 +169,7 @@ TwoVersions SmallStep() {
   std::vector<std::byte> w = testing::NormalF32(60000, 11, 0.05f);
   TwoVersions t;
   t.v0.Verbatim(testing::RandomBytes(64, 1)).Tensor("w", DType::kF32, {60000}, w);
-  std::vector<std::byte> step = testing::NormalF32(60000, 12, 0.05f * 2e-3f);
-  for (size_t i = 0; i < 60000; ++i) {
-    float a, d;
-    std::memcpy(&a, w.data() + 4 * i, 4);
-    std::memcpy(&d, step.data() + 4 * i, 4);
-    a += d;
-    std::memcpy(w.data() + 4 * i, &a, 4);
-  }
+  AddSmallStep(&w, 12);
   t.v1.Verbatim(testing::RandomBytes(64, 1)).Tensor("w", DType::kF32, {60000}, w);
   return t;
 }
@@ -224,16 +231,7 @@ TEST(BudgetSchedule, FrozenTensorKeepsItsBudgetAndCostsNothing) {
   std::vector<testing::FileBuilder> versions(3);
   std::vector<std::byte> trained = testing::NormalF32(kN, 22, 0.05f);
   for (size_t v = 0; v < versions.size(); ++v) {
-    if (v > 0) {  // a small training step
-      std::vector<std::byte> step = testing::NormalF32(kN, 30 + static_cast<uint32_t>(v), 0.05f * 2e-3f);
-      for (size_t i = 0; i < kN; ++i) {
-        float a, d;
-        std::memcpy(&a, trained.data() + 4 * i, 4);
-        std::memcpy(&d, step.data() + 4 * i, 4);
-        a += d;
-        std::memcpy(trained.data() + 4 * i, &a, 4);
-      }
-    }
+    if (v > 0) AddSmallStep(&trained, 30 + static_cast<uint32_t>(v));
     versions[v].Tensor("frozen", DType::kF32, {kN}, frozen).Tensor("trained", DType::kF32, {kN}, trained);
   }
   const EncodeOptions options = LossyOptions(1e-2, true);
