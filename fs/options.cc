@@ -64,6 +64,7 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
       RETURN_IF_ERROR(ParseNumber<uint64_t>(key, value, 0, 1u << 20, &o->decode_ahead_mib));
     else if (key == "log") o->log_file = std::string(value);
     else if (key == "lossy") RETURN_IF_ERROR(ParseOnOff(key, value, &o->lossy));
+    else if (key == "predict") RETURN_IF_ERROR(ParseOnOff(key, value, &o->step_prediction));
     else if (key == "budget") {
       RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->budget));
       o->budget_set = true;

@@ -62,6 +62,9 @@ struct MountOptions {
   // schedule=off|dsq: a delta frame's budget follows the size of its update
   // (on by default: docs/eval.md measured it closer to the uninterrupted run).
   lossy::BudgetSchedule schedule{lossy::BudgetSchedule::Kind::kDsq};
+  // predict=on|off: weights coded against a prediction from their optimizer
+  // state when smaller (codec/tensor/lossy/step_predictor.h).
+  bool step_prediction = true;
   std::vector<std::string> fuse_options;  // passed to libfuse (-o ...)
   // Built from lossy/budget/opt_budget/policy by BuildLossyPolicy (RunDaemon).
   std::shared_ptr<const policy::Policy> policy;

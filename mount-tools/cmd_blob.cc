@@ -1,6 +1,6 @@
 // encode / decode / inspect: the codec on single files, without a store.
 //   ckptfs encode IN BLOB [--base BASE_BLOB] [--zstd-level N] [--threads N]
-//                 [--budget REL_L2 [--opt-budget REL_L2] [--schedule off|dsq]]
+//                 [--budget REL_L2 [--opt-budget REL_L2] [--schedule off|dsq] [--predict on|off]]
 //   ckptfs decode BLOB OUT [--base BASE_BLOB ...]
 //   ckptfs inspect-blob BLOB [--json] [--chunks] [--base BASE_BLOB ...]
 // (`ckptfs inspect` also accepts a bare blob and forwards it here.)
@@ -54,6 +54,7 @@ struct BlobArgs {
   double budget = 0.0;       // 0: lossless (the default of a single-file encode)
   double opt_budget = -1.0;  // < 0: the mount's default (policy::DefaultOptimizerBudget)
   std::string schedule = "dsq";  // the mount's default
+  std::string predict = "on";    // the mount's default
 };
 
 Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, FileListResolver* resolver) {
@@ -89,6 +90,7 @@ int RunEncode(const BlobArgs& a) {
   Result<lossy::BudgetSchedule> schedule = lossy::ParseBudgetSchedule(a.schedule);
   if (!schedule.ok()) return ReportStatus(schedule.status(), "encode: --schedule");
   options.budget_schedule = *schedule;
+  options.step_prediction = a.predict == "on";
   if (a.budget > 0 || a.opt_budget > 0) {
     // The mount's default policy (docs/policy.md) with these budgets.
     auto policy = std::make_shared<policy::Policy>(
@@ -158,6 +160,10 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.0, 1.0));
   enc->add_option("--schedule", args->schedule, "lossy: budget schedule of delta frames, off or dsq (default dsq)")
       ->check(CLI::IsMember({"off", "dsq"}));
+  enc->add_option("--predict", args->predict,
+                  "lossy: code weights against a prediction from their optimizer state when smaller, on or off "
+                  "(default on)")
+      ->check(CLI::IsMember({"on", "off"}));
   enc->callback([args, exit_code] { *exit_code = RunEncode(*args); });
 
   CLI::App* dec = app.add_subcommand("decode", "Decode a blob back into the file");

@@ -77,6 +77,11 @@ struct EncodeOptions {
   // update is small (codec/tensor/lossy/schedule.h). Off here; the mount and
   // `ckptfs encode` turn it on by default.
   lossy::BudgetSchedule budget_schedule;
+  // Lossy weights of a checkpoint that holds their optimizer state (Adam's
+  // exp_avg and exp_avg_sq, SGD's momentum_buffer) are coded as a delta
+  // frame against a prediction from that state when it is smaller
+  // (codec/tensor/lossy/step_predictor.h, FORMAT.md "Step prediction").
+  bool step_prediction = true;
 };
 
 // The previous version of the file, for delta frames. Tensors are matched by

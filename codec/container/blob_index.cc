@@ -3,6 +3,8 @@
 // them without further checks.
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "codec/container/blob_format.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 
@@ -64,6 +66,45 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
     if (index.base_offsets[c] > UINT64_MAX - chunk.logical_length) return fail("base offset overflows");
   } else if (index.base_offsets[c] != 0) {
     return fail(fmt::format("base offset {} on a non-delta chunk, want 0", index.base_offsets[c]));
+  }
+  return Status::Ok();
+}
+
+// A step-predicted chunk reads this file's optimizer state while it is
+// decoded: each such range must lie inside the file and cover no predicted
+// chunk, so that a prediction never waits for another (no cycle). The base
+// ranges are checked against the base when it is read.
+Status ValidateStepPredictions(const BlobIndex& index) {
+  std::vector<bool> predicted(index.chunks.size());
+  std::vector<std::optional<StepPrediction>> steps(index.chunks.size());
+  for (size_t c = 0; c < index.chunks.size(); ++c) {
+    if (index.chunks[c].codec != ChunkCodec::kLossy) continue;
+    Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(index.params[c]);  // validated before
+    if (params.ok() && params->prediction) {
+      predicted[c] = true;
+      steps[c] = params->prediction;
+    }
+  }
+  const uint64_t size = index.header.logical_size;
+  for (size_t c = 0; c < index.chunks.size(); ++c) {
+    if (!steps[c]) continue;
+    const ChunkInfo& chunk = index.chunks[c];
+    const uint64_t n = chunk.logical_length / DTypeSize(index.tensors[index.segments[chunk.segment].tensor].dtype);
+    const uint64_t length = n * lossy::ElementSize(steps[c]->state_type);
+    auto check = [&](uint64_t offset, const char* what) -> Status {
+      auto fail = [&](std::string why) {
+        return Status::Corruption(
+            fmt::format("blob index: chunk {} at logical offset {}: step {} {}", c, chunk.logical_offset, what, why));
+      };
+      if (offset > size || length > size - offset)
+        return fail(fmt::format("range [{}, +{}) past the logical size {}", offset, length, size));
+      for (uint32_t k = ChunkIndexAt(index.chunks, offset);
+           k < index.chunks.size() && index.chunks[k].logical_offset < offset + length; ++k)
+        if (predicted[k]) return fail(fmt::format("range [{}, +{}) covers predicted chunk {}", offset, length, k));
+      return Status::Ok();
+    };
+    RETURN_IF_ERROR(check(steps[c]->m_offset, "m"));
+    if (steps[c]->has_v) RETURN_IF_ERROR(check(steps[c]->v_offset, "v"));
   }
   return Status::Ok();
 }
@@ -150,6 +191,7 @@ Result<BlobIndex> BlobIndex::DecodeFrom(ByteSpan bytes, uint64_t payload_end, co
   if (stored_at != payload_end)
     return Status::Corruption(fmt::format("blob index: chunks store {} payload bytes, want {}",
                                           stored_at - BlobHeader::kEncodedSize, payload_end - BlobHeader::kEncodedSize));
+  RETURN_IF_ERROR(ValidateStepPredictions(index));
   return index;
 }
 

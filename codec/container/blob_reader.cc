@@ -84,6 +84,13 @@ class BlobReaderImpl final : public BlobReader {
   Status DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const;
   // Reads the base version's bytes a delta chunk XORs against.
   Status ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth) const;
+  // Reads [offset, +out.size()) of the base version (a step prediction's
+  // base inputs).
+  Status ReadBaseRange(uint32_t c, uint64_t offset, MutableByteSpan out, uint32_t depth) const;
+  // The prediction a step-predicted chunk is a delta frame against, from
+  // the base's weights `weight_base` (step_predictor.h).
+  Status Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
+                 MutableByteSpan out, uint32_t depth) const;
   Result<std::shared_ptr<const BlobReader>> OpenBase() const;
   Status ChunkError(StatusCode code, uint32_t c, std::string_view why) const;
   // Chunk `c` decoded, from the cache or decoded once here. Concurrent
@@ -184,6 +191,43 @@ Result<std::shared_ptr<const BlobReader>> BlobReaderImpl::OpenBase() const {
 }
 
 Status BlobReaderImpl::ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth) const {
+  return ReadBaseRange(c, index_.base_offsets[c], out, depth);
+}
+
+Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
+                               MutableByteSpan out, uint32_t depth) const {
+  const ChunkInfo& chunk = index_.chunks[c];
+  ASSIGN_OR_RETURN(lossy::ElementType weight_type,
+                   lossy::ElementTypeOf(index_.tensors[index_.segments[chunk.segment].tensor].dtype));
+  const uint64_t length = chunk.logical_length / lossy::ElementSize(weight_type) * lossy::ElementSize(step.state_type);
+  lossy::StepSources sources;
+  sources.weight_type = weight_type;
+  sources.weight_base = weight_base;
+  sources.state_type = step.state_type;
+  auto read = [&](int slot, uint64_t offset, bool from_base) -> Result<ByteSpan> {
+    MutableByteSpan buffer(scratch.step_inputs[slot].Reserve(length), length);
+    // This file's ranges cover no predicted chunk (checked at Open): no cycle.
+    Status s = from_base ? ReadBaseRange(c, offset, buffer, depth) : ReadAtDepth(offset, buffer, depth);
+    if (!s.ok()) return s.WithContext(fmt::format("blob: chunk {} at logical offset {}: step prediction input",
+                                                  c, chunk.logical_offset));
+    return ByteSpan(buffer);
+  };
+  ASSIGN_OR_RETURN(sources.m, read(0, step.m_offset, false));
+  if (step.has_v) {
+    ASSIGN_OR_RETURN(sources.v, read(1, step.v_offset, false));
+  }
+  if (step.has_base_step) {
+    ASSIGN_OR_RETURN(sources.m_base, read(2, step.m_base_offset, true));
+    if (step.has_v) {
+      ASSIGN_OR_RETURN(sources.v_base, read(3, step.v_base_offset, true));
+    }
+  }
+  RETURN_IF_ERROR(lossy::CheckStepSources(sources));
+  lossy::PredictWeights(step.predictor, sources, out);
+  return Status::Ok();
+}
+
+Status BlobReaderImpl::ReadBaseRange(uint32_t c, uint64_t base_offset, MutableByteSpan out, uint32_t depth) const {
   if (depth + 1 > limits_.max_chain_depth)
     return ChunkError(StatusCode::kCorruption, c,
                       fmt::format("delta chain deeper than the limit {}", limits_.max_chain_depth));
@@ -192,7 +236,6 @@ Status BlobReaderImpl::ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth)
     return opened.status().WithContext(
         fmt::format("blob: chunk {} at logical offset {}", c, index_.chunks[c].logical_offset));
   std::shared_ptr<const BlobReader> base = std::move(opened).value();
-  const uint64_t base_offset = index_.base_offsets[c];
   if (base_offset > base->logical_size() || out.size() > base->logical_size() - base_offset)
     return ChunkError(StatusCode::kCorruption, c,
                       fmt::format("base range [{}, +{}) past the base's size {}", base_offset, out.size(),
@@ -242,6 +285,13 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     std::byte* base = scratch.base.Reserve(out.size());
     RETURN_IF_ERROR(ReadBase(c, MutableByteSpan(base, out.size()), depth));
     ctx.base = ByteSpan(base, out.size());
+    if (lossy_delta && (static_cast<uint8_t>(index_.params[c][1]) & LossyChunkParams::kFlagPredicted) != 0) {
+      // A step-predicted chunk is a delta frame against its prediction.
+      ASSIGN_OR_RETURN(LossyChunkParams params, LossyChunkParams::DecodeFrom(index_.params[c]));
+      MutableByteSpan prediction(scratch.prediction.Reserve(out.size()), out.size());
+      RETURN_IF_ERROR(Predict(c, *params.prediction, ctx.base, scratch, prediction, depth));
+      ctx.base = prediction;
+    }
   }
   const ChunkCodecImpl* codec = FindChunkCodec(chunk.codec);  // known: checked at Open
   // Codecs that can hash the output as they write it (while it is in

@@ -13,6 +13,7 @@
 
 #include "codec/common/hash.h"
 #include "codec/container/blob_format.h"
+#include "codec/container/step_sources.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/chunk_encoder.h"
 #include "codec/tensor/lossy_chunk_codec.h"
@@ -105,6 +106,44 @@ uint64_t BaseSourceDigest(const PlannedChunk& plan, const BaseRef& base) {
   return params.ok() ? params->source_digest : 0;
 }
 
+// Elements of tensor `t` (the bytes of its segments over its element size).
+uint64_t TensorElements(const Layout& layout, int32_t t) {
+  uint64_t bytes = 0;
+  for (const Segment& s : layout.segments)
+    if (s.tensor == t) bytes += s.length;
+  return bytes / DTypeSize(layout.tensors[t].dtype);
+}
+
+// The optimizer states that may predict chunk `plan` (a tensor that no state
+// is): those with as many elements as its tensor, as ranges of the same
+// elements, with their offsets in the base when the base holds them too.
+std::vector<StepCandidate> StepCandidates(const Layout& layout, const StepStates& states,
+                                          const std::vector<std::optional<uint64_t>>& base_match,
+                                          const PlannedChunk& plan) {
+  std::vector<StepCandidate> out;
+  const int32_t t = plan.tensor;
+  if (t < 0 || !states.tensor_offset[t]) return out;
+  const uint64_t elem = DTypeSize(plan.dtype);
+  const uint64_t first = (plan.offset - *states.tensor_offset[t]) / elem;
+  const uint64_t count = TensorElements(layout, t);
+  for (const StepStateTensors& s : states.states) {
+    if (TensorElements(layout, s.m) != count) continue;
+    const DType state_dtype = layout.tensors[s.m].dtype;
+    const uint64_t skip = first * DTypeSize(state_dtype);
+    StepCandidate c;
+    c.state_type = *lossy::ElementTypeOf(state_dtype);
+    c.m_offset = *states.tensor_offset[s.m] + skip;
+    c.has_v = s.v >= 0;
+    if (c.has_v) c.v_offset = *states.tensor_offset[s.v] + skip;
+    if (!base_match.empty() && base_match[s.m] && (!c.has_v || base_match[s.v])) {
+      c.m_base_offset = *base_match[s.m] + skip;
+      if (c.has_v) c.v_base_offset = *base_match[s.v] + skip;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
 // A lossy stream at most this share of the raw chunk is kept without
 // encoding the lossless candidates: float data never compresses losslessly
 // that far (fp32 about 80%, bf16 about 67% of its size) except when it is
@@ -125,8 +164,12 @@ constexpr size_t kKeptReconBytes = size_t{64} << 20;
 // result unless the lossless candidates (which always meet the budget) are
 // smaller; they are only tried when the lossy stream is poor. Otherwise
 // the original bytes are copied into `recon`.
-Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, const EncodeOptions& options,
-                   lossy::LossyKernels* kernels, CodecScratch& scratch, std::byte* recon, LossyResult* result) {
+// `base_bytes` is the base's reconstruction of the chunk (empty: none).
+// With `prediction` the stream is a delta frame against the prediction
+// instead (the lossless candidates still XOR against the base).
+Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, ByteSpan base_bytes,
+                   const ChunkPrediction* prediction, const EncodeOptions& options, lossy::LossyKernels* kernels,
+                   CodecScratch& scratch, std::byte* recon, LossyResult* result) {
   ByteSpan data = file.subspan(plan.offset, plan.length);
   MutableByteSpan out(recon + plan.offset, plan.length);
   // All zeros is stored as nothing (kZeros) and exactly.
@@ -135,7 +178,6 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
     result->used = false;
     return Status::Ok();
   }
-  ByteSpan base_bytes = ReadBaseBytes(plan, base, scratch);
   ASSIGN_OR_RETURN(lossy::ElementType type, lossy::ElementTypeOf(plan.dtype));
   // The lossy kernels load whole elements: give them aligned spans (tensor
   // data in a file is not always aligned to its element size).
@@ -152,8 +194,13 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
   lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, direct_out ? out : MutableByteSpan(),
                                      &options.budget_schedule};
   lossy_options.source_unchanged = !base_bytes.empty() && digest != 0 && BaseSourceDigest(plan, *base) == digest;
+  if (prediction != nullptr) {
+    lossy_options.measured_update = prediction->update_rel;
+    lossy_options.alternative_base = base_bytes;
+  }
   ASSIGN_OR_RETURN(lossy::EncodedChunk encoded,
-                   lossy::EncodeChunk(type, values, base_bytes, plan.budget, &scratch.lossy(), lossy_options));
+                   lossy::EncodeChunk(type, values, prediction != nullptr ? prediction->prediction : base_bytes,
+                                      plan.budget, &scratch.lossy(), lossy_options));
   if (!direct_out) std::copy(encoded.reconstruction.begin(), encoded.reconstruction.end(), out.begin());
   if (encoded.stats.bits == 0 ||
       static_cast<double>(encoded.bytes.size()) > kTryLosslessAbove * static_cast<double>(data.size())) {
@@ -184,6 +231,8 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
   p.update_rel = static_cast<float>(encoded.stats.update_rel);
   p.budget_rel_l2 = encoded.stats.budget.rel_l2;
   p.source_digest = digest;
+  // A key frame (chosen when smaller) reads neither base nor prediction.
+  if (prediction != nullptr && p.delta() && !encoded.stats.used_alternative_base) p.prediction = prediction->step;
   result->stored = std::move(encoded.bytes);
   result->used = true;
   return Status::Ok();
@@ -364,15 +413,41 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     MutableByteSpan recon(recon_buffer.Reserve(file.size()), file.size());
     lossy_results.resize(plan.size());
     std::vector<Status> statuses(plan.size());
+    // Weights that an optimizer's state in this file may predict wait for
+    // a second pass: their prediction reads that state's reconstruction.
+    const StepStates states = have_base && options.step_prediction ? FindStepStates(layout) : StepStates{};
+    std::vector<bool> deferred(plan.size());
+    for (size_t i = 0; i < plan.size(); ++i)
+      deferred[i] = !states.states.empty() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&
+                    plan[i].base_offset.has_value() && !states.is_state[plan[i].tensor];
+    const unsigned lossy_threads = options.lossy_kernels != nullptr ? 1u : threads;
     // A caller's kernel backend is one object: never used by two threads.
-    parallel(plan.size(), options.lossy_kernels != nullptr ? 1u : threads, [&](size_t i, CodecScratch& scratch) {
+    parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
+      if (deferred[i]) return;
       if (plan[i].lossy()) {
-        statuses[i] = EncodeLossy(file, plan[i], base, options, options.lossy_kernels, scratch, recon.data(),
-                                  &lossy_results[i]);
+        statuses[i] = EncodeLossy(file, plan[i], base, ReadBaseBytes(plan[i], base, scratch), nullptr, options,
+                                  options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
       } else {
         ByteSpan data = file.subspan(plan[i].offset, plan[i].length);
         std::copy(data.begin(), data.end(), recon.begin() + static_cast<ptrdiff_t>(plan[i].offset));
       }
+    });
+    std::vector<size_t> second;
+    for (size_t i = 0; i < plan.size(); ++i)
+      if (deferred[i]) second.push_back(i);
+    parallel(second.size(), lossy_threads, [&](size_t k, CodecScratch& scratch) {
+      const size_t i = second[k];
+      ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
+      std::optional<ChunkPrediction> prediction;
+      const ByteSpan data = file.subspan(plan[i].offset, plan[i].length);
+      if (!base_bytes.empty() && BaseSourceDigest(plan[i], *base) != Checksum64(data)) {
+        const std::vector<StepCandidate> candidates = StepCandidates(layout, states, base_match, plan[i]);
+        auto read_base = [&](uint64_t offset, MutableByteSpan out) { return base->reader->ReadAt(offset, out); };
+        prediction = PredictChunk(*lossy::ElementTypeOf(plan[i].dtype), data, base_bytes, recon, candidates,
+                                  read_base, scratch);
+      }
+      statuses[i] = EncodeLossy(file, plan[i], base, base_bytes, prediction ? &*prediction : nullptr, options,
+                                options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
     });
     for (size_t i = 0; i < plan.size(); ++i) {
       RETURN_IF_ERROR(statuses[i].WithContext(fmt::format("encode: lossy chunk {} at offset {}", i, plan[i].offset)));

@@ -27,8 +27,8 @@ float ElementAt(DType dtype, const std::byte* p, size_t i) {
 }  // namespace
 
 void LossyChunkParams::EncodeTo(ByteWriter& w) const {
-  w.U8(kVersion);
-  w.U8(flags);
+  w.U8(prediction ? kVersionPredicted : kVersion);
+  w.U8(static_cast<uint8_t>((flags & ~kFlagPredicted) | (prediction ? kFlagPredicted : 0)));
   w.U8(bits);
   w.U8(mode);
   w.U32(std::bit_cast<uint32_t>(update_rel));
@@ -42,13 +42,24 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   // achieved per-element relative error.
   w.U64(std::bit_cast<uint64_t>(mode == 2 ? max_rel : budget_rel_l2));
   w.U64(source_digest);
+  if (!prediction) return;
+  const StepPrediction& s = *prediction;
+  w.U8(static_cast<uint8_t>(s.state_type));
+  w.U8((s.has_v ? 1 : 0) | (s.has_base_step ? 2 : 0));
+  for (int i = 0; i < 6; ++i) w.U8(0);
+  w.U64(s.m_offset);
+  w.U64(s.has_v ? s.v_offset : 0);
+  w.U64(s.has_base_step ? s.m_base_offset : 0);
+  w.U64(s.has_v && s.has_base_step ? s.v_base_offset : 0);
+  for (double c : {s.predictor.step, s.predictor.base_step, s.predictor.eps}) w.U64(std::bit_cast<uint64_t>(c));
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
-  if (bytes.size() != kEncodedSize && bytes.size() != kEncodedSizeV2)
-    return Status::Corruption(
-        fmt::format("lossy params: {} bytes, want {} or {}", bytes.size(), kEncodedSize, kEncodedSizeV2));
-  const bool has_digest = bytes.size() == kEncodedSize;
+  if (bytes.size() != kEncodedSizeV4 && bytes.size() != kEncodedSize && bytes.size() != kEncodedSizeV2)
+    return Status::Corruption(fmt::format("lossy params: {} bytes, want {}, {} or {}", bytes.size(), kEncodedSizeV4,
+                                          kEncodedSize, kEncodedSizeV2));
+  const bool has_prediction = bytes.size() == kEncodedSizeV4;
+  const bool has_digest = bytes.size() >= kEncodedSize;
   ByteReader r(bytes, "lossy params");
   LossyChunkParams p;
   const uint8_t version = r.U8();
@@ -64,14 +75,55 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
   p.exact = r.U64();
   const uint64_t budget_bits = r.U64();
   if (has_digest) p.source_digest = r.U64();
+  uint8_t state_type = 0, inputs = 0, reserved_tail = 0;
+  StepPrediction step;
+  if (has_prediction) {
+    state_type = r.U8();
+    inputs = r.U8();
+    for (int i = 0; i < 6; ++i) reserved_tail |= r.U8();
+    step.m_offset = r.U64();
+    step.v_offset = r.U64();
+    step.m_base_offset = r.U64();
+    step.v_base_offset = r.U64();
+    step.predictor.step = LoadF64(r);
+    step.predictor.base_step = LoadF64(r);
+    step.predictor.eps = LoadF64(r);
+  }
   RETURN_IF_ERROR(r.status());
-  // The size tells the version: 64 bytes are versions 1 and 2, 72 bytes 3.
-  if (has_digest ? version != kVersion : (version != 1 && version != 2))
-    return Status::Corruption(fmt::format("lossy params: version {} in {} bytes, want 3 in {} or 1-2 in {}", version,
-                                          bytes.size(), kEncodedSize, kEncodedSizeV2));
+  // The size tells the version: 64 bytes are versions 1 and 2, 72 bytes 3,
+  // 136 bytes 4.
+  const bool version_ok = has_prediction ? version == kVersionPredicted
+                          : has_digest   ? version == kVersion
+                                         : (version == 1 || version == 2);
+  if (!version_ok)
+    return Status::Corruption(fmt::format("lossy params: version {} in {} bytes, want 4 in {}, 3 in {} or 1-2 in {}",
+                                          version, bytes.size(), kEncodedSizeV4, kEncodedSize, kEncodedSizeV2));
   // Version 1 reserved the fields that version 2 fills.
-  if ((p.flags & ~kFlagDelta) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)))
+  const uint8_t known_flags = has_prediction ? (kFlagDelta | kFlagPredicted) : kFlagDelta;
+  if ((p.flags & ~known_flags) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)) ||
+      reserved_tail != 0 || (inputs & ~3u) != 0)
     return Status::Corruption("lossy params: reserved bits set");
+  if (has_prediction) {
+    // A prediction replaces the base of a delta frame: both flags, always.
+    if (p.flags != (kFlagDelta | kFlagPredicted))
+      return Status::Corruption(fmt::format("lossy params: version 4 with flags {}, want delta and predicted", p.flags));
+    if (state_type < 1 || state_type > 3)
+      return Status::Corruption(fmt::format("lossy params: step state type {}, want 1..3", state_type));
+    step.state_type = static_cast<lossy::ElementType>(state_type);
+    step.has_v = (inputs & 1) != 0;
+    step.has_base_step = (inputs & 2) != 0;
+    if ((!step.has_v && step.v_offset != 0) || (!step.has_base_step && step.m_base_offset != 0) ||
+        (!(step.has_v && step.has_base_step) && step.v_base_offset != 0))
+      return Status::Corruption("lossy params: offset of an absent step input is not 0");
+    const lossy::StepPredictor& c = step.predictor;
+    for (double v : {c.step, c.base_step})
+      if (!std::isfinite(v)) return Status::Corruption(fmt::format("lossy params: step coefficient {} not finite", v));
+    if (!std::isfinite(c.eps) || !(c.eps > 0))
+      return Status::Corruption(fmt::format("lossy params: step eps {}, want finite and > 0", c.eps));
+    if (!step.has_base_step && c.base_step != 0)
+      return Status::Corruption("lossy params: base step coefficient without base step inputs");
+    p.prediction = step;
+  }
   p.mode = version == 1 ? (p.bits == 0 ? 0 : 1) : reserved8;
   p.update_rel = std::bit_cast<float>(update_bits);
   if (!std::isfinite(p.update_rel) || p.update_rel < 0)

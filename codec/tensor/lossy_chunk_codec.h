@@ -4,26 +4,47 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
 #include "codec/tensor/chunk_codec.h"
+#include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/step_predictor.h"
 
 namespace ckptfs {
 
+// Where a step-predicted chunk's prediction reads its inputs, and the
+// predictor (codec/tensor/lossy/step_predictor.h; FORMAT.md "Step
+// prediction"). Offsets are logical: m and v in this blob's file, m_base and
+// v_base in the base's; each range holds as many elements as the chunk.
+struct StepPrediction {
+  lossy::StepPredictor predictor;
+  lossy::ElementType state_type = lossy::ElementType::kF32;  // of m, v, m_base, v_base
+  bool has_v = false;          // v and v_base are read (else u = m)
+  bool has_base_step = false;  // m_base (and v_base) are read
+  uint64_t m_offset = 0, v_offset = 0;
+  uint64_t m_base_offset = 0, v_base_offset = 0;
+};
+
 // The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), little-endian:
-// 72 bytes (version 3) or 64 (versions 1 and 2).
+// 136 bytes (version 4, step-predicted chunks), 72 (version 3) or 64
+// (versions 1 and 2).
 struct LossyChunkParams {
-  // Version 3 appends the source digest (72 bytes). Versions 1 and 2 are 64
-  // bytes and still decode, without a digest. Version 2 added the stream
-  // mode, the measured update (budget schedule) and the bound the chunk was
-  // encoded to; version 1 holds zeros there (mode from bits, nothing
-  // recorded).
+  // Version 4 appends the step prediction (136 bytes) and is written only
+  // for predicted chunks; the others are written as version 3, which
+  // appended the source digest (72 bytes). Versions 1 and 2 are 64 bytes and
+  // still decode, without a digest. Version 2 added the stream mode, the
+  // measured update (budget schedule) and the bound the chunk was encoded
+  // to; version 1 holds zeros there (mode from bits, nothing recorded).
+  static constexpr size_t kEncodedSizeV4 = 136;
   static constexpr size_t kEncodedSize = 72;
   static constexpr size_t kEncodedSizeV2 = 64;
   static constexpr uint8_t kVersion = 3;
-  static constexpr uint8_t kFlagDelta = 1;  // the stream reads the base at base_offset
+  static constexpr uint8_t kVersionPredicted = 4;
+  static constexpr uint8_t kFlagDelta = 1;      // the stream reads the base at base_offset
+  static constexpr uint8_t kFlagPredicted = 2;  // ... plus the step prediction (version 4)
 
   uint8_t flags = 0;
   uint8_t bits = 0;           // symbol width, 0 = lossless mode
@@ -42,11 +63,15 @@ struct LossyChunkParams {
   // own values: equal means this range did not change (a frozen layer), and
   // the budget schedule then leaves its budget alone (LOSSY.md §8).
   uint64_t source_digest = 0;
+  // Set exactly when flags has kFlagPredicted (which requires kFlagDelta):
+  // the stream is a delta frame against the prediction, not the base bytes.
+  std::optional<StepPrediction> prediction;
 
   bool delta() const { return (flags & kFlagDelta) != 0; }
+  bool predicted() const { return (flags & kFlagPredicted) != 0; }
   void EncodeTo(ByteWriter& w) const;
   // Rejects a wrong size or version, reserved bits, negative or non-finite sums.
-  // Accepts versions 1 and 2 (64 bytes) and 3 (72 bytes).
+  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes) and 4 (136 bytes).
   static Result<LossyChunkParams> DecodeFrom(ByteSpan bytes);
 };
 

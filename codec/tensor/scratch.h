@@ -62,6 +62,10 @@ class CodecScratch {
   ScratchBuffer stored;    // a chunk's stored bytes read from a file
   ScratchBuffer packed;    // a chunk's non-zero elements (sparse byte planes)
   ScratchBuffer zero_mask; // which elements are zero (sparse byte planes)
+  // A step-predicted chunk: its inputs (m, v, m_base, v_base) and the
+  // prediction it is a delta frame against.
+  ScratchBuffer step_inputs[4];
+  ScratchBuffer prediction;
 
  private:
   ZSTD_CCtx_s* cctx_;

@@ -152,7 +152,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   double update_rel = 0.0;
   if (options.schedule != nullptr && options.schedule->enabled() && !options.source_unchanged && !base.empty() &&
       norm_sq > 0) {
-    update_rel = std::sqrt(EstimateEnergy(s.histogram) / norm_sq);
+    update_rel = options.measured_update ? *options.measured_update : std::sqrt(EstimateEnergy(s.histogram) / norm_sq);
     budget = EffectiveBudget(*options.schedule, configured, update_rel);
   }
   const double inf = std::numeric_limits<double>::infinity();
@@ -162,6 +162,25 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
 
   const uint32_t width32 = static_cast<uint32_t>(width);
   std::optional<SearchResult> found = SearchConfig(s.histogram, n, width32, target);
+
+  // 2a'. The caller's alternative base: is its residual cheaper?
+  bool on_alternative = false;
+  if (!base.empty() && options.alternative_base.size() == base.size()) {
+    EnsureSize(&s.residual_alt, n);
+    s.histogram_alt.resize(kHistogramBins);
+    std::span<float> alt_residual(s.residual_alt.data(), n);
+    RETURN_IF_ERROR(k.Residual(type, values, options.alternative_base, alt_residual, norm_partials));
+    RETURN_IF_ERROR(k.Histogram(alt_residual, s.histogram_alt));
+    std::optional<SearchResult> alt = SearchConfig(s.histogram_alt, n, width32, target);
+    if (alt && (!found || alt->est_bytes < found->est_bytes)) {
+      base = options.alternative_base;
+      residual = alt_residual;
+      std::swap(s.histogram, s.histogram_alt);
+      std::swap(s.residual, s.residual_alt);  // `residual` keeps pointing at the winner's data
+      found = alt;
+      on_alternative = true;
+    }
+  }
 
   // 2b. A delta frame with a large residual: is a key frame cheaper?
   if (!base.empty() && EstimateEnergy(s.histogram) >= kTryKeyFrameEnergyShare * norm_sq) {
@@ -177,6 +196,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
       std::swap(s.histogram, s.histogram_alt);
       std::swap(s.residual, s.residual_alt);  // `residual` keeps pointing at the key frame's data
       found = key;
+      on_alternative = false;
     }
   }
 
@@ -263,6 +283,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     chunk.stats.update_rel = update_rel;
     chunk.stats.err2_sum = error_sq;
     chunk.stats.ref2_sum = norm_sq;
+    chunk.stats.used_alternative_base = on_alternative;
     return chunk;
   }
   ASSIGN_OR_RETURN(EncodedChunk lossless,
@@ -270,6 +291,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   lossless.stats.budget = budget;
   lossless.stats.update_rel = update_rel;
   lossless.stats.ref2_sum = norm_sq;
+  lossless.stats.used_alternative_base = on_alternative && !base.empty();
   return lossless;
 }
 

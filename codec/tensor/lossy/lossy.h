@@ -71,6 +71,9 @@ struct ChunkStats {
   // only when the budget was lossless (nothing measured).
   double err2_sum = 0.0;
   double ref2_sum = 0.0;
+  // The stream is a delta frame against EncodeOptions::alternative_base,
+  // not against the `base` argument (its estimate was smaller).
+  bool used_alternative_base = false;
 };
 
 struct EncodedChunk {
@@ -115,6 +118,19 @@ struct EncodeOptions {
   // quantization error, and the schedule would spend bits re-encoding
   // unchanged values closer to themselves, version after version.
   bool source_unchanged = false;
+  // The schedule's measured update ||w - base|| / ||w||, when the caller
+  // measured it against another reference than `base`: a step-predicted
+  // chunk passes its prediction as `base`, but its update is still the one
+  // from the previous version (else the schedule would hold the error to
+  // half of what the prediction leaves, not half of the update).
+  std::optional<double> measured_update;
+  // A second base to try for a delta frame (empty: none): the chunk is
+  // coded against whichever of the two gives the smaller estimated size
+  // (ChunkStats::used_alternative_base says which). A step-predicted chunk
+  // passes the prediction as `base` and the previous version as this: a
+  // residual with less energy is not always cheaper (at a tight budget its
+  // shape matters more than its size).
+  ByteSpan alternative_base;
 };
 
 // Encodes one chunk. `values` holds n elements of `type`; `base` is empty for

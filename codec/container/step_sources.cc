@@ -1,0 +1,135 @@
+#include "codec/container/step_sources.h"
+
+#include <cmath>
+#include <string_view>
+#include <unordered_map>
+
+#include "codec/tensor/lossy/step_predictor.h"
+
+namespace ckptfs {
+namespace {
+
+// Adam's default epsilon; the fit absorbs the rest (the prediction only has
+// to be good, not exact).
+constexpr double kStepEps = 1e-8;
+// Elements sampled per candidate to tell which state belongs to a chunk.
+constexpr uint64_t kCorrelationSamples = 2048;
+// Below this |correlation| no candidate is taken to belong to the chunk.
+constexpr double kMinCorrelation = 0.2;
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+StepStates FindStepStates(const Layout& layout) {
+  StepStates out;
+  const size_t n = layout.tensors.size();
+  out.is_state.assign(n, false);
+  out.tensor_offset.assign(n, std::nullopt);
+  std::vector<int> segments(n, 0);
+  for (const Segment& s : layout.segments) {
+    if (!s.is_tensor()) continue;
+    if (++segments[s.tensor] == 1) out.tensor_offset[s.tensor] = s.offset;
+  }
+  for (size_t t = 0; t < n; ++t)
+    if (segments[t] != 1) out.tensor_offset[t].reset();
+  std::unordered_map<std::string_view, int32_t> by_name;
+  for (size_t t = 0; t < n; ++t) by_name.emplace(layout.tensors[t].name, static_cast<int32_t>(t));
+  auto usable = [&](int32_t t) {
+    const TensorInfo& info = layout.tensors[t];
+    return out.tensor_offset[t].has_value() && IsCodecFloat(info.dtype) && !info.big_endian;
+  };
+  for (size_t t = 0; t < n; ++t) {
+    const std::string& name = layout.tensors[t].name;
+    StepStateTensors state;
+    if (EndsWith(name, ".exp_avg")) {
+      auto v = by_name.find(name + "_sq");
+      if (v == by_name.end()) continue;
+      state = {static_cast<int32_t>(t), v->second};
+    } else if (EndsWith(name, ".momentum_buffer")) {
+      state = {static_cast<int32_t>(t), -1};
+    } else {
+      continue;
+    }
+    const TensorInfo& m = layout.tensors[state.m];
+    if (!usable(state.m)) continue;
+    if (state.v >= 0) {
+      const TensorInfo& v = layout.tensors[state.v];
+      if (!usable(state.v) || v.dtype != m.dtype || v.shape != m.shape) continue;
+      out.is_state[state.v] = true;
+    }
+    out.is_state[state.m] = true;
+    out.states.push_back(state);
+  }
+  return out;
+}
+
+std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, ByteSpan values, ByteSpan base,
+                                            ByteSpan recon, const std::vector<StepCandidate>& candidates,
+                                            const std::function<Status(uint64_t, MutableByteSpan)>& read_base,
+                                            CodecScratch& scratch) {
+  if (base.empty() || base.size() != values.size() || candidates.empty()) return std::nullopt;
+  const uint64_t n = values.size() / lossy::ElementSize(weight_type);
+  lossy::StepSources sources;
+  sources.weight_type = weight_type;
+  sources.weight_base = base;
+  // The candidate whose step direction follows the update best.
+  const StepCandidate* best = nullptr;
+  double best_corr = kMinCorrelation;
+  for (const StepCandidate& c : candidates) {
+    const uint64_t length = n * lossy::ElementSize(c.state_type);
+    sources.state_type = c.state_type;
+    sources.m = recon.subspan(c.m_offset, length);
+    sources.v = c.has_v ? recon.subspan(c.v_offset, length) : ByteSpan();
+    const double corr = std::fabs(lossy::StepCorrelation(values, sources, kStepEps, kCorrelationSamples));
+    if (corr > best_corr) {
+      best_corr = corr;
+      best = &c;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  const uint64_t length = n * lossy::ElementSize(best->state_type);
+  StepPrediction step;
+  step.state_type = best->state_type;
+  step.has_v = best->has_v;
+  step.m_offset = best->m_offset;
+  step.v_offset = best->has_v ? best->v_offset : 0;
+  sources.state_type = best->state_type;
+  sources.m = recon.subspan(best->m_offset, length);
+  sources.v = best->has_v ? recon.subspan(best->v_offset, length) : ByteSpan();
+  sources.m_base = sources.v_base = ByteSpan();
+  if (best->m_base_offset && (!best->has_v || best->v_base_offset)) {
+    MutableByteSpan m_base(scratch.step_inputs[2].Reserve(length), length);
+    MutableByteSpan v_base(scratch.step_inputs[3].Reserve(length), length);
+    if (read_base(*best->m_base_offset, m_base).ok() &&
+        (!best->has_v || read_base(*best->v_base_offset, v_base).ok())) {
+      sources.m_base = m_base;
+      if (best->has_v) sources.v_base = v_base;
+      step.has_base_step = true;
+      step.m_base_offset = *best->m_base_offset;
+      step.v_base_offset = best->has_v ? *best->v_base_offset : 0;
+    }
+  }
+  if (!lossy::CheckStepSources(sources).ok()) return std::nullopt;
+  std::optional<lossy::StepPredictor> fit = lossy::FitStepPredictor(values, sources, kStepEps);
+  if (!fit) return std::nullopt;
+  step.predictor = *fit;
+  MutableByteSpan prediction(scratch.prediction.Reserve(values.size()), values.size());
+  lossy::PredictWeights(step.predictor, sources, prediction);
+  // Keep it only when it explains enough of the update.
+  const DType dtype = weight_type == lossy::ElementType::kF32   ? DType::kF32
+                      : weight_type == lossy::ElementType::kF16 ? DType::kF16
+                                                                : DType::kBF16;
+  const ErrorSums update = MeasureError(dtype, values, base);
+  const ErrorSums left = MeasureError(dtype, values, prediction);
+  if (!(update.err2 > 0) || !(left.err2 <= kMaxPredictedEnergy * update.err2)) return std::nullopt;
+  ChunkPrediction out;
+  out.prediction = prediction;
+  out.update_rel = update.ref2 > 0 ? std::sqrt(update.err2 / update.ref2) : 0.0;
+  out.step = step;
+  return out;
+}
+
+}  // namespace ckptfs

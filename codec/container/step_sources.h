@@ -1,0 +1,76 @@
+// The encoder's side of step prediction (codec/tensor/lossy/step_predictor.h):
+// which tensors of a checkpoint hold an optimizer's per-parameter state, and,
+// for one chunk of weights, which of them belong to it and whether the
+// prediction they give is worth storing.
+//
+// A PyTorch optimizer's state_dict names its state by parameter index
+// ("optimizer.state.3.exp_avg"), not by the parameter's name, and the order
+// of a torch zip's records is not the parameters' order. The state of a
+// chunk of weights is therefore found by evidence: among the state tensors
+// with the same element count, the one whose step direction correlates best
+// with the weights' update. A wrong or missing match only costs bytes: the
+// chunk's error is measured against its own values whatever it is predicted
+// from.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "codec/common/bytes.h"
+#include "codec/common/status.h"
+#include "codec/format/layout.h"
+#include "codec/tensor/lossy_chunk_codec.h"
+#include "codec/tensor/scratch.h"
+
+namespace ckptfs {
+
+// One parameter's optimizer state: "<p>.exp_avg" with "<p>.exp_avg_sq"
+// (Adam, AdamW), or "<p>.momentum_buffer" alone (SGD, v = -1). Indices into
+// Layout::tensors; both are little-endian f32/f16/bf16 of one dtype, each
+// stored as a single segment.
+struct StepStateTensors {
+  int32_t m = -1;
+  int32_t v = -1;
+};
+
+// Every such state in `layout`, and which tensors they are (is_state).
+struct StepStates {
+  std::vector<StepStateTensors> states;
+  std::vector<bool> is_state;  // per tensor: an m or v of some state
+  std::vector<std::optional<uint64_t>> tensor_offset;  // per tensor: offset of its single segment
+};
+StepStates FindStepStates(const Layout& layout);
+
+// One candidate's inputs for a chunk: this version's m and v ranges (in the
+// reconstructed file being written) and, when the base holds the same
+// state tensors, their offsets in the base.
+struct StepCandidate {
+  lossy::ElementType state_type = lossy::ElementType::kF32;
+  uint64_t m_offset = 0, v_offset = 0;
+  bool has_v = false;
+  std::optional<uint64_t> m_base_offset, v_base_offset;
+};
+
+// What a predicted chunk is encoded against.
+struct ChunkPrediction {
+  ByteSpan prediction;     // in scratch.prediction
+  double update_rel = 0;   // ||w - base|| / ||w||, for the budget schedule
+  StepPrediction step;     // for the chunk's parameters
+};
+
+// Chooses the best-correlated candidate for the chunk `values` (n elements
+// of `weight_type`, whose base reconstruction is `base`), reads its base
+// inputs with `read_base` (a failed read drops the base-step term), fits the
+// predictor and keeps it when the prediction leaves at most
+// kMaxPredictedEnergy of the update's energy. `recon` is the reconstructed
+// file (this version's state already final in it). Uses scratch.step_inputs
+// [2..3] and scratch.prediction. nullopt: encode against the base as usual.
+inline constexpr double kMaxPredictedEnergy = 0.8;
+std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, ByteSpan values, ByteSpan base,
+                                            ByteSpan recon, const std::vector<StepCandidate>& candidates,
+                                            const std::function<Status(uint64_t, MutableByteSpan)>& read_base,
+                                            CodecScratch& scratch);
+
+}  // namespace ckptfs

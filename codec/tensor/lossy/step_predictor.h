@@ -1,0 +1,79 @@
+// The step predictor: a delta frame of weights predicted from the
+// optimizer's own step direction.
+//
+// Between two checkpoints an Adam-type optimizer moves a weight by about
+// -lr * sum over the steps of m_s / (sqrt(v_s) + eps). The checkpoint holds
+// this version's m and v and the previous version's, so the update of the
+// weights is predicted by (a trapezoid rule over the interval)
+//
+//   p = w_base + step * u + base_step * u_base,
+//   u = m / (sqrt(v) + eps)   (u = m when there is no v, e.g. SGD momentum)
+//
+// with the two coefficients fitted per chunk by least squares (they absorb
+// the learning rate, its schedule and the bias corrections). A third term
+// in w_base (decoupled weight decay) was tried and dropped: the fit takes
+// it up to explain the base's own quantization error, which is no trend,
+// and it turns every unchanged element into a residual (+4 % stored on an
+// Adam run without weight decay, nothing gained with AdamW). All inputs
+// are *reconstructions* a decoder has before it decodes the weights: the
+// base version's weights and optimizer state, and this version's optimizer
+// state (never predicted itself). The weights are then coded as a delta
+// frame against p instead of w_base: the codec, its error budget and its
+// stream are unchanged; the residual it quantizes is what the optimizer's
+// state does not explain (in the training runs of docs/eval.md 5-50 % of
+// the update's energy), and under the budget schedule (an error of half
+// the update) often nothing at all.
+//
+// p is computed in binary64 with a fixed order of operations, then rounded
+// to the weights' element type: encoder and decoder get the same bits on
+// every machine (compiled without FMA contraction).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "codec/common/bytes.h"
+#include "codec/common/status.h"
+#include "codec/tensor/lossy/lossy.h"
+
+namespace ckptfs::lossy {
+
+struct StepPredictor {
+  double step = 0.0;       // coefficient of u (this version's step direction)
+  double base_step = 0.0;  // coefficient of u_base (the base version's)
+  double eps = 1e-8;       // the denominator's epsilon
+};
+
+// The reconstructions a prediction reads, all of the same element count n.
+struct StepSources {
+  ElementType weight_type = ElementType::kF32;
+  ByteSpan weight_base;  // the base version's weights (n elements)
+  ElementType state_type = ElementType::kF32;
+  ByteSpan m;       // this version's first moment (n elements)
+  ByteSpan v;       // its second moment, or empty (then u = m)
+  ByteSpan m_base;  // the base version's first moment, or empty (no base_step term)
+  ByteSpan v_base;  // its second moment: empty exactly when v is
+};
+
+// Checks sizes: every span holds n elements of its type, v and v_base are
+// both empty or both not, m_base empty or not. InvalidArgument otherwise.
+Status CheckStepSources(const StepSources& sources);
+
+// Writes p (n elements of weight_type) into `out`. An element whose inputs
+// are not finite (or whose v is negative) has u = 0. REQUIRES: CheckStepSources(sources).ok(),
+// out.size() == sources.weight_base.size(). (An element whose p is not
+// finite in the weights' type keeps w_base's bits.)
+void PredictWeights(const StepPredictor& predictor, const StepSources& sources, MutableByteSpan out);
+
+// Least-squares coefficients for `weights` (this version's original values,
+// n elements of weight_type) over the finite elements, with eps = `eps`.
+// nullopt when the system is degenerate (no usable regressor).
+std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSources& sources, double eps);
+
+// The correlation of the update (weights - weight_base) with u over at most
+// `samples` evenly spaced elements: cheap evidence that m and v belong to
+// these weights (a checkpoint names optimizer state by index, not by the
+// parameter's name). In [-1, 1]; 0 when nothing moved.
+double StepCorrelation(ByteSpan weights, const StepSources& sources, double eps, uint64_t samples);
+
+}  // namespace ckptfs::lossy

@@ -1,0 +1,445 @@
+// Step prediction (codec/tensor/lossy/step_predictor.h, FORMAT.md "Step
+// prediction"): weights coded as a delta frame against a prediction from
+// their optimizer state. The predictor's arithmetic, the parameters area
+// (version 4), and whole chains of an Adam run: smaller, within budget,
+// decoded identically with and without a chunk cache, and hostile indexes
+// rejected at Open.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "blob_test_util.h"
+#include "codec/container/lossy_report.h"
+#include "codec/policy/policy.h"
+#include "codec/tensor/lossy/step_predictor.h"
+#include "codec/tensor/lossy_chunk_codec.h"
+
+namespace ckptfs {
+namespace {
+
+using testing::Encode;
+using testing::FileBuilder;
+using testing::MapResolver;
+using testing::RandomBytes;
+using testing::RewriteBlob;
+
+std::vector<std::byte> AsBytes(const std::vector<float>& v) {
+  std::vector<std::byte> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+float F32At(ByteSpan bytes, size_t i) {
+  float f;
+  std::memcpy(&f, bytes.data() + 4 * i, 4);
+  return f;
+}
+
+TEST(StepPredictor, FitRecoversTheCoefficientsAndPredictsBitForBit) {
+  constexpr size_t kN = 4096;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> wb(kN), m(kN), v(kN), mb(kN), vb(kN), w(kN);
+  for (size_t i = 0; i < kN; ++i) {
+    wb[i] = 0.05f * normal(rng);
+    m[i] = 1e-3f * normal(rng);
+    v[i] = 1e-6f * (1.0f + std::fabs(normal(rng)));
+    mb[i] = 1e-3f * normal(rng);
+    vb[i] = 1e-6f * (1.0f + std::fabs(normal(rng)));
+  }
+  std::vector<std::byte> wb_b = AsBytes(wb), m_b = AsBytes(m), v_b = AsBytes(v), mb_b = AsBytes(mb),
+                         vb_b = AsBytes(vb);
+  lossy::StepSources s{lossy::ElementType::kF32, wb_b, lossy::ElementType::kF32, m_b, v_b, mb_b, vb_b};
+  ASSERT_TRUE(lossy::CheckStepSources(s).ok());
+  for (size_t i = 0; i < kN; ++i) {
+    const double u = m[i] / (std::sqrt(static_cast<double>(v[i])) + 1e-8);
+    const double ub = mb[i] / (std::sqrt(static_cast<double>(vb[i])) + 1e-8);
+    w[i] = static_cast<float>(wb[i] - 2e-3 * u - 1e-3 * ub);
+  }
+  std::vector<std::byte> w_b = AsBytes(w);
+  std::optional<lossy::StepPredictor> fit = lossy::FitStepPredictor(w_b, s, 1e-8);
+  ASSERT_TRUE(fit.has_value());
+  EXPECT_NEAR(fit->step, -2e-3, 1e-6);
+  EXPECT_NEAR(fit->base_step, -1e-3, 1e-6);
+  EXPECT_GT(std::fabs(lossy::StepCorrelation(w_b, s, 1e-8, 512)), 0.8);
+
+  std::vector<std::byte> p1(w_b.size()), p2(w_b.size());
+  lossy::PredictWeights(*fit, s, p1);
+  lossy::PredictWeights(*fit, s, p2);
+  EXPECT_EQ(p1, p2);
+  for (size_t i = 0; i < kN; ++i) EXPECT_NEAR(F32At(p1, i), w[i], 1e-6f) << i;
+
+  // Without the base step the fit takes u alone.
+  lossy::StepSources no_base = s;
+  no_base.m_base = no_base.v_base = ByteSpan();
+  ASSERT_TRUE(lossy::CheckStepSources(no_base).ok());
+  fit = lossy::FitStepPredictor(w_b, no_base, 1e-8);
+  ASSERT_TRUE(fit.has_value());
+  EXPECT_EQ(fit->base_step, 0.0);
+}
+
+TEST(StepPredictor, BadInputsFallBackAndMismatchedSizesAreRejected) {
+  // v < 0 or NaN, m NaN: u = 0; a non-finite prediction keeps w_base.
+  std::vector<float> wb{1.0f, 2.0f, 3.0f, 4.0f}, m{1.0f, NAN, 1.0f, 1e30f}, v{-1.0f, 1.0f, NAN, 1e-40f};
+  std::vector<std::byte> wb_b = AsBytes(wb), m_b = AsBytes(m), v_b = AsBytes(v);
+  lossy::StepSources s{lossy::ElementType::kF32, wb_b, lossy::ElementType::kF32, m_b, v_b, {}, {}};
+  ASSERT_TRUE(lossy::CheckStepSources(s).ok());
+  lossy::StepPredictor p{1e30, 0.0, 1e-8};
+  std::vector<std::byte> out(wb_b.size());
+  lossy::PredictWeights(p, s, out);
+  EXPECT_EQ(F32At(out, 0), 1.0f);  // v < 0
+  EXPECT_EQ(F32At(out, 1), 2.0f);  // m NaN
+  EXPECT_EQ(F32At(out, 2), 3.0f);  // v NaN
+  EXPECT_EQ(F32At(out, 3), 4.0f);  // p overflows: w_base
+
+  lossy::StepSources bad = s;
+  bad.m = ByteSpan(m_b).first(8);
+  EXPECT_FALSE(lossy::CheckStepSources(bad).ok());
+  bad = s;
+  bad.m_base = m_b;  // v_base missing while v is present
+  EXPECT_FALSE(lossy::CheckStepSources(bad).ok());
+}
+
+LossyChunkParams PredictedParams() {
+  LossyChunkParams p;
+  p.flags = LossyChunkParams::kFlagDelta;
+  p.bits = 3;
+  p.mode = 1;
+  p.err2_sum = 1.0;
+  p.ref2_sum = 4.0;
+  p.source_digest = 0x1234;
+  StepPrediction s;
+  s.predictor = {-2e-3, -1e-3, 1e-8};
+  s.state_type = lossy::ElementType::kF32;
+  s.has_v = s.has_base_step = true;
+  s.m_offset = 100;
+  s.v_offset = 200;
+  s.m_base_offset = 300;
+  s.v_base_offset = 400;
+  p.prediction = s;
+  return p;
+}
+
+std::vector<std::byte> EncodeParams(const LossyChunkParams& p) {
+  std::vector<std::byte> bytes;
+  ByteWriter w(&bytes);
+  p.EncodeTo(w);
+  return bytes;
+}
+
+TEST(StepParams, VersionFourRoundTripsAndRejectsWhatItCannotMean) {
+  std::vector<std::byte> bytes = EncodeParams(PredictedParams());
+  ASSERT_EQ(bytes.size(), LossyChunkParams::kEncodedSizeV4);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[0]), 4);
+  Result<LossyChunkParams> back = LossyChunkParams::DecodeFrom(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->predicted() && back->delta() && back->prediction.has_value());
+  EXPECT_EQ(back->prediction->m_offset, 100u);
+  EXPECT_EQ(back->prediction->v_base_offset, 400u);
+  EXPECT_EQ(back->prediction->predictor.step, -2e-3);
+  EXPECT_EQ(back->prediction->predictor.base_step, -1e-3);
+  EXPECT_EQ(back->source_digest, 0x1234u);
+  // Without a prediction the same fields write version 3 (72 bytes).
+  LossyChunkParams plain = PredictedParams();
+  plain.prediction.reset();
+  EXPECT_EQ(EncodeParams(plain).size(), LossyChunkParams::kEncodedSize);
+
+  auto rejects = [&](const char* what, const std::function<void(std::vector<std::byte>&)>& edit) {
+    std::vector<std::byte> b = bytes;
+    edit(b);
+    Result<LossyChunkParams> r = LossyChunkParams::DecodeFrom(b);
+    EXPECT_FALSE(r.ok()) << what;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << what;
+    }
+  };
+  rejects("version 3 in 136 bytes", [](auto& b) { b[0] = std::byte{3}; });
+  rejects("predicted without delta", [](auto& b) { b[1] = std::byte{2}; });
+  rejects("delta without predicted", [](auto& b) { b[1] = std::byte{1}; });
+  rejects("unknown flag", [](auto& b) { b[1] = std::byte{7}; });
+  rejects("state type 0", [](auto& b) { b[72] = std::byte{0}; });
+  rejects("state type 4", [](auto& b) { b[72] = std::byte{4}; });
+  rejects("unknown input bit", [](auto& b) { b[73] = std::byte{7}; });
+  rejects("reserved byte", [](auto& b) { b[75] = std::byte{1}; });
+  rejects("v offset without v", [](auto& b) { b[73] = std::byte{2}; });
+  rejects("NaN coefficient", [](auto& b) { StoreLE64(b.data() + 112, std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN())); });
+  rejects("eps 0", [](auto& b) { StoreLE64(b.data() + 128, 0); });
+  rejects("truncated", [](auto& b) { b.resize(100); });
+  LossyChunkParams no_base = PredictedParams();
+  no_base.prediction->has_base_step = false;
+  no_base.prediction->predictor.base_step = 0;
+  no_base.prediction->m_base_offset = no_base.prediction->v_base_offset = 0;
+  std::vector<std::byte> nb = EncodeParams(no_base);
+  ASSERT_TRUE(LossyChunkParams::DecodeFrom(nb).ok());
+  StoreLE64(nb.data() + 104, 1);  // v_base offset without base inputs
+  EXPECT_FALSE(LossyChunkParams::DecodeFrom(nb).ok());
+}
+
+// A small Adam run: two weight tensors of the same shape whose optimizer
+// state is listed in the other order (state 0 belongs to "b"), plus a bias.
+struct AdamRun {
+  static constexpr size_t kN = 24000;
+  static constexpr size_t kBias = 300;
+  std::mt19937 rng{7};
+  std::normal_distribution<float> normal{0.0f, 1.0f};
+  struct Param {
+    std::vector<float> w, m, v, scale;
+  };
+  Param a, b, bias;
+  int t = 0;
+
+  AdamRun() {
+    for (Param* p : {&a, &b, &bias}) {
+      const size_t n = p == &bias ? kBias : kN;
+      p->w.resize(n);
+      p->m.assign(n, 0.0f);
+      p->v.assign(n, 0.0f);
+      p->scale.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        p->w[i] = 0.05f * normal(rng);
+        p->scale[i] = std::exp(normal(rng));
+      }
+    }
+    Steps(30);
+  }
+  void Steps(int k) {
+    for (int s = 0; s < k; ++s) {
+      ++t;
+      for (Param* p : {&a, &b, &bias})
+        for (size_t i = 0; i < p->w.size(); ++i) {
+          const float g = p->scale[i] * (0.5f * p->w[i] + 0.2f * normal(rng));
+          p->m[i] = 0.9f * p->m[i] + 0.1f * g;
+          p->v[i] = 0.999f * p->v[i] + 0.001f * g * g;
+          p->w[i] -= 1e-3f * p->m[i] / (std::sqrt(p->v[i]) + 1e-8f);
+        }
+    }
+  }
+  FileBuilder File() const {
+    FileBuilder f;
+    f.Verbatim(RandomBytes(40, 1))
+        .Tensor("model.a.weight", DType::kF32, {120, 200}, AsBytes(a.w))
+        .Tensor("model.b.weight", DType::kF32, {120, 200}, AsBytes(b.w))
+        .Tensor("model.bias", DType::kF32, {kBias}, AsBytes(bias.w))
+        .Tensor("optimizer.state.0.exp_avg", DType::kF32, {120, 200}, AsBytes(b.m))
+        .Tensor("optimizer.state.0.exp_avg_sq", DType::kF32, {120, 200}, AsBytes(b.v))
+        .Tensor("optimizer.state.1.exp_avg", DType::kF32, {120, 200}, AsBytes(a.m))
+        .Tensor("optimizer.state.1.exp_avg_sq", DType::kF32, {120, 200}, AsBytes(a.v))
+        .Tensor("optimizer.state.2.exp_avg", DType::kF32, {kBias}, AsBytes(bias.m))
+        .Tensor("optimizer.state.2.exp_avg_sq", DType::kF32, {kBias}, AsBytes(bias.v))
+        .Verbatim(RandomBytes(24, 2));
+    return f;
+  }
+};
+
+EncodeOptions DefaultLossy(const policy::Policy& policy, bool predict) {
+  EncodeOptions options;
+  options.chunk_bytes = 32 << 10;  // several chunks per tensor
+  options.lossy_budget = [&policy](FileFormat, const TensorInfo& t) {
+    return policy.BudgetFor("ckpt.pt", FileFormat::kTorchZip, t);
+  };
+  options.budget_schedule = *lossy::ParseBudgetSchedule("dsq");
+  options.step_prediction = predict;
+  return options;
+}
+
+struct ChainResult {
+  uint64_t weight_bytes = 0;  // stored bytes of the model.* tensors after version 0
+  uint32_t predicted = 0;
+};
+
+// Encodes `versions` checkpoints of the run as a chain, checks each one
+// decodes (whole-file checksum) with its weights within their budgets.
+ChainResult EncodeChain(bool predict, int versions, MapResolver* resolver, std::vector<ObjectId>* ids,
+                        std::vector<std::vector<std::byte>>* blobs = nullptr) {
+  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
+  const EncodeOptions options = DefaultLossy(policy, predict);
+  AdamRun run;
+  ChainResult result;
+  std::shared_ptr<const BlobReader> previous;
+  for (int version = 0; version < versions; ++version) {
+    if (version > 0) run.Steps(5);
+    FileBuilder f = run.File();
+    BaseRef base{ids->empty() ? ObjectId{} : ids->back(), previous};
+    std::vector<std::byte> blob = Encode(f.bytes, f.layout, options, previous ? &base : nullptr);
+    if (blobs != nullptr) blobs->push_back(blob);
+    ObjectId id = resolver->Add(blob);
+    ids->push_back(id);
+    Result<std::shared_ptr<const BlobReader>> reader = resolver->OpenBlob(id);
+    EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+    if (!reader.ok()) return result;
+    previous = *reader;
+    Result<std::vector<std::byte>> got = DecodeAll(**reader);
+    EXPECT_TRUE(got.ok()) << "version " << version << ": " << got.status().ToString();
+    if (!got.ok()) return result;
+    Result<std::vector<TensorLossyReport>> reports = LossyTensorReports(**reader);
+    EXPECT_TRUE(reports.ok());
+    for (const TensorLossyReport& r : *reports) {
+      const std::string& name = (*reader)->tensors()[r.tensor].name;
+      // The measured error of what was decoded, against the original.
+      const Segment& seg = f.layout.segments[r.tensor + 1];
+      double err2 = 0, ref2 = 0;
+      for (size_t i = 0; i < seg.length / 4; ++i) {
+        const double x = F32At(ByteSpan(f.bytes).subspan(seg.offset), i);
+        const double d = F32At(ByteSpan(*got).subspan(seg.offset), i) - x;
+        err2 += d * d;
+        ref2 += x * x;
+      }
+      if (name.starts_with("model.")) {
+        EXPECT_LE(std::sqrt(err2 / ref2), r.budget_rel_l2 * (1 + 1e-9)) << name << " version " << version;
+        EXPECT_LE(r.budget_rel_l2, 1e-2 * (1 + 1e-9)) << name;
+        if (version > 0) result.predicted += r.predicted_chunks;
+      } else {
+        EXPECT_EQ(r.predicted_chunks, 0u) << name << ": optimizer state is never predicted";
+      }
+    }
+    if (version == 0) continue;
+    for (uint32_t c = 0; c < (*reader)->chunks().size(); ++c) {
+      const ChunkInfo& chunk = (*reader)->chunks()[c];
+      const int32_t t = (*reader)->segments()[chunk.segment].tensor;
+      if (t >= 0 && (*reader)->tensors()[t].name.starts_with("model.")) result.weight_bytes += chunk.stored_length;
+    }
+  }
+  return result;
+}
+
+TEST(StepPrediction, AdamWeightsArePredictedFromTheirOwnStateAndStoreSmaller) {
+  MapResolver with_resolver, without_resolver;
+  std::vector<ObjectId> with_ids, without_ids;
+  ChainResult with = EncodeChain(true, 5, &with_resolver, &with_ids);
+  ChainResult without = EncodeChain(false, 5, &without_resolver, &without_ids);
+  EXPECT_EQ(without.predicted, 0u);
+  EXPECT_GT(with.predicted, 0u);
+  EXPECT_LT(static_cast<double>(with.weight_bytes), 0.9 * static_cast<double>(without.weight_bytes))
+      << "with " << with.weight_bytes << " without " << without.weight_bytes;
+
+  // Each predicted chunk of "model.a.weight" reads state 1 (a's), listed
+  // after b's: the pairing follows the data, not the order.
+  auto reader = with_resolver.OpenBlob(with_ids.back());
+  ASSERT_TRUE(reader.ok());
+  uint64_t a_m = 0, b_m = 0;
+  for (const SegmentInfo& s : (*reader)->segments()) {
+    if (s.tensor < 0) continue;
+    if ((*reader)->tensors()[s.tensor].name == "optimizer.state.1.exp_avg") a_m = s.offset;
+    if ((*reader)->tensors()[s.tensor].name == "optimizer.state.0.exp_avg") b_m = s.offset;
+  }
+  int checked = 0;
+  for (uint32_t c = 0; c < (*reader)->chunks().size(); ++c) {
+    const ChunkInfo& chunk = (*reader)->chunks()[c];
+    if (chunk.codec != ChunkCodec::kLossy) continue;
+    const std::string& name = (*reader)->tensors()[(*reader)->segments()[chunk.segment].tensor].name;
+    Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom((*reader)->chunk_params(c));
+    ASSERT_TRUE(p.ok());
+    if (!p->prediction) continue;
+    const uint64_t first = (chunk.logical_offset - (*reader)->segments()[chunk.segment].offset);
+    if (name == "model.a.weight") {
+      EXPECT_EQ(p->prediction->m_offset, a_m + first);
+      ++checked;
+    }
+    if (name == "model.b.weight") {
+      EXPECT_EQ(p->prediction->m_offset, b_m + first);
+      ++checked;
+    }
+    EXPECT_TRUE(p->prediction->has_v && p->prediction->has_base_step);
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(StepPrediction, ACachedReaderDecodesTheSameBytes) {
+  MapResolver resolver;
+  std::vector<ObjectId> ids;
+  std::vector<std::vector<std::byte>> blobs;
+  EncodeChain(true, 3, &resolver, &ids, &blobs);
+  auto plain = resolver.OpenBlob(ids.back());
+  ASSERT_TRUE(plain.ok());
+  Result<std::vector<std::byte>> want = DecodeAll(**plain);
+  ASSERT_TRUE(want.ok());
+  // The mount's path: a chunk cache, read piece by piece from the start, so
+  // that each predicted weight chunk pulls the state it reads (later in the
+  // file) into the cache before the reader gets there.
+  ChunkCache cache(64 << 20);
+  Result<std::shared_ptr<const BlobReader>> cached =
+      testing::OpenBytes(blobs.back(), ids.back(), &resolver, &cache);
+  ASSERT_TRUE(cached.ok()) << cached.status().ToString();
+  std::vector<std::byte> got;
+  for (uint64_t at = 0; at < (*cached)->logical_size(); at += 10000) {
+    std::vector<BlobReader::Piece> pieces;
+    ASSERT_TRUE((*cached)->ReadPieces(at, std::min<uint64_t>(10000, (*cached)->logical_size() - at), &pieces).ok());
+    for (const BlobReader::Piece& p : pieces) got.insert(got.end(), p.data.begin(), p.data.end());
+  }
+  EXPECT_TRUE(got == *want);
+  for (uint32_t c = 0; c < (*cached)->chunks().size(); ++c) EXPECT_TRUE((*cached)->VerifyChunk(c).ok()) << c;
+}
+
+// Rewrites the parameters of the first predicted chunk of `blob`.
+std::vector<std::byte> EditFirstPrediction(const std::vector<std::byte>& blob,
+                                           const std::function<void(LossyChunkParams&, const BlobIndex&)>& edit) {
+  return RewriteBlob(blob, [&](BlobIndex& index, std::vector<std::vector<std::byte>>&) {
+    for (size_t c = 0; c < index.chunks.size(); ++c) {
+      if (index.chunks[c].codec != ChunkCodec::kLossy) continue;
+      Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom(index.params[c]);
+      if (!p.ok() || !p->prediction) continue;
+      edit(*p, index);
+      index.params[c].clear();
+      ByteWriter w(&index.params[c]);
+      p->EncodeTo(w);
+      return;
+    }
+    ADD_FAILURE() << "no predicted chunk";
+  });
+}
+
+TEST(StepPrediction, OpenRejectsPredictionsThatReadPredictedOrMissingRanges) {
+  MapResolver resolver;
+  std::vector<ObjectId> ids;
+  std::vector<std::vector<std::byte>> blobs;
+  EncodeChain(true, 2, &resolver, &ids, &blobs);
+  auto open = [&](std::vector<std::byte> bytes) { return testing::OpenBytes(std::move(bytes), std::nullopt, &resolver); };
+  ASSERT_TRUE(open(blobs.back()).ok());
+
+  // m read from a predicted chunk (here the chunk itself): a cycle.
+  Result<std::shared_ptr<const BlobReader>> r = open(EditFirstPrediction(blobs.back(), [](LossyChunkParams& p, const BlobIndex& index) {
+    for (size_t c = 0; c < index.chunks.size(); ++c) {
+      Result<LossyChunkParams> q = LossyChunkParams::DecodeFrom(index.params[c]);
+      if (q.ok() && q->prediction) {
+        p.prediction->m_offset = index.chunks[c].logical_offset;
+        return;
+      }
+    }
+  }));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(r.status().message().find("covers predicted chunk"), std::string::npos) << r.status().ToString();
+
+  // v past the end of the file.
+  r = open(EditFirstPrediction(blobs.back(), [](LossyChunkParams& p, const BlobIndex& index) {
+    p.prediction->v_offset = index.header.logical_size - 4;
+  }));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("past the logical size"), std::string::npos) << r.status().ToString();
+
+  // A base range past the base's end opens (the base is not read at Open)
+  // but the chunk then fails to decode, naming it; nothing is made up.
+  r = open(EditFirstPrediction(blobs.back(), [](LossyChunkParams& p, const BlobIndex&) {
+    p.prediction->m_base_offset = uint64_t{1} << 40;
+  }));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Result<std::vector<std::byte>> decoded = DecodeAll(**r);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kCorruption) << decoded.status().ToString();
+
+  // Other coefficients decode to other bytes: the decoded checksum catches it.
+  r = open(EditFirstPrediction(blobs.back(), [](LossyChunkParams& p, const BlobIndex&) {
+    p.prediction->predictor.step *= 2;
+  }));
+  ASSERT_TRUE(r.ok());
+  decoded = DecodeAll(**r);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kChecksumMismatch) << decoded.status().ToString();
+}
+
+}  // namespace
+}  // namespace ckptfs
