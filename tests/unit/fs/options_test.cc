@@ -51,6 +51,11 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   EXPECT_FALSE(o.schedule.enabled());
   ASSERT_TRUE(ParseMountOptionList("schedule=dsq", &o).ok());
   EXPECT_EQ(o.schedule.kind, lossy::BudgetSchedule::Kind::kDsq);
+  EXPECT_TRUE(o.step_prediction);  // on by default
+  ASSERT_TRUE(ParseMountOptionList("predict=off", &o).ok());
+  EXPECT_FALSE(o.step_prediction);
+  ASSERT_TRUE(ParseMountOptionList("predict=on", &o).ok());
+  EXPECT_TRUE(o.step_prediction);
   Result<std::shared_ptr<const policy::Policy>> p = BuildLossyPolicy(o);
   ASSERT_TRUE(p.ok());
   TensorInfo w{"model.w", DType::kF32, {4}, false};
@@ -64,7 +69,7 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   EXPECT_EQ((*p)->BudgetFor("a.pt", FileFormat::kTorchZip, w).rel_l2, 0.0);
 
   for (const char* bad : {"budget=-0.1", "budget=2", "budget=x", "opt_budget=", "gpu=maybe", "lossy=perhaps",
-                          "policy=", "schedule=", "schedule=fast"}) {
+                          "policy=", "schedule=", "schedule=fast", "predict=maybe"}) {
     MountOptions b;
     EXPECT_FALSE(ParseMountOptionList(bad, &b).ok()) << bad;
   }
