@@ -71,8 +71,8 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
 }
 
 // A step-predicted chunk reads this file's optimizer state while it is
-// decoded: each such range must lie inside the file and cover no predicted
-// chunk, so that a prediction never waits for another (no cycle). The base
+// decoded: each such range must lie inside the file and cover no chunk with
+// a step term, so that a prediction never waits for another (no cycle). The base
 // ranges are checked against the base when it is read.
 Status ValidateStepPredictions(const BlobIndex& index) {
   std::vector<bool> predicted(index.chunks.size());
@@ -80,7 +80,8 @@ Status ValidateStepPredictions(const BlobIndex& index) {
   for (size_t c = 0; c < index.chunks.size(); ++c) {
     if (index.chunks[c].codec != ChunkCodec::kLossy) continue;
     Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(index.params[c]);  // validated before
-    if (params.ok() && params->prediction) {
+    // Only a step term reads this file; a scaled base does not.
+    if (params.ok() && params->prediction && params->prediction->has_step) {
       predicted[c] = true;
       steps[c] = params->prediction;
     }
@@ -100,7 +101,7 @@ Status ValidateStepPredictions(const BlobIndex& index) {
         return fail(fmt::format("range [{}, +{}) past the logical size {}", offset, length, size));
       for (uint32_t k = ChunkIndexAt(index.chunks, offset);
            k < index.chunks.size() && index.chunks[k].logical_offset < offset + length; ++k)
-        if (predicted[k]) return fail(fmt::format("range [{}, +{}) covers predicted chunk {}", offset, length, k));
+        if (predicted[k]) return fail(fmt::format("range [{}, +{}) covers step-predicted chunk {}", offset, length, k));
       return Status::Ok();
     };
     RETURN_IF_ERROR(check(steps[c]->m_offset, "m"));

@@ -212,7 +212,9 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
                                                   c, chunk.logical_offset));
     return ByteSpan(buffer);
   };
-  ASSIGN_OR_RETURN(sources.m, read(0, step.m_offset, false));
+  if (step.has_step) {
+    ASSIGN_OR_RETURN(sources.m, read(0, step.m_offset, false));
+  }
   if (step.has_v) {
     ASSIGN_OR_RETURN(sources.v, read(1, step.v_offset, false));
   }

@@ -425,7 +425,14 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
       if (deferred[i]) return;
       if (plan[i].lossy()) {
-        statuses[i] = EncodeLossy(file, plan[i], base, ReadBaseBytes(plan[i], base, scratch), nullptr, options,
+        ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
+        // A first moment against its decayed base (scale * base).
+        std::optional<ChunkPrediction> scaled;
+        if (!base_bytes.empty() && states.is_momentum.size() > 0 && states.is_momentum[plan[i].tensor] &&
+            plan[i].budget.rel_l2 > 0 && BaseSourceDigest(plan[i], *base) != Checksum64(file.subspan(plan[i].offset, plan[i].length)))
+          scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), file.subspan(plan[i].offset, plan[i].length),
+                                     base_bytes, scratch);
+        statuses[i] = EncodeLossy(file, plan[i], base, base_bytes, scaled ? &*scaled : nullptr, options,
                                   options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
       } else {
         ByteSpan data = file.subspan(plan[i].offset, plan[i].length);

@@ -27,6 +27,7 @@ StepStates FindStepStates(const Layout& layout) {
   StepStates out;
   const size_t n = layout.tensors.size();
   out.is_state.assign(n, false);
+  out.is_momentum.assign(n, false);
   out.tensor_offset.assign(n, std::nullopt);
   std::vector<int> segments(n, 0);
   for (const Segment& s : layout.segments) {
@@ -61,6 +62,7 @@ StepStates FindStepStates(const Layout& layout) {
       out.is_state[state.v] = true;
     }
     out.is_state[state.m] = true;
+    out.is_momentum[state.m] = true;
     out.states.push_back(state);
   }
   return out;
@@ -93,6 +95,7 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
   const uint64_t length = n * lossy::ElementSize(best->state_type);
   StepPrediction step;
   step.state_type = best->state_type;
+  step.has_step = true;
   step.has_v = best->has_v;
   step.m_offset = best->m_offset;
   step.v_offset = best->has_v ? best->v_offset : 0;
@@ -122,6 +125,35 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
   const DType dtype = weight_type == lossy::ElementType::kF32   ? DType::kF32
                       : weight_type == lossy::ElementType::kF16 ? DType::kF16
                                                                 : DType::kBF16;
+  const ErrorSums update = MeasureError(dtype, values, base);
+  const ErrorSums left = MeasureError(dtype, values, prediction);
+  if (!(update.err2 > 0) || !(left.err2 <= kMaxPredictedEnergy * update.err2)) return std::nullopt;
+  ChunkPrediction out;
+  out.prediction = prediction;
+  out.update_rel = update.ref2 > 0 ? std::sqrt(update.err2 / update.ref2) : 0.0;
+  out.step = step;
+  return out;
+}
+
+}  // namespace ckptfs
+
+namespace ckptfs {
+
+std::optional<ChunkPrediction> PredictScaledBase(lossy::ElementType type, ByteSpan values, ByteSpan base,
+                                                 CodecScratch& scratch) {
+  if (base.empty() || base.size() != values.size()) return std::nullopt;
+  std::optional<double> scale = lossy::FitScale(type, values, base);
+  if (!scale) return std::nullopt;
+  StepPrediction step;
+  step.predictor.scale = *scale;
+  lossy::StepSources sources;
+  sources.weight_type = type;
+  sources.weight_base = base;
+  MutableByteSpan prediction(scratch.prediction.Reserve(values.size()), values.size());
+  lossy::PredictWeights(step.predictor, sources, prediction);
+  const DType dtype = type == lossy::ElementType::kF32   ? DType::kF32
+                      : type == lossy::ElementType::kF16 ? DType::kF16
+                                                         : DType::kBF16;
   const ErrorSums update = MeasureError(dtype, values, base);
   const ErrorSums left = MeasureError(dtype, values, prediction);
   if (!(update.err2 > 0) || !(left.err2 <= kMaxPredictedEnergy * update.err2)) return std::nullopt;

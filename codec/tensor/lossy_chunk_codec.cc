@@ -45,13 +45,14 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   if (!prediction) return;
   const StepPrediction& s = *prediction;
   w.U8(static_cast<uint8_t>(s.state_type));
-  w.U8((s.has_v ? 1 : 0) | (s.has_base_step ? 2 : 0));
+  w.U8((s.has_v ? 1 : 0) | (s.has_base_step ? 2 : 0) | (s.has_step ? 4 : 0));
   for (int i = 0; i < 6; ++i) w.U8(0);
   w.U64(s.m_offset);
   w.U64(s.has_v ? s.v_offset : 0);
   w.U64(s.has_base_step ? s.m_base_offset : 0);
   w.U64(s.has_v && s.has_base_step ? s.v_base_offset : 0);
-  for (double c : {s.predictor.step, s.predictor.base_step, s.predictor.eps}) w.U64(std::bit_cast<uint64_t>(c));
+  for (double c : {s.predictor.step, s.predictor.base_step, s.predictor.eps, s.predictor.scale})
+    w.U64(std::bit_cast<uint64_t>(c));
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
@@ -88,10 +89,11 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
     step.predictor.step = LoadF64(r);
     step.predictor.base_step = LoadF64(r);
     step.predictor.eps = LoadF64(r);
+    step.predictor.scale = LoadF64(r);
   }
   RETURN_IF_ERROR(r.status());
   // The size tells the version: 64 bytes are versions 1 and 2, 72 bytes 3,
-  // 136 bytes 4.
+  // 144 bytes 4.
   const bool version_ok = has_prediction ? version == kVersionPredicted
                           : has_digest   ? version == kVersion
                                          : (version == 1 || version == 2);
@@ -101,7 +103,7 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
   // Version 1 reserved the fields that version 2 fills.
   const uint8_t known_flags = has_prediction ? (kFlagDelta | kFlagPredicted) : kFlagDelta;
   if ((p.flags & ~known_flags) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)) ||
-      reserved_tail != 0 || (inputs & ~3u) != 0)
+      reserved_tail != 0 || (inputs & ~7u) != 0)
     return Status::Corruption("lossy params: reserved bits set");
   if (has_prediction) {
     // A prediction replaces the base of a delta frame: both flags, always.
@@ -112,11 +114,14 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
     step.state_type = static_cast<lossy::ElementType>(state_type);
     step.has_v = (inputs & 1) != 0;
     step.has_base_step = (inputs & 2) != 0;
+    step.has_step = (inputs & 4) != 0;
+    if (!step.has_step && (step.has_v || step.has_base_step || step.m_offset != 0 || step.predictor.step != 0))
+      return Status::Corruption("lossy params: step inputs without the step term");
     if ((!step.has_v && step.v_offset != 0) || (!step.has_base_step && step.m_base_offset != 0) ||
         (!(step.has_v && step.has_base_step) && step.v_base_offset != 0))
       return Status::Corruption("lossy params: offset of an absent step input is not 0");
     const lossy::StepPredictor& c = step.predictor;
-    for (double v : {c.step, c.base_step})
+    for (double v : {c.step, c.base_step, c.scale})
       if (!std::isfinite(v)) return Status::Corruption(fmt::format("lossy params: step coefficient {} not finite", v));
     if (!std::isfinite(c.eps) || !(c.eps > 0))
       return Status::Corruption(fmt::format("lossy params: step eps {}, want finite and > 0", c.eps));

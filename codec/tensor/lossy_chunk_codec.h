@@ -22,6 +22,7 @@ namespace ckptfs {
 struct StepPrediction {
   lossy::StepPredictor predictor;
   lossy::ElementType state_type = lossy::ElementType::kF32;  // of m, v, m_base, v_base
+  bool has_step = false;       // m is read (else p = scale * w_base and no range is read)
   bool has_v = false;          // v and v_base are read (else u = m)
   bool has_base_step = false;  // m_base (and v_base) are read
   uint64_t m_offset = 0, v_offset = 0;
@@ -29,16 +30,16 @@ struct StepPrediction {
 };
 
 // The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), little-endian:
-// 136 bytes (version 4, step-predicted chunks), 72 (version 3) or 64
+// 144 bytes (version 4, predicted chunks), 72 (version 3) or 64
 // (versions 1 and 2).
 struct LossyChunkParams {
-  // Version 4 appends the step prediction (136 bytes) and is written only
+  // Version 4 appends the step prediction (144 bytes) and is written only
   // for predicted chunks; the others are written as version 3, which
   // appended the source digest (72 bytes). Versions 1 and 2 are 64 bytes and
   // still decode, without a digest. Version 2 added the stream mode, the
   // measured update (budget schedule) and the bound the chunk was encoded
   // to; version 1 holds zeros there (mode from bits, nothing recorded).
-  static constexpr size_t kEncodedSizeV4 = 136;
+  static constexpr size_t kEncodedSizeV4 = 144;
   static constexpr size_t kEncodedSize = 72;
   static constexpr size_t kEncodedSizeV2 = 64;
   static constexpr uint8_t kVersion = 3;

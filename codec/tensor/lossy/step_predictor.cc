@@ -61,6 +61,10 @@ Status CheckStepSources(const StepSources& s) {
   const uint64_t n = Count(s.weight_type, s.weight_base);
   auto bad = [](const char* what) { return Status::InvalidArgument(std::string("step predictor: ") + what); };
   if (s.weight_base.size() % ElementSize(s.weight_type) != 0) return bad("weights are not whole elements");
+  if (s.m.empty()) {
+    if (!s.v.empty() || !s.m_base.empty() || !s.v_base.empty()) return bad("moments without a first moment");
+    return Status::Ok();
+  }
   if (s.m.size() != n * ElementSize(s.state_type)) return bad("first moment has another element count");
   if (!s.v.empty() && s.v.size() != s.m.size()) return bad("second moment has another element count");
   if (!s.m_base.empty() && s.m_base.size() != s.m.size()) return bad("base first moment has another element count");
@@ -71,19 +75,35 @@ Status CheckStepSources(const StepSources& s) {
 
 void PredictWeights(const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
   const uint64_t n = Count(s.weight_type, s.weight_base);
+  const bool has_step = !s.m.empty();
   const bool has_base_step = !s.m_base.empty();
   for (uint64_t i = 0; i < n; ++i) {
     const double wb = Load(s.weight_type, s.weight_base, i);
-    const double u = Step(s.state_type, s.m, s.v, pr.eps, i);
+    const double u = has_step ? Step(s.state_type, s.m, s.v, pr.eps, i) : 0.0;
     const double ub = has_base_step ? Step(s.state_type, s.m_base, s.v_base, pr.eps, i) : 0.0;
-    double p = wb;
+    double p = pr.scale * wb;
     p += pr.step * u;
     p += pr.base_step * ub;
     StoreOr(s.weight_type, out.data(), i, p, s.weight_base);
   }
 }
 
+std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base) {
+  const uint64_t n = Count(type, base);
+  double xb = 0, bb = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double x = Load(type, values, i);
+    const double b = Load(type, base, i);
+    if (!std::isfinite(x) || !std::isfinite(b)) continue;
+    xb += x * b;
+    bb += b * b;
+  }
+  if (!(bb > 0) || !std::isfinite(xb / bb)) return std::nullopt;
+  return xb / bb;
+}
+
 std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSources& s, double eps) {
+  if (s.m.empty()) return std::nullopt;
   const uint64_t n = Count(s.weight_type, s.weight_base);
   const bool has_base_step = !s.m_base.empty();
   // Normal equations of d = w - w_base over (u, u_base).
@@ -118,7 +138,7 @@ std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSource
 
 double StepCorrelation(ByteSpan weights, const StepSources& s, double eps, uint64_t samples) {
   const uint64_t n = Count(s.weight_type, s.weight_base);
-  if (n == 0 || samples == 0) return 0.0;
+  if (n == 0 || samples == 0 || s.m.empty()) return 0.0;
   const uint64_t stride = std::max<uint64_t>(1, n / samples);
   double du = 0, dd = 0, uu = 0;
   for (uint64_t i = 0; i < n; i += stride) {

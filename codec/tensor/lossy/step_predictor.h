@@ -6,7 +6,7 @@
 // this version's m and v and the previous version's, so the update of the
 // weights is predicted by (a trapezoid rule over the interval)
 //
-//   p = w_base + step * u + base_step * u_base,
+//   p = scale * w_base + step * u + base_step * u_base    (scale = 1),
 //   u = m / (sqrt(v) + eps)   (u = m when there is no v, e.g. SGD momentum)
 //
 // with the two coefficients fitted per chunk by least squares (they absorb
@@ -39,24 +39,28 @@
 namespace ckptfs::lossy {
 
 struct StepPredictor {
+  double scale = 1.0;      // coefficient of w_base
   double step = 0.0;       // coefficient of u (this version's step direction)
   double base_step = 0.0;  // coefficient of u_base (the base version's)
   double eps = 1e-8;       // the denominator's epsilon
 };
 
 // The reconstructions a prediction reads, all of the same element count n.
+// Without m there is no step term: p = scale * w_base (the first moment
+// itself, which decays by beta1 per step between versions).
 struct StepSources {
   ElementType weight_type = ElementType::kF32;
   ByteSpan weight_base;  // the base version's weights (n elements)
   ElementType state_type = ElementType::kF32;
-  ByteSpan m;       // this version's first moment (n elements)
+  ByteSpan m;       // this version's first moment (n elements), or empty
   ByteSpan v;       // its second moment, or empty (then u = m)
   ByteSpan m_base;  // the base version's first moment, or empty (no base_step term)
   ByteSpan v_base;  // its second moment: empty exactly when v is
 };
 
-// Checks sizes: every span holds n elements of its type, v and v_base are
-// both empty or both not, m_base empty or not. InvalidArgument otherwise.
+// Checks sizes: every span holds n elements of its type; v, m_base and
+// v_base are empty without m; v_base is present exactly when v and m_base
+// are. InvalidArgument otherwise.
 Status CheckStepSources(const StepSources& sources);
 
 // Writes p (n elements of weight_type) into `out`. An element whose inputs
@@ -64,6 +68,10 @@ Status CheckStepSources(const StepSources& sources);
 // out.size() == sources.weight_base.size(). (An element whose p is not
 // finite in the weights' type keeps w_base's bits.)
 void PredictWeights(const StepPredictor& predictor, const StepSources& sources, MutableByteSpan out);
+
+// The least-squares scale a of `values` ~ a * base (n elements of `type`,
+// finite elements only); nullopt when base has no energy.
+std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base);
 
 // Least-squares coefficients for `weights` (this version's original values,
 // n elements of weight_type) over the finite elements, with eps = `eps`.

@@ -88,7 +88,7 @@ TEST(StepPredictor, BadInputsFallBackAndMismatchedSizesAreRejected) {
   std::vector<std::byte> wb_b = AsBytes(wb), m_b = AsBytes(m), v_b = AsBytes(v);
   lossy::StepSources s{lossy::ElementType::kF32, wb_b, lossy::ElementType::kF32, m_b, v_b, {}, {}};
   ASSERT_TRUE(lossy::CheckStepSources(s).ok());
-  lossy::StepPredictor p{1e30, 0.0, 1e-8};
+  lossy::StepPredictor p{1.0, 1e30, 0.0, 1e-8};
   std::vector<std::byte> out(wb_b.size());
   lossy::PredictWeights(p, s, out);
   EXPECT_EQ(F32At(out, 0), 1.0f);  // v < 0
@@ -113,9 +113,9 @@ LossyChunkParams PredictedParams() {
   p.ref2_sum = 4.0;
   p.source_digest = 0x1234;
   StepPrediction s;
-  s.predictor = {-2e-3, -1e-3, 1e-8};
+  s.predictor = {1.0, -2e-3, -1e-3, 1e-8};
   s.state_type = lossy::ElementType::kF32;
-  s.has_v = s.has_base_step = true;
+  s.has_step = s.has_v = s.has_base_step = true;
   s.m_offset = 100;
   s.v_offset = 200;
   s.m_base_offset = 300;
@@ -163,12 +163,26 @@ TEST(StepParams, VersionFourRoundTripsAndRejectsWhatItCannotMean) {
   rejects("unknown flag", [](auto& b) { b[1] = std::byte{7}; });
   rejects("state type 0", [](auto& b) { b[72] = std::byte{0}; });
   rejects("state type 4", [](auto& b) { b[72] = std::byte{4}; });
-  rejects("unknown input bit", [](auto& b) { b[73] = std::byte{7}; });
+  rejects("unknown input bit", [](auto& b) { b[73] = std::byte{15}; });
   rejects("reserved byte", [](auto& b) { b[75] = std::byte{1}; });
-  rejects("v offset without v", [](auto& b) { b[73] = std::byte{2}; });
+  rejects("v offset without v", [](auto& b) { b[73] = std::byte{6}; });
+  rejects("step inputs without the step term", [](auto& b) { b[73] = std::byte{3}; });
   rejects("NaN coefficient", [](auto& b) { StoreLE64(b.data() + 112, std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN())); });
   rejects("eps 0", [](auto& b) { StoreLE64(b.data() + 128, 0); });
+  rejects("infinite scale", [](auto& b) { StoreLE64(b.data() + 136, std::bit_cast<uint64_t>(std::numeric_limits<double>::infinity())); });
   rejects("truncated", [](auto& b) { b.resize(100); });
+  // A scaled base alone (a first moment): no ranges, no step.
+  LossyChunkParams scaled = PredictedParams();
+  scaled.prediction = StepPrediction{};
+  scaled.prediction->predictor.scale = 0.6;
+  std::vector<std::byte> sb = EncodeParams(scaled);
+  Result<LossyChunkParams> scaled_back = LossyChunkParams::DecodeFrom(sb);
+  ASSERT_TRUE(scaled_back.ok()) << scaled_back.status().ToString();
+  EXPECT_FALSE(scaled_back->prediction->has_step);
+  EXPECT_EQ(scaled_back->prediction->predictor.scale, 0.6);
+  StoreLE64(sb.data() + 80, 8);  // an m offset without the step term
+  EXPECT_FALSE(LossyChunkParams::DecodeFrom(sb).ok());
+
   LossyChunkParams no_base = PredictedParams();
   no_base.prediction->has_base_step = false;
   no_base.prediction->predictor.base_step = 0;
@@ -248,7 +262,8 @@ EncodeOptions DefaultLossy(const policy::Policy& policy, bool predict) {
 
 struct ChainResult {
   uint64_t weight_bytes = 0;  // stored bytes of the model.* tensors after version 0
-  uint32_t predicted = 0;
+  uint32_t predicted = 0;          // weight chunks against a step prediction
+  uint32_t predicted_moments = 0;  // exp_avg chunks against a scaled base
 };
 
 // Encodes `versions` checkpoints of the run as a chain, checks each one
@@ -292,8 +307,11 @@ ChainResult EncodeChain(bool predict, int versions, MapResolver* resolver, std::
         EXPECT_LE(std::sqrt(err2 / ref2), r.budget_rel_l2 * (1 + 1e-9)) << name << " version " << version;
         EXPECT_LE(r.budget_rel_l2, 1e-2 * (1 + 1e-9)) << name;
         if (version > 0) result.predicted += r.predicted_chunks;
+      } else if (name.ends_with("exp_avg")) {
+        EXPECT_LE(std::sqrt(err2 / ref2), r.budget_rel_l2 * (1 + 1e-9)) << name << " version " << version;
+        if (version > 0) result.predicted_moments += r.predicted_chunks;
       } else {
-        EXPECT_EQ(r.predicted_chunks, 0u) << name << ": optimizer state is never predicted";
+        EXPECT_EQ(r.predicted_chunks, 0u) << name << ": a second moment is never predicted";
       }
     }
     if (version == 0) continue;
@@ -311,8 +329,9 @@ TEST(StepPrediction, AdamWeightsArePredictedFromTheirOwnStateAndStoreSmaller) {
   std::vector<ObjectId> with_ids, without_ids;
   ChainResult with = EncodeChain(true, 5, &with_resolver, &with_ids);
   ChainResult without = EncodeChain(false, 5, &without_resolver, &without_ids);
-  EXPECT_EQ(without.predicted, 0u);
+  EXPECT_EQ(without.predicted + without.predicted_moments, 0u);
   EXPECT_GT(with.predicted, 0u);
+  EXPECT_GT(with.predicted_moments, 0u);
   EXPECT_LT(static_cast<double>(with.weight_bytes), 0.9 * static_cast<double>(without.weight_bytes))
       << "with " << with.weight_bytes << " without " << without.weight_bytes;
 
@@ -334,6 +353,12 @@ TEST(StepPrediction, AdamWeightsArePredictedFromTheirOwnStateAndStoreSmaller) {
     Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom((*reader)->chunk_params(c));
     ASSERT_TRUE(p.ok());
     if (!p->prediction) continue;
+    if (name.ends_with("exp_avg")) {  // m decays by beta1^5 between versions
+      EXPECT_FALSE(p->prediction->has_step) << name;
+      EXPECT_GT(p->prediction->predictor.scale, 0.3) << name;
+      EXPECT_LT(p->prediction->predictor.scale, 0.9) << name;
+      continue;
+    }
     const uint64_t first = (chunk.logical_offset - (*reader)->segments()[chunk.segment].offset);
     if (name == "model.a.weight") {
       EXPECT_EQ(p->prediction->m_offset, a_m + first);
@@ -412,7 +437,7 @@ TEST(StepPrediction, OpenRejectsPredictionsThatReadPredictedOrMissingRanges) {
   }));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
-  EXPECT_NE(r.status().message().find("covers predicted chunk"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("covers step-predicted chunk"), std::string::npos) << r.status().ToString();
 
   // v past the end of the file.
   r = open(EditFirstPrediction(blobs.back(), [](LossyChunkParams& p, const BlobIndex& index) {
