@@ -9,6 +9,8 @@
 // decoded offline.
 #include <fmt/format.h>
 
+#include <mutex>
+
 #include <iostream>
 #include <map>
 #include <memory>
@@ -25,6 +27,9 @@ namespace ckptfs::tools {
 namespace {
 
 // Resolves base blobs from files named on the command line.
+// One reader per base blob, all sharing a chunk cache (as the mount's store
+// does): a chain's chunks, and the optimizer state a step prediction reads
+// from the base, are decoded once instead of once per read.
 class FileListResolver final : public BlobResolver {
  public:
   Status AddFile(const std::string& path) {
@@ -34,14 +39,21 @@ class FileListResolver final : public BlobResolver {
     return Status::Ok();
   }
   Result<std::shared_ptr<const BlobReader>> OpenBlob(const ObjectId& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto open = readers_.find(id); open != readers_.end()) return open->second;
     auto it = files_.find(id);
     if (it == files_.end())
       return Status::NotFound("base blob " + id.Hex() + " was not given (pass it with --base)");
-    return BlobReader::Open(it->second, id, this);
+    ASSIGN_OR_RETURN(auto reader, BlobReader::Open(it->second, id, this, &cache_));
+    readers_.emplace(id, reader);
+    return reader;
   }
 
  private:
+  ChunkCache cache_{256ull << 20};
+  std::mutex mu_;
   std::map<ObjectId, std::shared_ptr<MemoryFile>> files_;
+  std::map<ObjectId, std::shared_ptr<const BlobReader>> readers_;
 };
 
 struct BlobArgs {

@@ -106,14 +106,6 @@ uint64_t BaseSourceDigest(const PlannedChunk& plan, const BaseRef& base) {
   return params.ok() ? params->source_digest : 0;
 }
 
-// Elements of tensor `t` (the bytes of its segments over its element size).
-uint64_t TensorElements(const Layout& layout, int32_t t) {
-  uint64_t bytes = 0;
-  for (const Segment& s : layout.segments)
-    if (s.tensor == t) bytes += s.length;
-  return bytes / DTypeSize(layout.tensors[t].dtype);
-}
-
 // The optimizer states that may predict chunk `plan` (a tensor that no state
 // is): those with as many elements as its tensor, as ranges of the same
 // elements, with their offsets in the base when the base holds them too.
@@ -125,9 +117,9 @@ std::vector<StepCandidate> StepCandidates(const Layout& layout, const StepStates
   if (t < 0 || !states.tensor_offset[t]) return out;
   const uint64_t elem = DTypeSize(plan.dtype);
   const uint64_t first = (plan.offset - *states.tensor_offset[t]) / elem;
-  const uint64_t count = TensorElements(layout, t);
+  const uint64_t count = states.tensor_elements[t];
   for (const StepStateTensors& s : states.states) {
-    if (TensorElements(layout, s.m) != count) continue;
+    if (states.tensor_elements[s.m] != count) continue;
     const DType state_dtype = layout.tensors[s.m].dtype;
     const uint64_t skip = first * DTypeSize(state_dtype);
     StepCandidate c;
@@ -421,6 +413,12 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       deferred[i] = !states.states.empty() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&
                     plan[i].base_offset.has_value() && !states.is_state[plan[i].tensor];
     const unsigned lossy_threads = options.lossy_kernels != nullptr ? 1u : threads;
+    auto chunk_data = [&](size_t i) { return file.subspan(plan[i].offset, plan[i].length); };
+    // A chunk with a base that differs from the values the base was made
+    // from (an unchanged range, a frozen layer, is left to the plain delta).
+    auto changed = [&](size_t i, ByteSpan base_bytes) {
+      return !base_bytes.empty() && BaseSourceDigest(plan[i], *base) != Checksum64(chunk_data(i));
+    };
     // A caller's kernel backend is one object: never used by two threads.
     parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
       if (deferred[i]) return;
@@ -428,10 +426,9 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
         // A first moment against its decayed base (scale * base).
         std::optional<ChunkPrediction> scaled;
-        if (!base_bytes.empty() && states.is_momentum.size() > 0 && states.is_momentum[plan[i].tensor] &&
-            plan[i].budget.rel_l2 > 0 && BaseSourceDigest(plan[i], *base) != Checksum64(file.subspan(plan[i].offset, plan[i].length)))
-          scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), file.subspan(plan[i].offset, plan[i].length),
-                                     base_bytes, scratch);
+        if (states.is_momentum.size() > 0 && states.is_momentum[plan[i].tensor] && plan[i].budget.rel_l2 > 0 &&
+            changed(i, base_bytes))
+          scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, scratch);
         statuses[i] = EncodeLossy(file, plan[i], base, base_bytes, scaled ? &*scaled : nullptr, options,
                                   options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
       } else {
@@ -446,11 +443,10 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       const size_t i = second[k];
       ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
       std::optional<ChunkPrediction> prediction;
-      const ByteSpan data = file.subspan(plan[i].offset, plan[i].length);
-      if (!base_bytes.empty() && BaseSourceDigest(plan[i], *base) != Checksum64(data)) {
+      if (changed(i, base_bytes)) {
         const std::vector<StepCandidate> candidates = StepCandidates(layout, states, base_match, plan[i]);
         auto read_base = [&](uint64_t offset, MutableByteSpan out) { return base->reader->ReadAt(offset, out); };
-        prediction = PredictChunk(*lossy::ElementTypeOf(plan[i].dtype), data, base_bytes, recon, candidates,
+        prediction = PredictChunk(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, recon, candidates,
                                   read_base, scratch);
       }
       statuses[i] = EncodeLossy(file, plan[i], base, base_bytes, prediction ? &*prediction : nullptr, options,

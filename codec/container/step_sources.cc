@@ -29,10 +29,12 @@ StepStates FindStepStates(const Layout& layout) {
   out.is_state.assign(n, false);
   out.is_momentum.assign(n, false);
   out.tensor_offset.assign(n, std::nullopt);
+  out.tensor_elements.assign(n, 0);
   std::vector<int> segments(n, 0);
   for (const Segment& s : layout.segments) {
     if (!s.is_tensor()) continue;
     if (++segments[s.tensor] == 1) out.tensor_offset[s.tensor] = s.offset;
+    out.tensor_elements[s.tensor] += s.length / DTypeSize(layout.tensors[s.tensor].dtype);
   }
   for (size_t t = 0; t < n; ++t)
     if (segments[t] != 1) out.tensor_offset[t].reset();

@@ -41,6 +41,7 @@ struct StepStates {
   std::vector<bool> is_state;     // per tensor: an m or v of some state
   std::vector<bool> is_momentum;  // per tensor: an m of some state
   std::vector<std::optional<uint64_t>> tensor_offset;  // per tensor: offset of its single segment
+  std::vector<uint64_t> tensor_elements;               // per tensor: its element count
 };
 StepStates FindStepStates(const Layout& layout);
 
