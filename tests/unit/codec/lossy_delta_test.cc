@@ -101,6 +101,41 @@ TEST(LossyDeltaTest, UnrelatedBaseFallsBackToKeyFrame) {
   EXPECT_EQ(out, delta->reconstruction);
 }
 
+TEST(LossyDeltaTest, AlternativeBaseIsUsedWhenItsResidualIsCheaper) {
+  // A close base and a poor one for the same values (a step prediction and
+  // the previous version, or the other way round): the chunk is coded
+  // against the close one whichever the caller passes as `base`, says so,
+  // and decodes only against that one.
+  Scratch scratch;
+  std::vector<float> w = testing::Generate(Dist::kNormal, 60000, 5);
+  std::vector<float> close = w, poor = w;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> small(0.0f, 1e-3f), large(0.0f, 3e-2f);
+  for (size_t i = 0; i < w.size(); ++i) {
+    close[i] += small(rng);
+    poor[i] += large(rng);
+  }
+  const std::vector<std::byte> values = testing::ToElements(ElementType::kF32, w);
+  const std::vector<std::byte> close_b = testing::ToElements(ElementType::kF32, close);
+  const std::vector<std::byte> poor_b = testing::ToElements(ElementType::kF32, poor);
+  Result<EncodedChunk> direct = EncodeChunk(ElementType::kF32, values, close_b, Budget{1e-2, 0}, &scratch);
+  ASSERT_TRUE(direct.ok());
+  for (bool close_first : {true, false}) {
+    EncodeOptions options;
+    options.alternative_base = close_first ? ByteSpan(poor_b) : ByteSpan(close_b);
+    Result<EncodedChunk> c = EncodeChunk(ElementType::kF32, values, close_first ? close_b : poor_b, Budget{1e-2, 0},
+                                         &scratch, options);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->stats.used_alternative_base, !close_first);
+    EXPECT_EQ(c->bytes, direct->bytes) << "coded against the close base either way";
+    std::vector<std::byte> out(values.size());
+    ASSERT_TRUE(DecodeChunk(ElementType::kF32, c->bytes, close_b, out, &scratch).ok());
+    EXPECT_EQ(out, c->reconstruction);
+    ASSERT_TRUE(DecodeChunk(ElementType::kF32, c->bytes, poor_b, out, &scratch).ok());
+    EXPECT_NE(out, c->reconstruction);
+  }
+}
+
 TEST(LossyDeltaTest, LosslessDeltaIsBitExact) {
   Scratch scratch;
   std::vector<float> w = testing::Generate(Dist::kNormal, 5000, 8);

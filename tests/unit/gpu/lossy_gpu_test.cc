@@ -153,6 +153,35 @@ TEST(LossyGpuTest, EncodeMatchesAndCrossDecodes) {
   }
 }
 
+// An alternative base (the container's step prediction offers the previous
+// version next to the prediction): both backends pick the same base and
+// write the same bytes.
+TEST(LossyGpuTest, AlternativeBaseMatchesCpu) {
+  REQUIRE_CUDA(gpu);
+  Scratch scratch;
+  for (ElementType type : kTypes) {
+    for (uint64_t n : kSizes) {
+      SCOPED_TRACE("n=" + std::to_string(n));
+      Case c = MakeCase(type, n, 11, true);
+      Case other = MakeCase(type, n, 12, true);  // a worse base for the same values
+      for (bool prediction_first : {true, false}) {
+        ByteSpan base = prediction_first ? ByteSpan(other.base) : ByteSpan(c.base);
+        ByteSpan alternative = prediction_first ? ByteSpan(c.base) : ByteSpan(other.base);
+        EncodeOptions cpu;
+        cpu.alternative_base = alternative;
+        EncodeOptions use_gpu = cpu;
+        use_gpu.kernels = gpu.get();
+        Result<EncodedChunk> on_cpu = EncodeChunk(type, c.values, base, {1e-2, 0}, &scratch, cpu);
+        Result<EncodedChunk> on_gpu = EncodeChunk(type, c.values, base, {1e-2, 0}, &scratch, use_gpu);
+        ASSERT_TRUE(on_cpu.ok() && on_gpu.ok());
+        ASSERT_EQ(on_cpu->stats.used_alternative_base, on_gpu->stats.used_alternative_base);
+        ASSERT_EQ(on_cpu->bytes, on_gpu->bytes);
+        ASSERT_EQ(on_cpu->reconstruction, on_gpu->reconstruction);
+      }
+    }
+  }
+}
+
 TEST(LossyGpuTest, BackendSelection) {
   Result<std::unique_ptr<LossyKernels>> off = gpu::SelectLossyKernels(GpuMode::kOff);
   ASSERT_TRUE(off.ok());
