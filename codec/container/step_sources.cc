@@ -21,6 +21,24 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// The prediction, when it leaves at most kMaxPredictedEnergy of the update's
+// energy (measured as the codec measures errors), with the update's size
+// for the budget schedule.
+std::optional<ChunkPrediction> KeepIfItHelps(lossy::ElementType type, ByteSpan values, ByteSpan base,
+                                             ByteSpan prediction, const StepPrediction& step) {
+  const DType dtype = type == lossy::ElementType::kF32   ? DType::kF32
+                      : type == lossy::ElementType::kF16 ? DType::kF16
+                                                         : DType::kBF16;
+  const ErrorSums update = MeasureError(dtype, values, base);
+  const ErrorSums left = MeasureError(dtype, values, prediction);
+  if (!(update.err2 > 0) || !(left.err2 <= kMaxPredictedEnergy * update.err2)) return std::nullopt;
+  ChunkPrediction out;
+  out.prediction = prediction;
+  out.update_rel = update.ref2 > 0 ? std::sqrt(update.err2 / update.ref2) : 0.0;
+  out.step = step;
+  return out;
+}
+
 }  // namespace
 
 StepStates FindStepStates(const Layout& layout) {
@@ -124,22 +142,8 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
   MutableByteSpan prediction(scratch.prediction.Reserve(values.size()), values.size());
   lossy::PredictWeights(step.predictor, sources, prediction);
   // Keep it only when it explains enough of the update.
-  const DType dtype = weight_type == lossy::ElementType::kF32   ? DType::kF32
-                      : weight_type == lossy::ElementType::kF16 ? DType::kF16
-                                                                : DType::kBF16;
-  const ErrorSums update = MeasureError(dtype, values, base);
-  const ErrorSums left = MeasureError(dtype, values, prediction);
-  if (!(update.err2 > 0) || !(left.err2 <= kMaxPredictedEnergy * update.err2)) return std::nullopt;
-  ChunkPrediction out;
-  out.prediction = prediction;
-  out.update_rel = update.ref2 > 0 ? std::sqrt(update.err2 / update.ref2) : 0.0;
-  out.step = step;
-  return out;
+  return KeepIfItHelps(weight_type, values, base, prediction, step);
 }
-
-}  // namespace ckptfs
-
-namespace ckptfs {
 
 std::optional<ChunkPrediction> PredictScaledBase(lossy::ElementType type, ByteSpan values, ByteSpan base,
                                                  CodecScratch& scratch) {
@@ -153,17 +157,7 @@ std::optional<ChunkPrediction> PredictScaledBase(lossy::ElementType type, ByteSp
   sources.weight_base = base;
   MutableByteSpan prediction(scratch.prediction.Reserve(values.size()), values.size());
   lossy::PredictWeights(step.predictor, sources, prediction);
-  const DType dtype = type == lossy::ElementType::kF32   ? DType::kF32
-                      : type == lossy::ElementType::kF16 ? DType::kF16
-                                                         : DType::kBF16;
-  const ErrorSums update = MeasureError(dtype, values, base);
-  const ErrorSums left = MeasureError(dtype, values, prediction);
-  if (!(update.err2 > 0) || !(left.err2 <= kMaxPredictedEnergy * update.err2)) return std::nullopt;
-  ChunkPrediction out;
-  out.prediction = prediction;
-  out.update_rel = update.ref2 > 0 ? std::sqrt(update.err2 / update.ref2) : 0.0;
-  out.step = step;
-  return out;
+  return KeepIfItHelps(type, values, base, prediction, step);
 }
 
 }  // namespace ckptfs
