@@ -38,6 +38,13 @@ inline std::vector<std::byte> NormalBF16(size_t count, uint32_t seed) {
   return out;
 }
 
+// The bytes of f32 values (host order, little-endian here).
+inline std::vector<std::byte> F32Bytes(const std::vector<float>& v) {
+  std::vector<std::byte> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
 inline std::vector<std::byte> RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::byte> out(n);

@@ -18,15 +18,10 @@ namespace ckptfs {
 namespace {
 
 using testing::Encode;
+using testing::F32Bytes;
 using testing::FileBuilder;
 using testing::MapResolver;
 using testing::RandomBytes;
-
-std::vector<std::byte> AsBytes(const std::vector<float>& v) {
-  std::vector<std::byte> b(v.size() * 4);
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
 
 TEST(ContainerLog, SecondMomentChainKeepsEveryElementWithinItsBound) {
   constexpr size_t kN = 20000;
@@ -58,7 +53,7 @@ TEST(ContainerLog, SecondMomentChainKeepsEveryElementWithinItsBound) {
   for (int version = 0; version < 8; ++version) {
     if (version > 0) steps(10);
     FileBuilder f;
-    f.Verbatim(RandomBytes(64, 5)).Tensor("optimizer.state.0.exp_avg_sq", DType::kF32, {kN}, AsBytes(v));
+    f.Verbatim(RandomBytes(64, 5)).Tensor("optimizer.state.0.exp_avg_sq", DType::kF32, {kN}, F32Bytes(v));
     BaseRef base{previous_id.value_or(ObjectId{}), previous};
     EncodeStats stats;
     std::vector<std::byte> blob = Encode(f.bytes, f.layout, options, previous ? &base : nullptr, &stats);

@@ -21,17 +21,8 @@
 namespace ckptfs {
 namespace {
 
-using testing::Encode;
-using testing::FileBuilder;
-using testing::MapResolver;
-using testing::RandomBytes;
-using testing::RewriteBlob;
-
-std::vector<std::byte> AsBytes(const std::vector<float>& v) {
-  std::vector<std::byte> b(v.size() * 4);
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
+// The container test helpers (blob_test_util.h).
+using namespace testing;  // NOLINT(google-build-using-namespace)
 
 float F32At(ByteSpan bytes, size_t i) {
   float f;
@@ -51,8 +42,8 @@ TEST(StepPredictor, FitRecoversTheCoefficientsAndPredictsBitForBit) {
     mb[i] = 1e-3f * normal(rng);
     vb[i] = 1e-6f * (1.0f + std::fabs(normal(rng)));
   }
-  std::vector<std::byte> wb_b = AsBytes(wb), m_b = AsBytes(m), v_b = AsBytes(v), mb_b = AsBytes(mb),
-                         vb_b = AsBytes(vb);
+  std::vector<std::byte> wb_b = F32Bytes(wb), m_b = F32Bytes(m), v_b = F32Bytes(v), mb_b = F32Bytes(mb),
+                         vb_b = F32Bytes(vb);
   lossy::StepSources s{lossy::ElementType::kF32, wb_b, lossy::ElementType::kF32, m_b, v_b, mb_b, vb_b};
   ASSERT_TRUE(lossy::CheckStepSources(s).ok());
   for (size_t i = 0; i < kN; ++i) {
@@ -60,7 +51,7 @@ TEST(StepPredictor, FitRecoversTheCoefficientsAndPredictsBitForBit) {
     const double ub = mb[i] / (std::sqrt(static_cast<double>(vb[i])) + 1e-8);
     w[i] = static_cast<float>(wb[i] - 2e-3 * u - 1e-3 * ub);
   }
-  std::vector<std::byte> w_b = AsBytes(w);
+  std::vector<std::byte> w_b = F32Bytes(w);
   std::optional<lossy::StepPredictor> fit = lossy::FitStepPredictor(w_b, s, 1e-8);
   ASSERT_TRUE(fit.has_value());
   EXPECT_NEAR(fit->step, -2e-3, 1e-6);
@@ -85,7 +76,7 @@ TEST(StepPredictor, FitRecoversTheCoefficientsAndPredictsBitForBit) {
 TEST(StepPredictor, BadInputsFallBackAndMismatchedSizesAreRejected) {
   // v < 0 or NaN, m NaN: u = 0; a non-finite prediction keeps w_base.
   std::vector<float> wb{1.0f, 2.0f, 3.0f, 4.0f}, m{1.0f, NAN, 1.0f, 1e30f}, v{-1.0f, 1.0f, NAN, 1e-40f};
-  std::vector<std::byte> wb_b = AsBytes(wb), m_b = AsBytes(m), v_b = AsBytes(v);
+  std::vector<std::byte> wb_b = F32Bytes(wb), m_b = F32Bytes(m), v_b = F32Bytes(v);
   lossy::StepSources s{lossy::ElementType::kF32, wb_b, lossy::ElementType::kF32, m_b, v_b, {}, {}};
   ASSERT_TRUE(lossy::CheckStepSources(s).ok());
   lossy::StepPredictor p{1.0, 1e30, 0.0, 1e-8};
@@ -235,15 +226,15 @@ struct AdamRun {
   FileBuilder File() const {
     FileBuilder f;
     f.Verbatim(RandomBytes(40, 1))
-        .Tensor("model.a.weight", DType::kF32, {120, 200}, AsBytes(a.w))
-        .Tensor("model.b.weight", DType::kF32, {120, 200}, AsBytes(b.w))
-        .Tensor("model.bias", DType::kF32, {kBias}, AsBytes(bias.w))
-        .Tensor("optimizer.state.0.exp_avg", DType::kF32, {120, 200}, AsBytes(b.m))
-        .Tensor("optimizer.state.0.exp_avg_sq", DType::kF32, {120, 200}, AsBytes(b.v))
-        .Tensor("optimizer.state.1.exp_avg", DType::kF32, {120, 200}, AsBytes(a.m))
-        .Tensor("optimizer.state.1.exp_avg_sq", DType::kF32, {120, 200}, AsBytes(a.v))
-        .Tensor("optimizer.state.2.exp_avg", DType::kF32, {kBias}, AsBytes(bias.m))
-        .Tensor("optimizer.state.2.exp_avg_sq", DType::kF32, {kBias}, AsBytes(bias.v))
+        .Tensor("model.a.weight", DType::kF32, {120, 200}, F32Bytes(a.w))
+        .Tensor("model.b.weight", DType::kF32, {120, 200}, F32Bytes(b.w))
+        .Tensor("model.bias", DType::kF32, {kBias}, F32Bytes(bias.w))
+        .Tensor("optimizer.state.0.exp_avg", DType::kF32, {120, 200}, F32Bytes(b.m))
+        .Tensor("optimizer.state.0.exp_avg_sq", DType::kF32, {120, 200}, F32Bytes(b.v))
+        .Tensor("optimizer.state.1.exp_avg", DType::kF32, {120, 200}, F32Bytes(a.m))
+        .Tensor("optimizer.state.1.exp_avg_sq", DType::kF32, {120, 200}, F32Bytes(a.v))
+        .Tensor("optimizer.state.2.exp_avg", DType::kF32, {kBias}, F32Bytes(bias.m))
+        .Tensor("optimizer.state.2.exp_avg_sq", DType::kF32, {kBias}, F32Bytes(bias.v))
         .Verbatim(RandomBytes(24, 2));
     return f;
   }
