@@ -94,6 +94,7 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
                                             CodecScratch& scratch) {
   if (base.empty() || base.size() != values.size() || candidates.empty()) return std::nullopt;
   const uint64_t n = values.size() / lossy::ElementSize(weight_type);
+  if (n < kMinPredictedElements) return std::nullopt;
   lossy::StepSources sources;
   sources.weight_type = weight_type;
   sources.weight_base = base;
@@ -148,6 +149,7 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
 std::optional<ChunkPrediction> PredictScaledBase(lossy::ElementType type, ByteSpan values, ByteSpan base,
                                                  CodecScratch& scratch) {
   if (base.empty() || base.size() != values.size()) return std::nullopt;
+  if (values.size() / lossy::ElementSize(type) < kMinPredictedElements) return std::nullopt;
   std::optional<double> scale = lossy::FitScale(type, values, base);
   if (!scale) return std::nullopt;
   StepPrediction step;

@@ -70,6 +70,10 @@ struct ChunkPrediction {
 // file (this version's state already final in it). Uses scratch.step_inputs
 // [2..3] and scratch.prediction. nullopt: encode against the base as usual.
 inline constexpr double kMaxPredictedEnergy = 0.8;
+// Chunks below this many elements are not predicted: a prediction's
+// parameters (72 bytes more than a plain chunk's) would outweigh what it
+// saves (a 9 kB blob of a small MLP grew by 2 % with them).
+inline constexpr uint64_t kMinPredictedElements = 4096;
 std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, ByteSpan values, ByteSpan base,
                                             ByteSpan recon, const std::vector<StepCandidate>& candidates,
                                             const std::function<Status(uint64_t, MutableByteSpan)>& read_base,
