@@ -3,6 +3,8 @@
 #include "codec/tensor/lossy/step_predictor.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <cmath>
 #include <string>
 
@@ -17,27 +19,6 @@ double Load(ElementType type, ByteSpan span, uint64_t i) {
     case ElementType::kF32: return BitsFloat(LoadLE32(p + 4 * i));
     case ElementType::kF16: return HalfToFloat(LoadLE16(p + 2 * i));
     default: return Bf16ToFloat(LoadLE16(p + 2 * i));
-  }
-}
-
-// Stores `value` rounded to `type` at element i of `out`, unless it is not
-// finite there: then element i of `fallback` (its bits, unchanged).
-void StoreOr(ElementType type, std::byte* out, uint64_t i, double value, ByteSpan fallback) {
-  const float f = static_cast<float>(value);
-  switch (type) {
-    case ElementType::kF32:
-      if (std::isfinite(f)) return StoreLE32(out + 4 * i, FloatBits(f));
-      return StoreLE32(out + 4 * i, LoadLE32(fallback.data() + 4 * i));
-    case ElementType::kF16: {
-      const uint16_t h = FloatToHalf(f);
-      if (std::isfinite(HalfToFloat(h))) return StoreLE16(out + 2 * i, h);
-      return StoreLE16(out + 2 * i, LoadLE16(fallback.data() + 2 * i));
-    }
-    default: {
-      const uint16_t h = FloatToBf16(f);
-      if (std::isfinite(Bf16ToFloat(h))) return StoreLE16(out + 2 * i, h);
-      return StoreLE16(out + 2 * i, LoadLE16(fallback.data() + 2 * i));
-    }
   }
 }
 
@@ -73,18 +54,72 @@ Status CheckStepSources(const StepSources& s) {
   return Status::Ok();
 }
 
-void PredictWeights(const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
-  const uint64_t n = Count(s.weight_type, s.weight_base);
-  const bool has_step = !s.m.empty();
-  const bool has_base_step = !s.m_base.empty();
+namespace {
+
+template <typename E>
+double LoadAs(const std::byte* p, uint64_t i) {
+  typename E::Bits bits;
+  std::memcpy(&bits, p + i * sizeof bits, sizeof bits);
+  return E::ToFloat(bits);
+}
+
+// Step() for the element types known at compile time (the per-element
+// switch kept the loop from being vectorized: the prediction was half of a
+// delta chain's decode time). Same operations, same order, same bits.
+template <typename S>
+double StepAs(const std::byte* m, const std::byte* v, double eps, uint64_t i) {
+  const double mi = LoadAs<S>(m, i);
+  double u = mi;
+  if (v != nullptr) {
+    const double vi = LoadAs<S>(v, i);
+    const double q = mi / (std::sqrt(vi) + eps);  // computed for every lane: the loop vectorizes
+    u = vi >= 0 ? q : 0.0;                        // negative or NaN v: 0
+  }
+  return std::isfinite(u) ? u : 0.0;
+}
+
+template <typename W, typename S>
+void PredictAs(const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
+  const uint64_t n = s.weight_base.size() / sizeof(typename W::Bits);
+  const std::byte* wb_p = s.weight_base.data();
+  const std::byte* m = s.m.empty() ? nullptr : s.m.data();
+  const std::byte* v = s.v.empty() ? nullptr : s.v.data();
+  const std::byte* mb = s.m_base.empty() ? nullptr : s.m_base.data();
+  const std::byte* vb = s.v_base.empty() ? nullptr : s.v_base.data();
+  std::byte* o = out.data();
   for (uint64_t i = 0; i < n; ++i) {
-    const double wb = Load(s.weight_type, s.weight_base, i);
-    const double u = has_step ? Step(s.state_type, s.m, s.v, pr.eps, i) : 0.0;
-    const double ub = has_base_step ? Step(s.state_type, s.m_base, s.v_base, pr.eps, i) : 0.0;
+    typename W::Bits wb_bits;
+    std::memcpy(&wb_bits, wb_p + i * sizeof wb_bits, sizeof wb_bits);
+    const double wb = W::ToFloat(wb_bits);
+    const double u = m != nullptr ? StepAs<S>(m, v, pr.eps, i) : 0.0;
+    const double ub = mb != nullptr ? StepAs<S>(mb, vb, pr.eps, i) : 0.0;
     double p = pr.scale * wb;
     p += pr.step * u;
     p += pr.base_step * ub;
-    StoreOr(s.weight_type, out.data(), i, p, s.weight_base);
+    const typename W::Bits rounded = W::FromFloat(static_cast<float>(p));
+    // Not finite in the weights' type: keep w_base's bits.
+    const typename W::Bits bits = std::isfinite(W::ToFloat(rounded)) ? rounded : wb_bits;
+    std::memcpy(o + i * sizeof bits, &bits, sizeof bits);
+  }
+}
+
+template <typename W>
+void PredictWithState(const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
+  switch (s.state_type) {
+    case ElementType::kF32: return PredictAs<W, F32Elem>(pr, s, out);
+    case ElementType::kF16: return PredictAs<W, F16Elem>(pr, s, out);
+    default: return PredictAs<W, BF16Elem>(pr, s, out);
+  }
+}
+
+}  // namespace
+
+void PredictWeights(const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
+  static_assert(std::endian::native == std::endian::little, "the element loads assume a little-endian host");
+  switch (s.weight_type) {
+    case ElementType::kF32: return PredictWithState<F32Elem>(pr, s, out);
+    case ElementType::kF16: return PredictWithState<F16Elem>(pr, s, out);
+    default: return PredictWithState<BF16Elem>(pr, s, out);
   }
 }
 
