@@ -96,6 +96,13 @@ struct BlobIndex {
   std::vector<uint64_t> stored_checksums;
   std::vector<uint64_t> base_offsets;
   std::vector<std::vector<std::byte>> params;
+  // Filled by DecodeFrom: [k] = the chunks among the first k whose step
+  // prediction reads this file (FORMAT.md "Step prediction").
+  std::vector<uint32_t> step_predicted_before;
+
+  // Whether [offset, offset + length) covers a chunk with a step term.
+  // REQUIRES: a decoded index, the range inside the logical size, length > 0.
+  bool CoversStepPredicted(uint64_t offset, uint64_t length) const;
 
   // Serializes the index (the bytes the footer's checksum covers).
   void EncodeTo(ByteWriter& w) const;

@@ -72,22 +72,26 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
 
 // A step-predicted chunk reads this file's optimizer state while it is
 // decoded: each such range must lie inside the file and cover no chunk with
-// a step term, so that a prediction never waits for another (no cycle). The base
-// ranges are checked against the base when it is read.
-Status ValidateStepPredictions(const BlobIndex& index) {
-  std::vector<bool> predicted(index.chunks.size());
-  std::vector<std::optional<StepPrediction>> steps(index.chunks.size());
-  for (size_t c = 0; c < index.chunks.size(); ++c) {
-    if (index.chunks[c].codec != ChunkCodec::kLossy) continue;
-    Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(index.params[c]);  // validated before
-    // Only a step term reads this file; a scaled base does not.
-    if (params.ok() && params->prediction && params->prediction->has_step) {
-      predicted[c] = true;
-      steps[c] = params->prediction;
+// a step term, so that a prediction never waits for another (no cycle). The
+// base's ranges are checked by the same rule against the base when a chunk
+// is read (blob_reader.cc). Fills step_predicted_before, so each check is
+// two binary searches (a hostile index may cover millions of chunks).
+Status ValidateStepPredictions(BlobIndex& index) {
+  const size_t count = index.chunks.size();
+  std::vector<std::optional<StepPrediction>> steps(count);
+  index.step_predicted_before.assign(count + 1, 0);
+  for (size_t c = 0; c < count; ++c) {
+    bool step = false;
+    if (index.chunks[c].codec == ChunkCodec::kLossy) {
+      Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(index.params[c]);  // validated before
+      // Only a step term reads this file; a scaled base does not.
+      step = params.ok() && params->prediction && params->prediction->has_step;
+      if (step) steps[c] = params->prediction;
     }
+    index.step_predicted_before[c + 1] = index.step_predicted_before[c] + (step ? 1 : 0);
   }
   const uint64_t size = index.header.logical_size;
-  for (size_t c = 0; c < index.chunks.size(); ++c) {
+  for (size_t c = 0; c < count; ++c) {
     if (!steps[c]) continue;
     const ChunkInfo& chunk = index.chunks[c];
     const uint64_t n = chunk.logical_length / DTypeSize(index.tensors[index.segments[chunk.segment].tensor].dtype);
@@ -99,9 +103,8 @@ Status ValidateStepPredictions(const BlobIndex& index) {
       };
       if (offset > size || length > size - offset)
         return fail(fmt::format("range [{}, +{}) past the logical size {}", offset, length, size));
-      for (uint32_t k = ChunkIndexAt(index.chunks, offset);
-           k < index.chunks.size() && index.chunks[k].logical_offset < offset + length; ++k)
-        if (predicted[k]) return fail(fmt::format("range [{}, +{}) covers step-predicted chunk {}", offset, length, k));
+      if (index.CoversStepPredicted(offset, length))
+        return fail(fmt::format("range [{}, +{}) covers a step-predicted chunk", offset, length));
       return Status::Ok();
     };
     RETURN_IF_ERROR(check(steps[c]->m_offset, "m"));
@@ -111,6 +114,12 @@ Status ValidateStepPredictions(const BlobIndex& index) {
 }
 
 }  // namespace
+
+bool BlobIndex::CoversStepPredicted(uint64_t offset, uint64_t length) const {
+  const uint32_t first = ChunkIndexAt(chunks, offset);
+  const uint32_t last = ChunkIndexAt(chunks, offset + length - 1);
+  return step_predicted_before[last + 1] > step_predicted_before[first];
+}
 
 Result<BlobIndex> BlobIndex::DecodeFrom(ByteSpan bytes, uint64_t payload_end, const DecodeLimits& limits) {
   ByteReader r(bytes, "blob index");

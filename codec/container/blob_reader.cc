@@ -84,6 +84,9 @@ class BlobReaderImpl final : public BlobReader {
   Status DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const;
   // Reads the base version's bytes a delta chunk XORs against.
   Status ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth) const;
+  // Corruption unless [offset, +length) of the base lies inside it and
+  // covers no step-predicted chunk of the base.
+  Status CheckBaseStepRange(uint32_t c, uint64_t offset, uint64_t length) const;
   // Reads [offset, +out.size()) of the base version (a step prediction's
   // base inputs).
   Status ReadBaseRange(uint32_t c, uint64_t offset, MutableByteSpan out, uint32_t depth) const;
@@ -205,6 +208,10 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
   sources.weight_base = weight_base;
   sources.state_type = step.state_type;
   auto read = [&](int slot, uint64_t offset, bool from_base) -> Result<ByteSpan> {
+    // The base's ranges, like this file's (checked at Open), must cover no
+    // chunk with a step term: one level down a prediction then reads plain
+    // chunks only, and a hostile chain cannot fan out level after level.
+    if (from_base) RETURN_IF_ERROR(CheckBaseStepRange(c, offset, length));
     MutableByteSpan buffer(scratch.step_inputs[slot].Reserve(length), length);
     // This file's ranges cover no predicted chunk (checked at Open): no cycle.
     Status s = from_base ? ReadBaseRange(c, offset, buffer, depth) : ReadAtDepth(offset, buffer, depth);
@@ -226,6 +233,18 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
   }
   RETURN_IF_ERROR(lossy::CheckStepSources(sources));
   lossy::PredictWeights(step.predictor, sources, out);
+  return Status::Ok();
+}
+
+Status BlobReaderImpl::CheckBaseStepRange(uint32_t c, uint64_t offset, uint64_t length) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<const BlobReader> base, OpenBase());
+  if (offset > base->logical_size() || length > base->logical_size() - offset || length == 0)
+    return ChunkError(StatusCode::kCorruption, c,
+                      fmt::format("step input [{}, +{}) past the base's size {}", offset, length, base->logical_size()));
+  const auto* impl = dynamic_cast<const BlobReaderImpl*>(base.get());
+  if (impl != nullptr && impl->index_.CoversStepPredicted(offset, length))
+    return ChunkError(StatusCode::kCorruption, c,
+                      fmt::format("step input [{}, +{}) covers a step-predicted chunk of the base", offset, length));
   return Status::Ok();
 }
 

@@ -220,7 +220,9 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
   p.pruned = encoded.stats.pruned;
   p.quantized = encoded.stats.quantized;
   p.exact = encoded.stats.exact;
-  p.update_rel = static_cast<float>(encoded.stats.update_rel);
+  // The parameters reject a non-finite update (a blob must always open).
+  p.update_rel = std::isfinite(encoded.stats.update_rel) ? static_cast<float>(encoded.stats.update_rel) : 0.0f;
+  if (!std::isfinite(p.update_rel)) p.update_rel = 0.0f;  // finite as a double, Inf as a float
   p.budget_rel_l2 = encoded.stats.budget.rel_l2;
   p.source_digest = digest;
   // A key frame (chosen when smaller) reads neither base nor prediction.

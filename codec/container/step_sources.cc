@@ -31,10 +31,16 @@ std::optional<ChunkPrediction> KeepIfItHelps(lossy::ElementType type, ByteSpan v
                                                          : DType::kBF16;
   const ErrorSums update = MeasureError(dtype, values, base);
   const ErrorSums left = MeasureError(dtype, values, prediction);
-  if (!(update.err2 > 0) || !(left.err2 <= kMaxPredictedEnergy * update.err2)) return std::nullopt;
+  // A base with Inf where the values are finite (a run rolled back from a
+  // divergence) makes both sums infinite: no prediction, and no infinite
+  // update for the schedule (the parameters would not decode).
+  if (!(update.err2 > 0) || !std::isfinite(update.err2) || !std::isfinite(update.ref2) ||
+      !(left.err2 <= kMaxPredictedEnergy * update.err2))
+    return std::nullopt;
   ChunkPrediction out;
   out.prediction = prediction;
   out.update_rel = update.ref2 > 0 ? std::sqrt(update.err2 / update.ref2) : 0.0;
+  if (!std::isfinite(out.update_rel)) return std::nullopt;
   out.step = step;
   return out;
 }
@@ -139,6 +145,12 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
   if (!lossy::CheckStepSources(sources).ok()) return std::nullopt;
   std::optional<lossy::StepPredictor> fit = lossy::FitStepPredictor(values, sources, kStepEps);
   if (!fit) return std::nullopt;
+  if (step.has_base_step && fit->base_step == 0.0) {
+    // The base term did not enter the fit: do not make the decoder read it.
+    step.has_base_step = false;
+    step.m_base_offset = step.v_base_offset = 0;
+    sources.m_base = sources.v_base = ByteSpan();
+  }
   step.predictor = *fit;
   MutableByteSpan prediction(scratch.prediction.Reserve(values.size()), values.size());
   lossy::PredictWeights(step.predictor, sources, prediction);

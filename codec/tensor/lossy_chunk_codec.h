@@ -72,7 +72,7 @@ struct LossyChunkParams {
   bool predicted() const { return (flags & kFlagPredicted) != 0; }
   void EncodeTo(ByteWriter& w) const;
   // Rejects a wrong size or version, reserved bits, negative or non-finite sums.
-  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes) and 4 (136 bytes).
+  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes) and 4 (144 bytes).
   static Result<LossyChunkParams> DecodeFrom(ByteSpan bytes);
 };
 
