@@ -136,6 +136,20 @@ std::vector<StepCandidate> StepCandidates(const Layout& layout, const StepStates
   return out;
 }
 
+// A chunk's source digest (recorded in its parameters) and whether the base
+// was made from the same values (a frozen range). Hashed once per chunk: the
+// prediction and the encoder both ask.
+struct SourceMatch {
+  uint64_t digest = 0;
+  bool unchanged = false;
+};
+SourceMatch MatchSource(const PlannedChunk& plan, const BaseRef* base, ByteSpan data, ByteSpan base_bytes) {
+  SourceMatch m;
+  m.digest = Checksum64(data);
+  m.unchanged = !base_bytes.empty() && m.digest != 0 && BaseSourceDigest(plan, *base) == m.digest;
+  return m;
+}
+
 // A lossy stream at most this share of the raw chunk is kept without
 // encoding the lossless candidates: float data never compresses losslessly
 // that far (fp32 about 80%, bf16 about 67% of its size) except when it is
@@ -159,7 +173,7 @@ constexpr size_t kKeptReconBytes = size_t{64} << 20;
 // `base_bytes` is the base's reconstruction of the chunk (empty: none).
 // With `prediction` the stream is a delta frame against the prediction
 // instead (the lossless candidates still XOR against the base).
-Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, ByteSpan base_bytes,
+Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes, const SourceMatch& source,
                    const ChunkPrediction* prediction, const EncodeOptions& options, lossy::LossyKernels* kernels,
                    CodecScratch& scratch, std::byte* recon, LossyResult* result) {
   ByteSpan data = file.subspan(plan.offset, plan.length);
@@ -182,10 +196,9 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
     values = ByteSpan(copy, data.size());
   }
   const bool direct_out = !misaligned(out.data());
-  const uint64_t digest = Checksum64(data);
   lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, direct_out ? out : MutableByteSpan(),
                                      &options.budget_schedule};
-  lossy_options.source_unchanged = !base_bytes.empty() && digest != 0 && BaseSourceDigest(plan, *base) == digest;
+  lossy_options.source_unchanged = source.unchanged;
   if (prediction != nullptr) {
     lossy_options.measured_update = prediction->update_rel;
     lossy_options.alternative_base = base_bytes;
@@ -221,10 +234,10 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, const BaseRef* base,
   p.quantized = encoded.stats.quantized;
   p.exact = encoded.stats.exact;
   // The parameters reject a non-finite update (a blob must always open).
-  p.update_rel = std::isfinite(encoded.stats.update_rel) ? static_cast<float>(encoded.stats.update_rel) : 0.0f;
-  if (!std::isfinite(p.update_rel)) p.update_rel = 0.0f;  // finite as a double, Inf as a float
+  const float update_rel = static_cast<float>(encoded.stats.update_rel);  // Inf when not finite as a float
+  p.update_rel = std::isfinite(update_rel) ? update_rel : 0.0f;
   p.budget_rel_l2 = encoded.stats.budget.rel_l2;
-  p.source_digest = digest;
+  p.source_digest = source.digest;
   // A key frame (chosen when smaller) reads neither base nor prediction.
   if (prediction != nullptr && p.delta() && !encoded.stats.used_alternative_base) p.prediction = prediction->step;
   result->stored = std::move(encoded.bytes);
@@ -416,22 +429,19 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
                     plan[i].base_offset.has_value() && !states.is_state[plan[i].tensor];
     const unsigned lossy_threads = options.lossy_kernels != nullptr ? 1u : threads;
     auto chunk_data = [&](size_t i) { return file.subspan(plan[i].offset, plan[i].length); };
-    // A chunk with a base that differs from the values the base was made
-    // from (an unchanged range, a frozen layer, is left to the plain delta).
-    auto changed = [&](size_t i, ByteSpan base_bytes) {
-      return !base_bytes.empty() && BaseSourceDigest(plan[i], *base) != Checksum64(chunk_data(i));
-    };
     // A caller's kernel backend is one object: never used by two threads.
     parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
       if (deferred[i]) return;
       if (plan[i].lossy()) {
         ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
-        // A first moment against its decayed base (scale * base).
+        const SourceMatch source = MatchSource(plan[i], base, chunk_data(i), base_bytes);
+        // A first moment against its decayed base (scale * base); an
+        // unchanged range (a frozen layer) is left to the plain delta.
         std::optional<ChunkPrediction> scaled;
         if (states.is_momentum.size() > 0 && states.is_momentum[plan[i].tensor] && plan[i].budget.rel_l2 > 0 &&
-            changed(i, base_bytes))
+            !base_bytes.empty() && !source.unchanged)
           scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, scratch);
-        statuses[i] = EncodeLossy(file, plan[i], base, base_bytes, scaled ? &*scaled : nullptr, options,
+        statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
                                   options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
       } else {
         ByteSpan data = file.subspan(plan[i].offset, plan[i].length);
@@ -444,14 +454,15 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     parallel(second.size(), lossy_threads, [&](size_t k, CodecScratch& scratch) {
       const size_t i = second[k];
       ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
+      const SourceMatch source = MatchSource(plan[i], base, chunk_data(i), base_bytes);
       std::optional<ChunkPrediction> prediction;
-      if (changed(i, base_bytes)) {
+      if (!base_bytes.empty() && !source.unchanged) {
         const std::vector<StepCandidate> candidates = StepCandidates(layout, states, base_match, plan[i]);
         auto read_base = [&](uint64_t offset, MutableByteSpan out) { return base->reader->ReadAt(offset, out); };
         prediction = PredictChunk(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, recon, candidates,
                                   read_base, scratch);
       }
-      statuses[i] = EncodeLossy(file, plan[i], base, base_bytes, prediction ? &*prediction : nullptr, options,
+      statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, prediction ? &*prediction : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
     });
     for (size_t i = 0; i < plan.size(); ++i) {

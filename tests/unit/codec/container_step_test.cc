@@ -74,24 +74,34 @@ TEST(StepPredictor, FitRecoversTheCoefficientsAndPredictsBitForBit) {
 }
 
 TEST(StepPredictor, BadInputsFallBackAndMismatchedSizesAreRejected) {
-  // v < 0 or NaN, m NaN: u = 0; a non-finite prediction keeps w_base.
+  // v < 0 or NaN, m NaN: u = 0 (the base-step term still counts, so this is
+  // told apart from the fallback below); a prediction that is not finite as
+  // an f32 keeps w_base.
   std::vector<float> wb{1.0f, 2.0f, 3.0f, 4.0f}, m{1.0f, NAN, 1.0f, 1e30f}, v{-1.0f, 1.0f, NAN, 1e-40f};
-  std::vector<std::byte> wb_b = F32Bytes(wb), m_b = F32Bytes(m), v_b = F32Bytes(v);
-  lossy::StepSources s{lossy::ElementType::kF32, wb_b, lossy::ElementType::kF32, m_b, v_b, {}, {}};
+  std::vector<float> mb{1.0f, 1.0f, 1.0f, 0.0f}, vb{1.0f, 1.0f, 1.0f, 1.0f};
+  std::vector<std::byte> wb_b = F32Bytes(wb), m_b = F32Bytes(m), v_b = F32Bytes(v), mb_b = F32Bytes(mb),
+                         vb_b = F32Bytes(vb);
+  lossy::StepSources s{lossy::ElementType::kF32, wb_b, lossy::ElementType::kF32, m_b, v_b, mb_b, vb_b};
   ASSERT_TRUE(lossy::CheckStepSources(s).ok());
-  lossy::StepPredictor p{1.0, 1e30, 0.0, 1e-8};
+  lossy::StepPredictor p{1.0, 1e30, 0.5, 1e-8};
   std::vector<std::byte> out(wb_b.size());
   lossy::PredictWeights(p, s, out);
-  EXPECT_EQ(F32At(out, 0), 1.0f);  // v < 0
-  EXPECT_EQ(F32At(out, 1), 2.0f);  // m NaN
-  EXPECT_EQ(F32At(out, 2), 3.0f);  // v NaN
-  EXPECT_EQ(F32At(out, 3), 4.0f);  // p overflows: w_base
+  auto with_base_step = [](double w) {  // u = 0: w + 0.5 * 1 / (sqrt(1) + eps)
+    double q = w;
+    q += 1e30 * 0.0;
+    q += 0.5 * (1.0 / (std::sqrt(1.0) + 1e-8));
+    return static_cast<float>(q);
+  };
+  EXPECT_EQ(F32At(out, 0), with_base_step(1.0));  // v < 0
+  EXPECT_EQ(F32At(out, 1), with_base_step(2.0));  // m NaN
+  EXPECT_EQ(F32At(out, 2), with_base_step(3.0));  // v NaN
+  EXPECT_EQ(F32At(out, 3), 4.0f);                 // p overflows f32: w_base
 
   lossy::StepSources bad = s;
   bad.m = ByteSpan(m_b).first(8);
   EXPECT_FALSE(lossy::CheckStepSources(bad).ok());
   bad = s;
-  bad.m_base = m_b;  // v_base missing while v is present
+  bad.v_base = ByteSpan();  // v_base missing while v and m_base are present
   EXPECT_FALSE(lossy::CheckStepSources(bad).ok());
 }
 
