@@ -155,6 +155,22 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
       widths.Add(i, sym, index[i]);
     }
   }
+  // 2b. Zero carry (delta frames): over a +0.0 base element symbols 0 and
+  //     1 exchange, so a zero that stays a zero costs symbol 0 (a zero mask
+  //     repeated in every version would otherwise cost its entropy each time).
+  uint64_t carried = 0, uncarried = 0;  // zeros now symbol 0; values at the origin now symbol 1
+  if (delta) {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint32_t sym = symbols[i];
+      if (sym > kSymbolZero || LoadLogBits<E>(base.data(), i) != 0) continue;
+      symbols[i] = sym ^ 1;
+      const uint32_t from = std::bit_width(sym), to = std::bit_width(sym ^ 1);
+      --widths.counts[i & 3][from];
+      ++widths.counts[i & 3][to];
+      carried += sym == kSymbolZero ? 1 : 0;
+      uncarried += sym == 0 ? 1 : 0;
+    }
+  }
   const uint64_t far = widths.far;
   const auto& width_counts = widths.counts;
   uint64_t width_count[33] = {};
@@ -228,7 +244,7 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   h.mode = StreamMode::kLog;
   h.type = type;
   h.bits = static_cast<uint8_t>(best_bits);
-  h.flags = delta ? kFlagDelta : 0;
+  h.flags = delta ? kFlagDelta | kFlagZeroCarry : 0;
   h.num_levels = grid.per_octave();
   h.element_count = n;
   h.exact_count = exact;
@@ -255,7 +271,7 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   chunk.stats.mode = static_cast<uint8_t>(StreamMode::kLog);
   chunk.stats.bits = h.bits;
   chunk.stats.quantized = sums.quantized;
-  chunk.stats.exact = exact + zeros;
+  chunk.stats.exact = exact + zeros + carried - uncarried;  // packed symbol 1s over zero bases are not zeros
   chunk.stats.max_abs = sums.max_abs;
   chunk.stats.max_rel = sums.achieved_rel;
   chunk.stats.rel_l2 = sums.ref2 > 0 ? std::sqrt(sums.err2 / sums.ref2) : 0.0;
@@ -275,9 +291,10 @@ template <typename E>
 class LogSliceDecoder {
  public:
   using Bits = typename E::Bits;
-  LogSliceDecoder(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, ByteSpan packed, ByteSpan base,
-                  MutableByteSpan out, bool avx512, const LogFractionTable* vector_table)
-      : grid_(grid), bits_(bits), mask_((1u << bits) - 1), origin_(origin), shift_(shift), packed_(packed),
+  LogSliceDecoder(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, bool zero_carry, ByteSpan packed,
+                  ByteSpan base, MutableByteSpan out, bool avx512, const LogFractionTable* vector_table)
+      : grid_(grid), bits_(bits), mask_((1u << bits) - 1), origin_(origin), shift_(shift), zero_carry_(zero_carry),
+        packed_(packed),
         base_(base), out_(out), avx512_(avx512), vector_table_(vector_table) {
     const uint64_t n = out.size() / sizeof(Bits);
     if (base.empty() && bits <= kMaxTableBits && (uint64_t{1} << bits) <= n) {
@@ -306,12 +323,13 @@ class LogSliceDecoder {
     const std::byte* b = base_.empty() ? nullptr : base_.data() + first * sizeof(Bits);
     if constexpr (std::is_same_v<E, F32Elem>) {
       if (vector_table_ != nullptr && b != nullptr) {
-        DecodeDeltaF32Avx512(grid_, *vector_table_, p, bits_, origin_, shift_, b, n, out);
+        DecodeDeltaF32Avx512(grid_, *vector_table_, p, bits_, origin_, shift_, zero_carry_, b, n, out);
         return Status::Ok();
       }
     }
     for (uint64_t i = 0; i < n; ++i)
-      StoreLogBits<E>(out, i, DecodeLogElement<E>(grid_, SymbolAt(p, i, bits_, mask_), b, i, origin_, shift_));
+      StoreLogBits<E>(out, i,
+                      DecodeLogElement<E>(grid_, SymbolAt(p, i, bits_, mask_), b, i, origin_, shift_, zero_carry_));
     return Status::Ok();
   }
 
@@ -319,6 +337,7 @@ class LogSliceDecoder {
   const LogGrid& grid_;
   uint32_t bits_, mask_;
   int64_t origin_, shift_;
+  bool zero_carry_;
   ByteSpan packed_, base_;
   MutableByteSpan out_;
   bool avx512_;
@@ -436,7 +455,8 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
   }
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list));
   auto run = [&]<typename E>(bool vector_ok) {
-    LogSliceDecoder<E> decoder(*grid, h.bits, origin, shift, packed, base, out, vector_ok && avx512,
+    LogSliceDecoder<E> decoder(*grid, h.bits, origin, shift, (h.flags & kFlagZeroCarry) != 0, packed, base, out,
+                               vector_ok && avx512,
                                vector_ok ? vector_table : nullptr);
     return DecodeInSlices(n, sizeof(typename E::Bits), exact, hash, out,
                           [&](uint64_t first, uint64_t count) { return decoder.Slice(first, count); });

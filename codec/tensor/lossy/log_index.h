@@ -132,14 +132,16 @@ inline int64_t Predict(int32_t base_index, int64_t origin, int64_t shift) {
 }
 
 // The decoder's element: its value from symbol `sym` and, in a delta frame
-// (base not null), base element i.
+// (base not null), base element i. With zero_carry (kFlagZeroCarry),
+// symbols 0 and 1 exchange their meanings over a +0.0 base element.
 template <typename E>
 [[gnu::always_inline]] inline typename E::Bits DecodeLogElement(const LogGrid& grid, uint32_t sym,
                                                                 const std::byte* base, uint64_t i, int64_t origin,
-                                                                int64_t shift) {
+                                                                int64_t shift, bool zero_carry) {
+  const typename E::Bits base_bits = base == nullptr ? typename E::Bits{0} : LoadLogBits<E>(base, i);
+  if (zero_carry && sym <= kSymbolZero && base != nullptr && base_bits == 0) sym ^= 1;
   if (sym == kSymbolZero) return typename E::Bits{0};
-  const int64_t predicted =
-      base == nullptr ? origin : Predict(BaseIndex<E>(grid, LoadLogBits<E>(base, i)), origin, shift);
+  const int64_t predicted = base == nullptr ? origin : Predict(BaseIndex<E>(grid, base_bits), origin, shift);
   const int64_t q = predicted + (sym == 0 ? 0 : Unzigzag(sym - 1));
   return E::FromFloat(grid.FloatValue(q));
 }
@@ -242,7 +244,7 @@ inline constexpr size_t kPackSimdSlack = 16;
 uint64_t PackSymbolsAvx2(const uint32_t* symbols, uint64_t n, uint32_t bits, std::byte* out);
 
 // The decode of an f32 delta frame by AVX-512: out[i] =
-// DecodeLogElement<F32Elem>(grid, symbol i, base, i, origin, shift) for
+// DecodeLogElement<F32Elem>(grid, symbol i, base, i, origin, shift, zero_carry) for
 // i < n, the symbols `bits` wide in `packed` (the layout of step 4). Groups
 // of 16 with a lane for the general path (a subnormal base or one >= 2^126,
 // a value outside the normal range) run DecodeLogElement.
@@ -257,6 +259,7 @@ inline constexpr int64_t kMaxVectorOrigin = int64_t{1} << 28;
 void DecodeKeyTableF32Avx512(const uint32_t* table, const std::byte* packed, uint32_t bits, uint64_t n,
                              std::byte* out);
 void DecodeDeltaF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits,
-                          int64_t origin, int64_t shift, const std::byte* base, uint64_t n, std::byte* out);
+                          int64_t origin, int64_t shift, bool zero_carry, const std::byte* base, uint64_t n,
+                          std::byte* out);
 
 }  // namespace ckptfs::lossy

@@ -261,7 +261,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeKeyTableF32Avx51
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
     const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits, int64_t origin,
-    int64_t shift, const std::byte* base, uint64_t n, std::byte* out) {
+    int64_t shift, bool zero_carry, const std::byte* base, uint64_t n, std::byte* out) {
   Tables512 t;
   t.level = LoadTable(table.small_level);
   t.offset = LoadTable(table.small_offset);
@@ -278,8 +278,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
   const SymbolLanes16 lanes = MakeSymbolLanes16(bits);
   uint64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i sym = Symbols16(packed + i / 8 * bits, lanes);
+    const __m512i stored_sym = Symbols16(packed + i / 8 * bits, lanes);
     const __m512i b = _mm512_loadu_si512(base + 4 * i);
+    __m512i sym = stored_sym;
+    if (zero_carry) {  // over a +0.0 base element, symbols 0 and 1 exchange
+      const __mmask16 swap = _mm512_testn_epi32_mask(b, b) & _mm512_cmple_epu32_mask(sym, one);
+      sym = _mm512_mask_xor_epi32(sym, swap, sym, one);
+    }
     const __mmask16 base_on_grid = OnGridLanes512(b);
     bool slow = (base_on_grid & static_cast<__mmask16>(~FastLanes512(b))) != 0;
     // predicted + Unzigzag(sym - 1) (0 for symbol 0; symbol 1 is +0.0).
@@ -304,9 +309,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
     slow |= static_cast<__mmask16>(~is_zero & ~normal) != 0;
     if (slow) {
       alignas(64) uint32_t syms[16];
-      _mm512_store_si512(syms, sym);
+      _mm512_store_si512(syms, stored_sym);
       for (uint32_t l = 0; l < 16; ++l) {
-        const uint32_t v = DecodeLogElement<F32Elem>(grid, syms[l], base, i + l, origin, shift);
+        const uint32_t v = DecodeLogElement<F32Elem>(grid, syms[l], base, i + l, origin, shift, zero_carry);
         StoreLogBits<F32Elem>(out, i + l, v);
       }
       continue;
@@ -320,7 +325,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
     uint64_t word;
     std::memcpy(&word, packed + i * bits / 8, 8);
     const uint32_t sym = static_cast<uint32_t>(le64toh(word) >> (i * bits % 8)) & mask;
-    StoreLogBits<F32Elem>(out, i, DecodeLogElement<F32Elem>(grid, sym, base, i, origin, shift));
+    StoreLogBits<F32Elem>(out, i, DecodeLogElement<F32Elem>(grid, sym, base, i, origin, shift, zero_carry));
   }
 }
 
@@ -331,7 +336,7 @@ CKPTFS_END_AVX512_CODE
 bool LogAvx512Available() { return false; }
 void IndexPassF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, const std::byte*, double, uint64_t,
                         int32_t*, int32_t*, std::byte*, LogIndexSums*) {}
-void DecodeDeltaF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, uint32_t, int64_t, int64_t,
+void DecodeDeltaF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, uint32_t, int64_t, int64_t, bool,
                           const std::byte*, uint64_t, std::byte*) {}
 void DecodeKeyTableF32Avx512(const uint32_t*, const std::byte*, uint32_t, uint64_t, std::byte*) {}
 

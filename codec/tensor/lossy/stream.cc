@@ -52,7 +52,9 @@ Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {
   h.mode = static_cast<StreamMode>(mode);
   if (type < 1 || type > 3) return bad("element type 1..3", 1, type);
   h.type = static_cast<ElementType>(type);
-  if ((h.flags & ~kFlagDelta) != 0) return bad("reserved flag bits zero", 0, h.flags);
+  if ((h.flags & ~(kFlagDelta | kFlagZeroCarry)) != 0) return bad("reserved flag bits zero", 0, h.flags);
+  if ((h.flags & kFlagZeroCarry) != 0 && (h.mode != StreamMode::kLog || (h.flags & kFlagDelta) == 0))
+    return bad("zero carry only in a log delta frame", 0, h.flags);
   for (uint8_t b : reserved)
     if (b != 0) return bad("reserved bytes zero", 0, b);
   if (h.element_count > UINT32_MAX) return bad("element count < 2^32", UINT32_MAX, h.element_count);

@@ -40,6 +40,11 @@ inline constexpr size_t kTrailerSize = 8;
 
 // Flag bits of StreamHeader::flags; all other bits are reserved (must be 0).
 inline constexpr uint8_t kFlagDelta = 0x01;
+// Log mode, delta frames only (LOSSY.md section 9): over a +0.0 base
+// element, symbols 0 and 1 exchange their meanings, so a zero that stays a
+// zero costs symbol 0 (the second moment of a parameter that never gets a
+// gradient).
+inline constexpr uint8_t kFlagZeroCarry = 0x02;
 
 struct StreamHeader {
   static constexpr size_t kEncodedSize = 52;

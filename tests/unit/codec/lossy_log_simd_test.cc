@@ -187,17 +187,19 @@ TEST(LossyLogSimd, DeltaDecodeEqualsDecodeLogElement) {
       for (std::byte& b : packed) b = std::byte(rng() & 0xff);
       const int64_t origin = static_cast<int64_t>(rng() % 4001) - 2000 + (bits == 24 ? (int64_t{1} << 27) : 0);
       const int64_t shift = static_cast<int64_t>(rng() % (2 * kMaxShift + 1)) - kMaxShift;
-      std::vector<std::byte> out(4 * n);
-      DecodeDeltaF32Avx512(*grid, *table, packed.data(), bits, origin, shift, base.data(), n, out.data());
-      const uint32_t mask = (1u << bits) - 1;
-      for (size_t i = 0; i < n; ++i) {
-        uint64_t word;
-        std::memcpy(&word, packed.data() + i * bits / 8, 8);
-        const uint32_t sym = static_cast<uint32_t>(word >> (i * bits % 8)) & mask;
-        const uint32_t want = DecodeLogElement<F32Elem>(*grid, sym, base.data(), i, origin, shift);
-        uint32_t got;
-        std::memcpy(&got, out.data() + 4 * i, 4);
-        ASSERT_EQ(got, want) << "element " << i << " symbol " << sym;
+      for (bool zero_carry : {false, true}) {
+        std::vector<std::byte> out(4 * n);
+        DecodeDeltaF32Avx512(*grid, *table, packed.data(), bits, origin, shift, zero_carry, base.data(), n, out.data());
+        const uint32_t mask = (1u << bits) - 1;
+        for (size_t i = 0; i < n; ++i) {
+          uint64_t word;
+          std::memcpy(&word, packed.data() + i * bits / 8, 8);
+          const uint32_t sym = static_cast<uint32_t>(word >> (i * bits % 8)) & mask;
+          const uint32_t want = DecodeLogElement<F32Elem>(*grid, sym, base.data(), i, origin, shift, zero_carry);
+          uint32_t got;
+          std::memcpy(&got, out.data() + 4 * i, 4);
+          ASSERT_EQ(got, want) << "element " << i << " symbol " << sym << " zero_carry " << zero_carry;
+        }
       }
     }
   }

@@ -207,6 +207,42 @@ TEST(LossyLog, FiftyVersionChainDoesNotDriftAndDeltasAreSmall) {
   EXPECT_LT(mean_delta, 0.5 * static_cast<double>(key_bytes)) << "key " << key_bytes << " delta " << mean_delta;
 }
 
+// A delta frame carries the base's zeros (kFlagZeroCarry): a zero over a
+// zero costs symbol 0, so an unchanged zero mask costs almost nothing;
+// zeros that appear or disappear still decode exactly.
+TEST(LossyLog, ZerosOverZerosAreCarried) {
+  const size_t n = 1 << 15;
+  std::mt19937_64 rng(9);
+  std::bernoulli_distribution dead(0.3);
+  std::vector<float> v = SecondMoment(n, 4);
+  for (float& x : v)
+    if (dead(rng)) x = 0.0f;
+  Scratch scratch;
+  const Budget budget{0, 0, 0.2};
+  const std::vector<std::byte> v0 = testing::ToElements(ElementType::kF32, v);
+  Result<EncodedChunk> key = EncodeChunk(ElementType::kF32, v0, {}, budget, &scratch);
+  ASSERT_TRUE(key.ok());
+  // The same values again: every element is predicted, zeros included.
+  Result<EncodedChunk> same = EncodeChunk(ElementType::kF32, v0, key->reconstruction, budget, &scratch);
+  ASSERT_TRUE(same.ok());
+  Result<StreamHeader> h = StreamHeader::DecodeFrom(same->bytes);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->flags, kFlagDelta | kFlagZeroCarry);
+  EXPECT_LT(same->bytes.size(), 300u) << "an unchanged chunk with a 30 % zero mask";
+  EXPECT_TRUE(same->reconstruction == key->reconstruction);
+  // Zeros that appear and disappear.
+  std::vector<float> v2 = v;
+  for (size_t i = 0; i < n; i += 7) v2[i] = v2[i] == 0.0f ? 1e-6f : 0.0f;
+  const std::vector<std::byte> values = testing::ToElements(ElementType::kF32, v2);
+  Result<EncodedChunk> moved = EncodeChunk(ElementType::kF32, values, key->reconstruction, budget, &scratch);
+  ASSERT_TRUE(moved.ok());
+  CheckElements(ElementType::kF32, values, moved->reconstruction, 0.2);
+  std::vector<std::byte> out(values.size());
+  Status st = testing::DecodeBothWays(ElementType::kF32, moved->bytes, key->reconstruction, out, &scratch);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(out == moved->reconstruction);
+}
+
 TEST(LossyLog, CorruptLogStreamsAreRejected) {
   Scratch scratch;
   std::vector<std::byte> values = testing::ToElements(ElementType::kF32, SecondMoment(4096, 3));
@@ -232,6 +268,25 @@ TEST(LossyLog, CorruptLogStreamsAreRejected) {
   s = c->bytes;
   s[StreamHeader::kEncodedSize + 12] = std::byte{1};  // a shift in a key frame
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  s = c->bytes;
+  s[4] = std::byte{kFlagZeroCarry};  // zero carry in a key frame
+  EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  s = c->bytes;
+  s[4] = std::byte{0x04};  // a reserved flag
+  EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  // Zero carry in a quantized (not log) delta frame.
+  std::vector<std::byte> plain = testing::ToElements(ElementType::kF32, std::vector<float>(4096, 0.5f));
+  Result<EncodedChunk> q0 = EncodeChunk(ElementType::kF32, plain, {}, Budget{1e-2, 0, 0}, &scratch);
+  ASSERT_TRUE(q0.ok());
+  plain = testing::ToElements(ElementType::kF32, std::vector<float>(4096, 0.75f));
+  Result<EncodedChunk> q1 = EncodeChunk(ElementType::kF32, plain, q0->reconstruction, Budget{1e-2, 0, 0}, &scratch);
+  ASSERT_TRUE(q1.ok());
+  s = q1->bytes;
+  ASSERT_EQ(s[1], std::byte{1});  // quantized mode
+  ASSERT_EQ(s[4], std::byte{kFlagDelta});
+  s[4] = std::byte{kFlagDelta | kFlagZeroCarry};
+  testing::Reseal(&s);
+  EXPECT_EQ(DecodeChunk(ElementType::kF32, s, q0->reconstruction, out, &scratch).code(), StatusCode::kCorruption);
   EXPECT_TRUE(decode(c->bytes).ok());
 }
 
