@@ -29,7 +29,8 @@ struct Golden {
 
 TEST(GoldenBlobs, EarlierFormatVersionsStillDecode) {
   for (const Golden& g : {Golden{"lossy-params-v3", 0x4573aacc5533c5dbull, 0},
-                          Golden{"lossy-params-v4", 0x96f56eb3fda91c66ull, 2}}) {
+                          Golden{"lossy-params-v4", 0x96f56eb3fda91c66ull, 2},
+                          Golden{"log-zero-carry", 0xffce141ace25c38bull, 1}}) {
     SCOPED_TRACE(g.dir);
     testing::MapResolver resolver;
     resolver.Add(ReadGolden(g.dir, "version0.blob"));
