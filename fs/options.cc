@@ -65,6 +65,11 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     else if (key == "log") o->log_file = std::string(value);
     else if (key == "lossy") RETURN_IF_ERROR(ParseOnOff(key, value, &o->lossy));
     else if (key == "predict") RETURN_IF_ERROR(ParseOnOff(key, value, &o->step_prediction));
+    else if (key == "momentum") {
+      if (value != "plain" && value != "step")
+        return Status::InvalidArgument(fmt::format("-o momentum: want plain|step have '{}'", value));
+      o->momentum_step_space = value == "step";
+    }
     else if (key == "budget") {
       RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->budget));
       o->budget_set = true;

@@ -65,6 +65,9 @@ struct MountOptions {
   // predict=on|off: weights coded against a prediction from their optimizer
   // state when smaller (codec/tensor/lossy/step_predictor.h).
   bool step_prediction = true;
+  // momentum=plain|step: Adam's exp_avg coded as it is, or in step space
+  // (its budget on m / (sqrt(v) + eps); codec/container/step_space.h).
+  bool momentum_step_space = false;
   std::vector<std::string> fuse_options;  // passed to libfuse (-o ...)
   // Built from lossy/budget/opt_budget/policy by BuildLossyPolicy (RunDaemon).
   std::shared_ptr<const policy::Policy> policy;

@@ -76,6 +76,7 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
                                       {"quantized", l.quantized}, {"exact", l.exact},
                                       {"budget_rel_l2", l.budget_rel_l2}, {"update_rel", l.update_rel}};
       if (l.predicted_chunks > 0) j["tensors"].back()["lossy"]["predicted_chunks"] = l.predicted_chunks;
+      if (l.step_space_chunks > 0) j["tensors"].back()["lossy"]["step_space_chunks"] = l.step_space_chunks;
       if (l.log_chunks > 0) {
         j["tensors"].back()["lossy"]["max_rel"] = l.max_rel;
         j["tensors"].back()["lossy"]["log_chunks"] = l.log_chunks;

@@ -1,6 +1,7 @@
 // encode / decode / inspect: the codec on single files, without a store.
 //   ckptfs encode IN BLOB [--base BASE_BLOB] [--zstd-level N] [--threads N]
-//                 [--budget REL_L2 [--opt-budget REL_L2] [--schedule off|dsq] [--predict on|off]]
+//                 [--budget REL_L2 [--opt-budget REL_L2] [--schedule off|dsq] [--predict on|off]
+//                  [--momentum plain|step]]
 //   ckptfs decode BLOB OUT [--base BASE_BLOB ...]
 //   ckptfs inspect-blob BLOB [--json] [--chunks] [--base BASE_BLOB ...]
 // (`ckptfs inspect` also accepts a bare blob and forwards it here.)
@@ -67,6 +68,7 @@ struct BlobArgs {
   double opt_budget = -1.0;  // < 0: the mount's default (policy::DefaultOptimizerBudget)
   std::string schedule = "dsq";  // the mount's default
   std::string predict = "on";    // the mount's default
+  std::string momentum = "plain";  // the mount's default
 };
 
 Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, FileListResolver* resolver) {
@@ -103,6 +105,7 @@ int RunEncode(const BlobArgs& a) {
   if (!schedule.ok()) return ReportStatus(schedule.status(), "encode: --schedule");
   options.budget_schedule = *schedule;
   options.step_prediction = a.predict == "on";
+  options.momentum_step_space = a.momentum == "step";
   if (a.budget > 0 || a.opt_budget > 0) {
     // The mount's default policy (docs/policy.md) with these budgets.
     auto policy = std::make_shared<policy::Policy>(
@@ -176,6 +179,10 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
                   "lossy: code weights against a prediction from their optimizer state when smaller, on or off "
                   "(default on)")
       ->check(CLI::IsMember({"on", "off"}));
+  enc->add_option("--momentum", args->momentum,
+                  "lossy: Adam's exp_avg coded as it is (plain) or in step space, its budget measured on "
+                  "m / (sqrt(v) + eps) (step) (default plain)")
+      ->check(CLI::IsMember({"plain", "step"}));
   enc->callback([args, exit_code] { *exit_code = RunEncode(*args); });
 
   CLI::App* dec = app.add_subcommand("decode", "Decode a blob back into the file");

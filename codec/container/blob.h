@@ -82,6 +82,10 @@ struct EncodeOptions {
   // frame against a prediction from that state when it is smaller
   // (codec/tensor/lossy/step_predictor.h, FORMAT.md "Step prediction").
   bool step_prediction = true;
+  // Adam's first moment (f32 exp_avg with its exp_avg_sq) is coded in step
+  // space: its budget applies to m / (sqrt(v) + eps) instead of m
+  // (step_space.h, FORMAT.md "Step space").
+  bool momentum_step_space = false;
 };
 
 // The previous version of the file, for delta frames. Tensors are matched by

@@ -99,10 +99,14 @@ struct BlobIndex {
   // Filled by DecodeFrom: [k] = the chunks among the first k whose step
   // prediction reads this file (FORMAT.md "Step prediction").
   std::vector<uint32_t> step_predicted_before;
+  // The same for the chunks coded in step space (FORMAT.md "Step space").
+  std::vector<uint32_t> step_space_before;
 
   // Whether [offset, offset + length) covers a chunk with a step term.
   // REQUIRES: a decoded index, the range inside the logical size, length > 0.
   bool CoversStepPredicted(uint64_t offset, uint64_t length) const;
+  // Whether it covers a chunk coded in step space. Same requirements.
+  bool CoversStepSpace(uint64_t offset, uint64_t length) const;
 
   // Serializes the index (the bytes the footer's checksum covers).
   void EncodeTo(ByteWriter& w) const;

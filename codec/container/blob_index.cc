@@ -79,7 +79,9 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
 Status ValidateStepPredictions(BlobIndex& index) {
   const size_t count = index.chunks.size();
   std::vector<std::optional<StepPrediction>> steps(count);
+  std::vector<std::optional<StepSpace>> spaces(count);
   index.step_predicted_before.assign(count + 1, 0);
+  index.step_space_before.assign(count + 1, 0);
   for (size_t c = 0; c < count; ++c) {
     bool step = false;
     if (index.chunks[c].codec == ChunkCodec::kLossy) {
@@ -87,10 +89,31 @@ Status ValidateStepPredictions(BlobIndex& index) {
       // Only a step term reads this file; a scaled base does not.
       step = params.ok() && params->prediction && params->prediction->has_step;
       if (step) steps[c] = params->prediction;
+      if (params.ok()) spaces[c] = params->step_space;
     }
     index.step_predicted_before[c + 1] = index.step_predicted_before[c] + (step ? 1 : 0);
+    index.step_space_before[c + 1] = index.step_space_before[c] + (spaces[c] ? 1 : 0);
   }
   const uint64_t size = index.header.logical_size;
+  // A step-space chunk reads its second moment from this file: f32 like the
+  // chunk, and a range of plain chunks (neither step-predicted nor in step
+  // space), so that decoding it never comes back to itself.
+  for (size_t c = 0; c < count; ++c) {
+    if (!spaces[c]) continue;
+    const ChunkInfo& chunk = index.chunks[c];
+    auto fail = [&](std::string why) {
+      return Status::Corruption(
+          fmt::format("blob index: chunk {} at logical offset {}: step space {}", c, chunk.logical_offset, why));
+    };
+    if (chunk.segment < 0 || index.segments[chunk.segment].tensor < 0 ||
+        index.tensors[index.segments[chunk.segment].tensor].dtype != DType::kF32)
+      return fail("in a chunk that is not of an f32 tensor");
+    const uint64_t offset = spaces[c]->v_offset, length = chunk.logical_length;
+    if (offset > size || length > size - offset || length == 0)
+      return fail(fmt::format("range [{}, +{}) past the logical size {}", offset, length, size));
+    if (index.CoversStepPredicted(offset, length) || index.CoversStepSpace(offset, length))
+      return fail(fmt::format("range [{}, +{}) covers a step-predicted or step-space chunk", offset, length));
+  }
   for (size_t c = 0; c < count; ++c) {
     if (!steps[c]) continue;
     const ChunkInfo& chunk = index.chunks[c];
@@ -119,6 +142,12 @@ bool BlobIndex::CoversStepPredicted(uint64_t offset, uint64_t length) const {
   const uint32_t first = ChunkIndexAt(chunks, offset);
   const uint32_t last = ChunkIndexAt(chunks, offset + length - 1);
   return step_predicted_before[last + 1] > step_predicted_before[first];
+}
+
+bool BlobIndex::CoversStepSpace(uint64_t offset, uint64_t length) const {
+  const uint32_t first = ChunkIndexAt(chunks, offset);
+  const uint32_t last = ChunkIndexAt(chunks, offset + length - 1);
+  return step_space_before[last + 1] > step_space_before[first];
 }
 
 Result<BlobIndex> BlobIndex::DecodeFrom(ByteSpan bytes, uint64_t payload_end, const DecodeLimits& limits) {

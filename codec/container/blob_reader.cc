@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "codec/container/blob_format.h"
+#include "codec/container/step_space.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/chunk_codec.h"
 #include "codec/tensor/scratch_pool.h"
@@ -298,15 +299,37 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   if (chunk.segment >= 0 && index_.segments[chunk.segment].tensor >= 0)
     ctx.dtype = index_.tensors[index_.segments[chunk.segment].tensor].dtype;
   // Open validated the params of every lossy chunk; a delta one reads its base.
-  const bool lossy_delta = chunk.codec == ChunkCodec::kLossy && !index_.params[c].empty() &&
-                           (static_cast<uint8_t>(index_.params[c][1]) & LossyChunkParams::kFlagDelta) != 0;
+  const uint8_t lossy_flags = chunk.codec == ChunkCodec::kLossy && !index_.params[c].empty()
+                                  ? static_cast<uint8_t>(index_.params[c][1])
+                                  : 0;
+  const bool lossy_delta = (lossy_flags & LossyChunkParams::kFlagDelta) != 0;
+  // A chunk in step space: the scales s = sqrt(v) + eps from this file's
+  // second moment (a range of plain chunks, checked at Open), in
+  // step_inputs[1]; its base and output are m / s.
+  const std::byte* scales = nullptr;
+  if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
+    ASSIGN_OR_RETURN(LossyChunkParams params, LossyChunkParams::DecodeFrom(index_.params[c]));
+    MutableByteSpan v(scratch.step_inputs[1].Reserve(out.size()), out.size());
+    Status s = ReadAtDepth(params.step_space->v_offset, v, depth);
+    if (!s.ok())
+      return s.WithContext(fmt::format("blob: chunk {} at logical offset {}: step-space second moment", c,
+                                       chunk.logical_offset));
+    if (!StepScales(v, params.step_space->eps, v.data()))
+      return ChunkError(StatusCode::kCorruption, c, "step-space second moment negative or not finite");
+    scales = v.data();
+  }
   if (chunk.codec == ChunkCodec::kBytePlaneXorZstd || lossy_delta) {
     // The base bytes get their own buffer: the base read below leases its
     // own scratch, never this one.
     std::byte* base = scratch.base.Reserve(out.size());
     RETURN_IF_ERROR(ReadBase(c, MutableByteSpan(base, out.size()), depth));
     ctx.base = ByteSpan(base, out.size());
-    if (lossy_delta && (static_cast<uint8_t>(index_.params[c][1]) & LossyChunkParams::kFlagPredicted) != 0) {
+    if (scales != nullptr) {
+      std::byte* base_x = scratch.step_inputs[0].Reserve(out.size());
+      DivideByScales(ctx.base, scales, base_x);
+      ctx.base = ByteSpan(base_x, out.size());
+    }
+    if (lossy_delta && (lossy_flags & LossyChunkParams::kFlagPredicted) != 0) {
       // A step-predicted chunk is a delta frame against its prediction.
       ASSIGN_OR_RETURN(LossyChunkParams params, LossyChunkParams::DecodeFrom(index_.params[c]));
       MutableByteSpan prediction(scratch.prediction.Reserve(out.size()), out.size());
@@ -322,6 +345,10 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   if (!decoded.ok()) {
     if (decoded.code() != StatusCode::kCorruption) return decoded;
     return ChunkError(StatusCode::kCorruption, c, decoded.message());
+  }
+  if (scales != nullptr) {
+    FromStepSpace(out, scales);
+    decoded_checksum.reset();  // it hashed m / s
   }
   // A raw chunk decodes to its stored bytes, hashed above: each byte is
   // hashed once.

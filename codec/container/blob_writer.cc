@@ -14,6 +14,7 @@
 #include "codec/common/hash.h"
 #include "codec/container/blob_format.h"
 #include "codec/container/step_sources.h"
+#include "codec/container/step_space.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/chunk_encoder.h"
 #include "codec/tensor/lossy_chunk_codec.h"
@@ -81,6 +82,31 @@ std::vector<std::optional<uint64_t>> MatchBaseTensors(const Layout& layout, cons
 
 // Reads the base's reconstructed bytes for `plan` into scratch.base; empty
 // when there is no base range or it cannot be read.
+// For each chunk, the logical offset of its second moment's range when it
+// is coded in step space (step_space.h): a lossy f32 first moment of Adam
+// under an L2 budget whose state has an f32 second moment, and at least
+// kMinStepSpaceElements long. nullopt: coded as it is.
+std::vector<std::optional<uint64_t>> StepSpaceSources(const Layout& layout, const StepStates& states,
+                                                      const std::vector<PlannedChunk>& plan) {
+  std::vector<int32_t> second_moment(layout.tensors.size(), -1);
+  for (const StepStateTensors& s : states.states)
+    if (s.m >= 0 && s.v >= 0) second_moment[s.m] = s.v;
+  std::vector<std::optional<uint64_t>> out(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlannedChunk& c = plan[i];
+    if (c.tensor < 0 || !c.lossy() || !(c.budget.rel_l2 > 0) || c.dtype != DType::kF32 ||
+        c.length / 4 < kMinStepSpaceElements)
+      continue;
+    const int32_t v = second_moment[c.tensor];
+    if (v < 0 || layout.tensors[v].dtype != DType::kF32) continue;
+    const std::optional<uint64_t>& m_at = states.tensor_offset[c.tensor];
+    const std::optional<uint64_t>& v_at = states.tensor_offset[v];
+    if (!m_at || !v_at || c.offset < *m_at || states.tensor_elements[v] != states.tensor_elements[c.tensor]) continue;
+    out[i] = *v_at + (c.offset - *m_at);
+  }
+  return out;
+}
+
 ByteSpan ReadBaseBytes(const PlannedChunk& plan, const BaseRef* base, CodecScratch& scratch) {
   if (!plan.base_offset) return {};
   // A base that cannot be read (damaged, or its own base is gone) must not
@@ -172,10 +198,18 @@ constexpr size_t kKeptReconBytes = size_t{64} << 20;
 // the original bytes are copied into `recon`.
 // `base_bytes` is the base's reconstruction of the chunk (empty: none).
 // With `prediction` the stream is a delta frame against the prediction
-// instead (the lossless candidates still XOR against the base).
+// instead (the lossless candidates still XOR against the base). With
+// `space` the stream codes the chunk in step space (step_space.h): its
+// values, base and prediction are m / s, and the reconstruction x_hat * s.
+struct StepSpaceInput {
+  ByteSpan x;              // m / s
+  ByteSpan base_x;         // the base's reconstruction / s (empty: none)
+  const std::byte* scales; // s, f32
+  StepSpace params;
+};
 Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes, const SourceMatch& source,
                    const ChunkPrediction* prediction, const EncodeOptions& options, lossy::LossyKernels* kernels,
-                   CodecScratch& scratch, std::byte* recon, LossyResult* result) {
+                   CodecScratch& scratch, std::byte* recon, LossyResult* result, const StepSpaceInput* space = nullptr) {
   ByteSpan data = file.subspan(plan.offset, plan.length);
   MutableByteSpan out(recon + plan.offset, plan.length);
   // All zeros is stored as nothing (kZeros) and exactly.
@@ -189,11 +223,12 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   // data in a file is not always aligned to its element size).
   const size_t align = lossy::ElementSize(type);
   auto misaligned = [align](const void* p) { return reinterpret_cast<uintptr_t>(p) % align != 0; };
-  ByteSpan values = data;
-  if (misaligned(data.data())) {
-    std::byte* copy = scratch.planes.Reserve(data.size());
-    std::copy(data.begin(), data.end(), copy);
-    values = ByteSpan(copy, data.size());
+  ByteSpan values = space != nullptr ? space->x : data;
+  const ByteSpan codec_base = space != nullptr ? space->base_x : base_bytes;
+  if (misaligned(values.data())) {
+    std::byte* copy = scratch.planes.Reserve(values.size());
+    std::copy(values.begin(), values.end(), copy);
+    values = ByteSpan(copy, values.size());
   }
   const bool direct_out = !misaligned(out.data());
   lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, direct_out ? out : MutableByteSpan(),
@@ -201,12 +236,13 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   lossy_options.source_unchanged = source.unchanged;
   if (prediction != nullptr) {
     lossy_options.measured_update = prediction->update_rel;
-    lossy_options.alternative_base = base_bytes;
+    lossy_options.alternative_base = codec_base;
   }
   ASSIGN_OR_RETURN(lossy::EncodedChunk encoded,
-                   lossy::EncodeChunk(type, values, prediction != nullptr ? prediction->prediction : base_bytes,
+                   lossy::EncodeChunk(type, values, prediction != nullptr ? prediction->prediction : codec_base,
                                       plan.budget, &scratch.lossy(), lossy_options));
   if (!direct_out) std::copy(encoded.reconstruction.begin(), encoded.reconstruction.end(), out.begin());
+  if (space != nullptr) FromStepSpace(out, space->scales);
   if (encoded.stats.bits == 0 ||
       static_cast<double>(encoded.bytes.size()) > kTryLosslessAbove * static_cast<double>(data.size())) {
     // The lossless candidates only for their size (scratch.decoded is unused
@@ -240,6 +276,7 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   p.source_digest = source.digest;
   // A key frame (chosen when smaller) reads neither base nor prediction.
   if (prediction != nullptr && p.delta() && !encoded.stats.used_alternative_base) p.prediction = prediction->step;
+  if (space != nullptr) p.step_space = space->params;
   result->stored = std::move(encoded.bytes);
   result->used = true;
   return Status::Ok();
@@ -422,16 +459,22 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     std::vector<Status> statuses(plan.size());
     // Weights that an optimizer's state in this file may predict wait for
     // a second pass: their prediction reads that state's reconstruction.
-    const StepStates states = have_base && options.step_prediction ? FindStepStates(layout) : StepStates{};
+    const bool predict = have_base && options.step_prediction;
+    const StepStates states = predict || options.momentum_step_space ? FindStepStates(layout) : StepStates{};
     std::vector<bool> deferred(plan.size());
     for (size_t i = 0; i < plan.size(); ++i)
-      deferred[i] = !states.states.empty() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&
+      deferred[i] = predict && !states.states.empty() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&
                     plan[i].base_offset.has_value() && !states.is_state[plan[i].tensor];
+    // First moments coded in step space wait for their second moment's
+    // reconstruction (a pass between the state and the weights).
+    const std::vector<std::optional<uint64_t>> space_v =
+        options.momentum_step_space ? StepSpaceSources(layout, states, plan) : std::vector<std::optional<uint64_t>>();
+    auto in_step_space = [&](size_t i) { return !space_v.empty() && space_v[i].has_value(); };
     const unsigned lossy_threads = options.lossy_kernels != nullptr ? 1u : threads;
     auto chunk_data = [&](size_t i) { return file.subspan(plan[i].offset, plan[i].length); };
     // A caller's kernel backend is one object: never used by two threads.
     parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
-      if (deferred[i]) return;
+      if (deferred[i] || in_step_space(i)) return;
       if (plan[i].lossy()) {
         ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
         const SourceMatch source = MatchSource(plan[i], base, chunk_data(i), base_bytes);
@@ -447,6 +490,37 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         ByteSpan data = file.subspan(plan[i].offset, plan[i].length);
         std::copy(data.begin(), data.end(), recon.begin() + static_cast<ptrdiff_t>(plan[i].offset));
       }
+    });
+    std::vector<size_t> moments;
+    for (size_t i = 0; i < plan.size(); ++i)
+      if (in_step_space(i)) moments.push_back(i);
+    parallel(moments.size(), lossy_threads, [&](size_t k, CodecScratch& scratch) {
+      const size_t i = moments[k];
+      const ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
+      const SourceMatch source = MatchSource(plan[i], base, chunk_data(i), base_bytes);
+      const uint64_t length = plan[i].length;
+      std::byte* scales = scratch.step_inputs[0].Reserve(length);
+      std::byte* x = scratch.step_inputs[1].Reserve(length);
+      const ByteSpan v = ByteSpan(recon).subspan(*space_v[i], length);
+      if (!StepScales(v, kStepSpaceEps, scales) || !ToStepSpace(chunk_data(i), scales, x)) {
+        // A negative or non-finite v or m: coded as m, as in the first pass.
+        std::optional<ChunkPrediction> scaled;
+        if (!base_bytes.empty() && !source.unchanged)
+          scaled = PredictScaledBase(lossy::ElementType::kF32, chunk_data(i), base_bytes, scratch);
+        statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
+                                  options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
+        return;
+      }
+      StepSpaceInput space{ByteSpan(x, length), {}, scales, StepSpace{*space_v[i], kStepSpaceEps}};
+      std::optional<ChunkPrediction> scaled;
+      if (!base_bytes.empty()) {
+        std::byte* base_x = scratch.step_inputs[2].Reserve(length);
+        DivideByScales(base_bytes, scales, base_x);
+        space.base_x = ByteSpan(base_x, length);
+        if (!source.unchanged) scaled = PredictScaledBase(lossy::ElementType::kF32, space.x, space.base_x, scratch);
+      }
+      statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
+                                options.lossy_kernels, scratch, recon.data(), &lossy_results[i], &space);
     });
     std::vector<size_t> second;
     for (size_t i = 0; i < plan.size(); ++i)

@@ -23,6 +23,7 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
     ASSIGN_OR_RETURN(LossyChunkParams p, LossyChunkParams::DecodeFrom(reader.chunk_params(c)));
     ++r.lossy_chunks;
     if (p.predicted()) ++r.predicted_chunks;
+    if (p.step_space) ++r.step_space_chunks;
     err2[t] += p.err2_sum;
     ref2[t] += p.ref2_sum;
     budget2[t] += p.budget_rel_l2 * p.budget_rel_l2 * p.ref2_sum;

@@ -27,8 +27,9 @@ float ElementAt(DType dtype, const std::byte* p, size_t i) {
 }  // namespace
 
 void LossyChunkParams::EncodeTo(ByteWriter& w) const {
-  w.U8(prediction ? kVersionPredicted : kVersion);
-  w.U8(static_cast<uint8_t>((flags & ~kFlagPredicted) | (prediction ? kFlagPredicted : 0)));
+  w.U8(step_space ? kVersionStepSpace : prediction ? kVersionPredicted : kVersion);
+  w.U8(static_cast<uint8_t>((flags & ~(kFlagPredicted | kFlagStepSpace)) | (prediction ? kFlagPredicted : 0) |
+                            (step_space ? kFlagStepSpace : 0)));
   w.U8(bits);
   w.U8(mode);
   w.U32(std::bit_cast<uint32_t>(update_rel));
@@ -42,24 +43,34 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   // achieved per-element relative error.
   w.U64(std::bit_cast<uint64_t>(mode == 2 ? max_rel : budget_rel_l2));
   w.U64(source_digest);
-  if (!prediction) return;
-  const StepPrediction& s = *prediction;
-  w.U8(static_cast<uint8_t>(s.state_type));
-  w.U8((s.has_v ? 1 : 0) | (s.has_base_step ? 2 : 0) | (s.has_step ? 4 : 0));
-  for (int i = 0; i < 6; ++i) w.U8(0);
-  w.U64(s.m_offset);
-  w.U64(s.has_v ? s.v_offset : 0);
-  w.U64(s.has_base_step ? s.m_base_offset : 0);
-  w.U64(s.has_v && s.has_base_step ? s.v_base_offset : 0);
-  for (double c : {s.predictor.step, s.predictor.base_step, s.predictor.eps, s.predictor.scale})
-    w.U64(std::bit_cast<uint64_t>(c));
+  if (!prediction && !step_space) return;
+  if (prediction) {
+    const StepPrediction& s = *prediction;
+    w.U8(static_cast<uint8_t>(s.state_type));
+    w.U8((s.has_v ? 1 : 0) | (s.has_base_step ? 2 : 0) | (s.has_step ? 4 : 0));
+    for (int i = 0; i < 6; ++i) w.U8(0);
+    w.U64(s.m_offset);
+    w.U64(s.has_v ? s.v_offset : 0);
+    w.U64(s.has_base_step ? s.m_base_offset : 0);
+    w.U64(s.has_v && s.has_base_step ? s.v_base_offset : 0);
+    for (double c : {s.predictor.step, s.predictor.base_step, s.predictor.eps, s.predictor.scale})
+      w.U64(std::bit_cast<uint64_t>(c));
+  } else {
+    for (size_t i = kEncodedSize; i < kEncodedSizeV4; ++i) w.U8(0);
+  }
+  if (!step_space) return;
+  w.U64(step_space->v_offset);
+  w.U32(std::bit_cast<uint32_t>(step_space->eps));
+  w.U32(0);
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
-  if (bytes.size() != kEncodedSizeV4 && bytes.size() != kEncodedSize && bytes.size() != kEncodedSizeV2)
-    return Status::Corruption(fmt::format("lossy params: {} bytes, want {}, {} or {}", bytes.size(), kEncodedSizeV4,
-                                          kEncodedSize, kEncodedSizeV2));
-  const bool has_prediction = bytes.size() == kEncodedSizeV4;
+  if (bytes.size() != kEncodedSizeV5 && bytes.size() != kEncodedSizeV4 && bytes.size() != kEncodedSize &&
+      bytes.size() != kEncodedSizeV2)
+    return Status::Corruption(fmt::format("lossy params: {} bytes, want {}, {}, {} or {}", bytes.size(),
+                                          kEncodedSizeV5, kEncodedSizeV4, kEncodedSize, kEncodedSizeV2));
+  const bool has_step_space = bytes.size() == kEncodedSizeV5;
+  const bool has_prediction_area = bytes.size() >= kEncodedSizeV4;
   const bool has_digest = bytes.size() >= kEncodedSize;
   ByteReader r(bytes, "lossy params");
   LossyChunkParams p;
@@ -78,7 +89,7 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
   if (has_digest) p.source_digest = r.U64();
   uint8_t state_type = 0, inputs = 0, reserved_tail = 0;
   StepPrediction step;
-  if (has_prediction) {
+  if (has_prediction_area) {
     state_type = r.U8();
     inputs = r.U8();
     for (int i = 0; i < 6; ++i) reserved_tail |= r.U8();
@@ -91,23 +102,47 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
     step.predictor.eps = LoadF64(r);
     step.predictor.scale = LoadF64(r);
   }
+  StepSpace space;
+  uint32_t reserved_space = 0;
+  if (has_step_space) {
+    space.v_offset = r.U64();
+    space.eps = std::bit_cast<float>(r.U32());
+    reserved_space = r.U32();
+  }
   RETURN_IF_ERROR(r.status());
+  // Version 5's prediction area is version 4's, all zero when the chunk is
+  // not predicted.
+  const bool has_prediction = has_step_space ? (p.flags & kFlagPredicted) != 0 : has_prediction_area;
+  if (has_step_space && !has_prediction &&
+      std::any_of(bytes.begin() + kEncodedSize, bytes.begin() + kEncodedSizeV4, [](std::byte b) { return b != std::byte{0}; }))
+    return Status::Corruption("lossy params: version 5 without a prediction has a non-zero prediction area");
   // The size tells the version: 64 bytes are versions 1 and 2, 72 bytes 3,
-  // 144 bytes 4.
-  const bool version_ok = has_prediction ? version == kVersionPredicted
-                          : has_digest   ? version == kVersion
-                                         : (version == 1 || version == 2);
+  // 144 bytes 4, 160 bytes 5.
+  const bool version_ok = has_step_space       ? version == kVersionStepSpace
+                          : has_prediction_area ? version == kVersionPredicted
+                          : has_digest          ? version == kVersion
+                                                : (version == 1 || version == 2);
   if (!version_ok)
-    return Status::Corruption(fmt::format("lossy params: version {} in {} bytes, want 4 in {}, 3 in {} or 1-2 in {}",
-                                          version, bytes.size(), kEncodedSizeV4, kEncodedSize, kEncodedSizeV2));
+    return Status::Corruption(fmt::format(
+        "lossy params: version {} in {} bytes, want 5 in {}, 4 in {}, 3 in {} or 1-2 in {}", version, bytes.size(),
+        kEncodedSizeV5, kEncodedSizeV4, kEncodedSize, kEncodedSizeV2));
   // Version 1 reserved the fields that version 2 fills.
-  const uint8_t known_flags = has_prediction ? (kFlagDelta | kFlagPredicted) : kFlagDelta;
+  const uint8_t known_flags = has_step_space        ? (kFlagDelta | kFlagPredicted | kFlagStepSpace)
+                              : has_prediction_area ? (kFlagDelta | kFlagPredicted)
+                                                    : kFlagDelta;
   if ((p.flags & ~known_flags) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)) ||
-      reserved_tail != 0 || (inputs & ~7u) != 0)
+      reserved_tail != 0 || (inputs & ~7u) != 0 || reserved_space != 0)
     return Status::Corruption("lossy params: reserved bits set");
+  if (has_step_space) {
+    if ((p.flags & kFlagStepSpace) == 0)
+      return Status::Corruption("lossy params: version 5 without the step-space flag");
+    if (!std::isfinite(space.eps) || !(space.eps > 0))
+      return Status::Corruption(fmt::format("lossy params: step-space eps {}, want finite and > 0", space.eps));
+    p.step_space = space;
+  }
   if (has_prediction) {
     // A prediction replaces the base of a delta frame: both flags, always.
-    if (p.flags != (kFlagDelta | kFlagPredicted))
+    if ((p.flags & (kFlagDelta | kFlagPredicted)) != (kFlagDelta | kFlagPredicted))
       return Status::Corruption(fmt::format("lossy params: version 4 with flags {}, want delta and predicted", p.flags));
     if (state_type < 1 || state_type > 3)
       return Status::Corruption(fmt::format("lossy params: step state type {}, want 1..3", state_type));
@@ -128,6 +163,10 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
     if (!step.has_base_step && c.base_step != 0)
       return Status::Corruption("lossy params: base step coefficient without base step inputs");
     p.prediction = step;
+    // A step-space chunk is a first moment: at most a scaled base, never a
+    // step term (which would read this file's first moments in turn).
+    if (p.step_space && step.has_step)
+      return Status::Corruption("lossy params: a step-space chunk with a step term");
   }
   p.mode = version == 1 ? (p.bits == 0 ? 0 : 1) : reserved8;
   p.update_rel = std::bit_cast<float>(update_bits);

@@ -29,9 +29,20 @@ struct StepPrediction {
   uint64_t m_base_offset = 0, v_base_offset = 0;
 };
 
+// A first-moment chunk coded in step space (FORMAT.md "Step space"): the
+// stream holds x = m / s with s = sqrt(v) + eps, v this blob's reconstructed
+// second moment at v_offset (as many f32 elements as the chunk's), and m is
+// x_hat * s. An error budget on x is one on Adam's step m / (sqrt(v) + eps)
+// instead of on m: an element with a small second moment moves its weight as
+// far as one with a large one. f32 m and v only.
+struct StepSpace {
+  uint64_t v_offset = 0;
+  float eps = 0;
+};
+
 // The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), little-endian:
-// 144 bytes (version 4, predicted chunks), 72 (version 3) or 64
-// (versions 1 and 2).
+// 160 bytes (version 5, step-space chunks), 144 (version 4, predicted
+// chunks), 72 (version 3) or 64 (versions 1 and 2).
 struct LossyChunkParams {
   // Version 4 appends the step prediction (144 bytes) and is written only
   // for predicted chunks; the others are written as version 3, which
@@ -39,13 +50,19 @@ struct LossyChunkParams {
   // still decode, without a digest. Version 2 added the stream mode, the
   // measured update (budget schedule) and the bound the chunk was encoded
   // to; version 1 holds zeros there (mode from bits, nothing recorded).
+  // Version 5 appends the step space (160 bytes), written only for
+  // step-space chunks; its bytes 72-143 are version 4's prediction, all zero
+  // when the chunk is not predicted.
+  static constexpr size_t kEncodedSizeV5 = 160;
   static constexpr size_t kEncodedSizeV4 = 144;
   static constexpr size_t kEncodedSize = 72;
   static constexpr size_t kEncodedSizeV2 = 64;
   static constexpr uint8_t kVersion = 3;
   static constexpr uint8_t kVersionPredicted = 4;
+  static constexpr uint8_t kVersionStepSpace = 5;
   static constexpr uint8_t kFlagDelta = 1;      // the stream reads the base at base_offset
   static constexpr uint8_t kFlagPredicted = 2;  // ... plus the step prediction (version 4)
+  static constexpr uint8_t kFlagStepSpace = 4;  // the stream holds m / s (version 5)
 
   uint8_t flags = 0;
   uint8_t bits = 0;           // symbol width, 0 = lossless mode
@@ -67,12 +84,14 @@ struct LossyChunkParams {
   // Set exactly when flags has kFlagPredicted (which requires kFlagDelta):
   // the stream is a delta frame against the prediction, not the base bytes.
   std::optional<StepPrediction> prediction;
+  // Set exactly when flags has kFlagStepSpace.
+  std::optional<StepSpace> step_space;
 
   bool delta() const { return (flags & kFlagDelta) != 0; }
   bool predicted() const { return (flags & kFlagPredicted) != 0; }
   void EncodeTo(ByteWriter& w) const;
   // Rejects a wrong size or version, reserved bits, negative or non-finite sums.
-  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes) and 4 (144 bytes).
+  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes), 4 (144 bytes) and 5 (160 bytes).
   static Result<LossyChunkParams> DecodeFrom(ByteSpan bytes);
 };
 

@@ -1,0 +1,47 @@
+#include "codec/container/step_space.h"
+
+#include <bit>
+#include <cmath>
+
+namespace ckptfs {
+namespace {
+
+float Load(const std::byte* p, size_t i) { return std::bit_cast<float>(LoadLE32(p + 4 * i)); }
+void Store(std::byte* p, size_t i, float f) { StoreLE32(p + 4 * i, std::bit_cast<uint32_t>(f)); }
+
+}  // namespace
+
+bool StepScales(ByteSpan v, float eps, std::byte* s) {
+  const size_t n = v.size() / 4;
+  bool ok = true;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = Load(v.data(), i);
+    const float scale = std::sqrt(x) + eps;  // NaN for x < 0 or NaN
+    ok &= std::isfinite(scale) && scale > 0;
+    Store(s, i, scale);
+  }
+  return ok;
+}
+
+bool ToStepSpace(ByteSpan m, const std::byte* s, std::byte* x) {
+  const size_t n = m.size() / 4;
+  bool ok = true;
+  for (size_t i = 0; i < n; ++i) {
+    const float q = Load(m.data(), i) / Load(s, i);
+    ok &= std::isfinite(q);
+    Store(x, i, q);
+  }
+  return ok;
+}
+
+void DivideByScales(ByteSpan m, const std::byte* s, std::byte* x) {
+  const size_t n = m.size() / 4;
+  for (size_t i = 0; i < n; ++i) Store(x, i, Load(m.data(), i) / Load(s, i));
+}
+
+void FromStepSpace(MutableByteSpan x, const std::byte* s) {
+  const size_t n = x.size() / 4;
+  for (size_t i = 0; i < n; ++i) Store(x.data(), i, Load(x.data(), i) * Load(s, i));
+}
+
+}  // namespace ckptfs

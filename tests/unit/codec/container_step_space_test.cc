@@ -1,0 +1,307 @@
+// Step space (codec/container/step_space.h, FORMAT.md "Step space"): Adam's
+// first moment coded as m / (sqrt(v) + eps) against the same version's
+// reconstructed second moment. The parameters area (version 5), whole chains
+// of an Adam run (decoded bit for bit with and without a chunk cache, the
+// step-space error within budget), the fallback for non-finite values, and
+// hostile indexes rejected at Open.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "adam_run_test_util.h"
+#include "blob_test_util.h"
+#include "codec/container/lossy_report.h"
+#include "codec/container/step_space.h"
+#include "codec/policy/policy.h"
+#include "codec/tensor/lossy_chunk_codec.h"
+
+namespace ckptfs {
+namespace {
+
+using namespace testing;  // NOLINT(google-build-using-namespace)
+
+float F32(ByteSpan bytes, size_t i) {
+  float f;
+  std::memcpy(&f, bytes.data() + 4 * i, 4);
+  return f;
+}
+
+std::vector<std::byte> EncodeParams(const LossyChunkParams& p) {
+  std::vector<std::byte> bytes;
+  ByteWriter w(&bytes);
+  p.EncodeTo(w);
+  return bytes;
+}
+
+LossyChunkParams StepSpaceParams() {
+  LossyChunkParams p;
+  p.flags = LossyChunkParams::kFlagDelta;
+  p.bits = 3;
+  p.mode = 1;
+  p.err2_sum = 1.0;
+  p.ref2_sum = 4.0;
+  p.step_space = StepSpace{4096, kStepSpaceEps};
+  return p;
+}
+
+TEST(StepSpaceParams, VersionFiveRoundTripsAndRejectsWhatItCannotMean) {
+  // Alone, and with a scaled base (the prediction a first moment may have).
+  LossyChunkParams scaled = StepSpaceParams();
+  StepPrediction s;
+  s.predictor.scale = 0.6;
+  s.predictor.eps = 1e-8;
+  scaled.prediction = s;
+  for (const LossyChunkParams& p : {StepSpaceParams(), scaled}) {
+    const std::vector<std::byte> bytes = EncodeParams(p);
+    ASSERT_EQ(bytes.size(), LossyChunkParams::kEncodedSizeV5);
+    EXPECT_EQ(bytes[0], std::byte{5});
+    Result<LossyChunkParams> back = LossyChunkParams::DecodeFrom(bytes);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    ASSERT_TRUE(back->step_space);
+    EXPECT_EQ(back->step_space->v_offset, 4096u);
+    EXPECT_EQ(back->step_space->eps, kStepSpaceEps);
+    EXPECT_EQ(back->prediction.has_value(), p.prediction.has_value());
+    EXPECT_TRUE(EncodeParams(*back) == bytes);
+  }
+  auto rejected = [](std::vector<std::byte> bytes, const char* why) {
+    Result<LossyChunkParams> r = LossyChunkParams::DecodeFrom(bytes);
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << why;
+  };
+  const std::vector<std::byte> good = EncodeParams(StepSpaceParams());
+  std::vector<std::byte> b = good;
+  b[0] = std::byte{4};
+  rejected(b, "version 4 in 160 bytes");
+  b = good;
+  b[1] = std::byte{LossyChunkParams::kFlagDelta};
+  rejected(b, "version 5 without the step-space flag");
+  b = good;
+  b[100] = std::byte{1};
+  rejected(b, "a prediction area that is not zero without a prediction");
+  b = good;
+  b[157] = std::byte{1};
+  rejected(b, "reserved bytes");
+  for (float eps : {0.0f, -1e-8f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    b = good;
+    StoreLE32(b.data() + 152, std::bit_cast<uint32_t>(eps));
+    rejected(b, "eps not finite and > 0");
+  }
+  LossyChunkParams stepped = scaled;
+  stepped.prediction->has_step = true;
+  stepped.prediction->m_offset = 8;
+  rejected(EncodeParams(stepped), "a step term in a step-space chunk");
+  // The step-space flag in a shorter version.
+  b = EncodeParams(scaled);
+  b.resize(LossyChunkParams::kEncodedSizeV4);
+  b[0] = std::byte{4};
+  rejected(b, "the step-space flag in version 4");
+}
+
+struct SpaceChain {
+  std::vector<ObjectId> ids;
+  std::vector<std::vector<std::byte>> blobs;
+  uint32_t space_chunks = 0;  // exp_avg chunks in step space, over the chain
+};
+
+// Encodes `versions` checkpoints of the run as a chain with the first
+// moments in step space; checks that each decodes (whole-file checksum) and
+// measures every large exp_avg's error on the step, with the scales of the
+// reconstructed second moment. Returns the worst such error of the last
+// version.
+double EncodeSpaceChain(bool space, int versions, MapResolver* resolver, SpaceChain* chain) {
+  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
+  EncodeOptions options = DefaultLossy(policy, true);
+  options.momentum_step_space = space;
+  AdamRun run;
+  std::shared_ptr<const BlobReader> previous;
+  double worst = 0;
+  for (int version = 0; version < versions; ++version) {
+    if (version > 0) run.Steps(5);
+    FileBuilder f = run.File();
+    BaseRef base{chain->ids.empty() ? ObjectId{} : chain->ids.back(), previous};
+    std::vector<std::byte> blob = Encode(f.bytes, f.layout, options, previous ? &base : nullptr);
+    chain->blobs.push_back(blob);
+    const ObjectId id = resolver->Add(blob);
+    chain->ids.push_back(id);
+    Result<std::shared_ptr<const BlobReader>> reader = resolver->OpenBlob(id);
+    EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+    if (!reader.ok()) return INFINITY;
+    previous = *reader;
+    Result<std::vector<std::byte>> got = DecodeAll(**reader);
+    EXPECT_TRUE(got.ok()) << "version " << version << ": " << got.status().ToString();
+    if (!got.ok()) return INFINITY;
+    for (uint32_t c = 0; c < (*reader)->chunks().size(); ++c) {
+      if ((*reader)->chunks()[c].codec != ChunkCodec::kLossy) continue;
+      Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom((*reader)->chunk_params(c));
+      EXPECT_TRUE(p.ok());
+      if (p.ok() && p->step_space) ++chain->space_chunks;
+    }
+    // Each exp_avg segment is followed by its exp_avg_sq (AdamRun::File).
+    worst = 0;
+    for (size_t t = 0; t < f.layout.tensors.size(); ++t) {
+      if (!f.layout.tensors[t].name.ends_with(".exp_avg")) continue;
+      const Segment& m = f.layout.segments[t + 1];
+      const Segment& v = f.layout.segments[t + 2];
+      if (m.length / 4 < kMinStepSpaceElements) continue;
+      double err2 = 0, ref2 = 0;
+      for (size_t i = 0; i < m.length / 4; ++i) {
+        const double s = std::sqrt(F32(ByteSpan(*got).subspan(v.offset), i)) + kStepSpaceEps;
+        const double x = F32(ByteSpan(f.bytes).subspan(m.offset), i) / s;
+        const double d = F32(ByteSpan(*got).subspan(m.offset), i) / s - x;
+        err2 += d * d;
+        ref2 += x * x;
+      }
+      worst = std::max(worst, std::sqrt(err2 / ref2));
+    }
+  }
+  return worst;
+}
+
+TEST(StepSpace, FirstMomentsKeepTheirBudgetOnTheStep) {
+  MapResolver resolver, plain_resolver;
+  SpaceChain chain, plain;
+  const double space_error = EncodeSpaceChain(true, 4, &resolver, &chain);
+  const double plain_error = EncodeSpaceChain(false, 4, &plain_resolver, &plain);
+  // Every exp_avg chunk of the large tensors, every version.
+  EXPECT_EQ(chain.space_chunks, 4u * 2u * (AdamRun::kN * 4 / (32 << 10) + 1)) << chain.space_chunks;
+  EXPECT_EQ(plain.space_chunks, 0u);
+  // The default optimizer budget (0.2), measured on m / (sqrt(v) + eps),
+  // with a margin for the rounding of m = x_hat * s.
+  EXPECT_LE(space_error, 0.2 * 1.001);
+  // An L2 budget on m itself leaves the steps of small-v elements far
+  // worse off (the run's gradient scales span several octaves).
+  EXPECT_GT(plain_error, 0.2) << "plain " << plain_error << " step space " << space_error;
+}
+
+TEST(StepSpace, ACachedReaderDecodesTheSameBytes) {
+  MapResolver resolver;
+  SpaceChain chain;
+  EncodeSpaceChain(true, 3, &resolver, &chain);
+  auto plain = resolver.OpenBlob(chain.ids.back());
+  ASSERT_TRUE(plain.ok());
+  Result<std::vector<std::byte>> want = DecodeAll(**plain);
+  ASSERT_TRUE(want.ok());
+  ChunkCache cache(64 << 20);
+  Result<std::shared_ptr<const BlobReader>> cached =
+      testing::OpenBytes(chain.blobs.back(), chain.ids.back(), &resolver, &cache);
+  ASSERT_TRUE(cached.ok()) << cached.status().ToString();
+  std::vector<std::byte> got;
+  for (uint64_t at = 0; at < (*cached)->logical_size(); at += 10000) {
+    std::vector<BlobReader::Piece> pieces;
+    ASSERT_TRUE((*cached)->ReadPieces(at, std::min<uint64_t>(10000, (*cached)->logical_size() - at), &pieces).ok());
+    for (const BlobReader::Piece& p : pieces) got.insert(got.end(), p.data.begin(), p.data.end());
+  }
+  EXPECT_TRUE(got == *want);
+  for (uint32_t c = 0; c < (*cached)->chunks().size(); ++c) EXPECT_TRUE((*cached)->VerifyChunk(c).ok()) << c;
+}
+
+TEST(StepSpace, NonFiniteMomentsStayAsTheyAreBitForBit) {
+  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
+  EncodeOptions options = DefaultLossy(policy, true);
+  options.momentum_step_space = true;
+  AdamRun run;
+  FileBuilder f = run.File();
+  // A NaN with a payload in b's first moment (state 0), a negative second
+  // moment in a's (state 1): neither chunk can be coded in step space.
+  const Segment& m0 = f.layout.segments[4];
+  const Segment& v1 = f.layout.segments[7];
+  StoreLE32(f.bytes.data() + m0.offset + 4 * 10, 0x7fc01234u);
+  StoreLE32(f.bytes.data() + v1.offset + 4 * 20, std::bit_cast<uint32_t>(-1.0f));
+  MapResolver resolver;
+  const std::vector<std::byte> blob = Encode(f.bytes, f.layout, options);
+  auto reader = resolver.OpenBlob(resolver.Add(blob));
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  Result<std::vector<std::byte>> got = DecodeAll(**reader);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(LoadLE32(got->data() + m0.offset + 4 * 10), 0x7fc01234u);
+  uint32_t space = 0;
+  for (uint32_t c = 0; c < (*reader)->chunks().size(); ++c) {
+    const ChunkInfo& chunk = (*reader)->chunks()[c];
+    if (chunk.codec != ChunkCodec::kLossy) continue;
+    Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom((*reader)->chunk_params(c));
+    ASSERT_TRUE(p.ok());
+    if (!p->step_space) continue;
+    ++space;
+    const std::string& name = (*reader)->tensors()[(*reader)->segments()[chunk.segment].tensor].name;
+    // Only the chunks without the NaN or the negative v.
+    if (name == "optimizer.state.0.exp_avg") {
+      EXPECT_GT(chunk.logical_offset, m0.offset + 40);
+    }
+    if (name == "optimizer.state.1.exp_avg") {
+      EXPECT_GT(chunk.logical_offset, f.layout.segments[6].offset + 80);
+    }
+  }
+  EXPECT_GT(space, 0u);
+}
+
+// Rewrites the step space of the first step-space chunk of `blob`.
+std::vector<std::byte> EditFirstSpace(const std::vector<std::byte>& blob,
+                                      const std::function<void(StepSpace&, const BlobIndex&, size_t)>& edit) {
+  return RewriteBlob(blob, [&](BlobIndex& index, std::vector<std::vector<std::byte>>&) {
+    for (size_t c = 0; c < index.chunks.size(); ++c) {
+      if (index.chunks[c].codec != ChunkCodec::kLossy) continue;
+      Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom(index.params[c]);
+      if (!p.ok() || !p->step_space) continue;
+      edit(*p->step_space, index, c);
+      index.params[c].clear();
+      ByteWriter w(&index.params[c]);
+      p->EncodeTo(w);
+      return;
+    }
+    ADD_FAILURE() << "no step-space chunk";
+  });
+}
+
+TEST(StepSpace, OpenRejectsSecondMomentRangesThatCannotBeRead) {
+  MapResolver resolver;
+  SpaceChain chain;
+  EncodeSpaceChain(true, 2, &resolver, &chain);
+  auto open = [&](std::vector<std::byte> bytes) { return testing::OpenBytes(std::move(bytes), std::nullopt, &resolver); };
+  ASSERT_TRUE(open(chain.blobs.back()).ok());
+
+  // v read from the chunk itself: a cycle.
+  Result<std::shared_ptr<const BlobReader>> r =
+      open(EditFirstSpace(chain.blobs.back(), [](StepSpace& s, const BlobIndex& index, size_t c) {
+        s.v_offset = index.chunks[c].logical_offset;
+      }));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(r.status().message().find("covers a step-predicted or step-space chunk"), std::string::npos)
+      << r.status().ToString();
+
+  // v read from a step-predicted weight chunk (which reads the first moments).
+  r = open(EditFirstSpace(chain.blobs.back(), [](StepSpace& s, const BlobIndex& index, size_t) {
+    for (size_t c = 0; c < index.chunks.size(); ++c) {
+      Result<LossyChunkParams> q = LossyChunkParams::DecodeFrom(index.params[c]);
+      if (q.ok() && q->prediction && q->prediction->has_step) {
+        s.v_offset = index.chunks[c].logical_offset;
+        return;
+      }
+    }
+    ADD_FAILURE() << "no step-predicted chunk";
+  }));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+
+  // v past the end of the file.
+  r = open(EditFirstSpace(chain.blobs.back(), [](StepSpace& s, const BlobIndex& index, size_t) {
+    s.v_offset = index.header.logical_size - 4;
+  }));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("past the logical size"), std::string::npos) << r.status().ToString();
+
+  // Another (plain) range as v: it opens, and the decoded checksum catches
+  // the other scales; nothing is made up.
+  r = open(EditFirstSpace(chain.blobs.back(), [](StepSpace& s, const BlobIndex&, size_t) { s.v_offset += 4; }));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Result<std::vector<std::byte>> decoded = DecodeAll(**r);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_TRUE(decoded.status().code() == StatusCode::kChecksumMismatch ||
+              decoded.status().code() == StatusCode::kCorruption)
+      << decoded.status().ToString();
+}
+
+}  // namespace
+}  // namespace ckptfs
