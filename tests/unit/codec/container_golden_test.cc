@@ -25,12 +25,14 @@ struct Golden {
   const char* dir;
   uint64_t file_checksum;      // of version 1's reconstructed file, as written
   uint32_t predicted_chunks;   // in version 1
+  uint32_t step_space_chunks = 0;  // in version 1
 };
 
 TEST(GoldenBlobs, EarlierFormatVersionsStillDecode) {
   for (const Golden& g : {Golden{"lossy-params-v3", 0x4573aacc5533c5dbull, 0},
                           Golden{"lossy-params-v4", 0x96f56eb3fda91c66ull, 2},
-                          Golden{"log-zero-carry", 0xffce141ace25c38bull, 1}}) {
+                          Golden{"log-zero-carry", 0xffce141ace25c38bull, 1},
+                          Golden{"lossy-params-v5", 0x0224a245092db4a4ull, 1, 1}}) {
     SCOPED_TRACE(g.dir);
     testing::MapResolver resolver;
     resolver.Add(ReadGolden(g.dir, "version0.blob"));
@@ -45,14 +47,16 @@ TEST(GoldenBlobs, EarlierFormatVersionsStillDecode) {
     ASSERT_TRUE(file.ok()) << file.status().ToString();
     Result<std::vector<TensorLossyReport>> reports = LossyTensorReports(**reader);
     ASSERT_TRUE(reports.ok());
-    uint32_t predicted = 0;
+    uint32_t predicted = 0, step_space = 0;
     for (const TensorLossyReport& r : *reports) {
       predicted += r.predicted_chunks;
+      step_space += r.step_space_chunks;
       if (r.log_chunks == 0) {  // (log mode has a per-element bound instead)
         EXPECT_LE(r.rel_l2, r.budget_rel_l2 * (1 + 1e-9));
       }
     }
     EXPECT_EQ(predicted, g.predicted_chunks);
+    EXPECT_EQ(step_space, g.step_space_chunks);
   }
 }
 
