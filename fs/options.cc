@@ -69,6 +69,8 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
       if (value != "plain" && value != "step")
         return Status::InvalidArgument(fmt::format("-o momentum: want plain|step have '{}'", value));
       o->momentum_step_space = value == "step";
+    } else if (key == "momentum_budget") {
+      RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->momentum_budget));
     }
     else if (key == "budget") {
       RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->budget));
@@ -117,6 +119,7 @@ Result<std::shared_ptr<const policy::Policy>> BuildLossyPolicy(const MountOption
     if (o.budget_set) p.SetDefaultBudget(o.budget);
     if (o.opt_budget >= 0) p.SetOptimizerBudget(o.opt_budget);
   }
+  if (o.momentum_budget >= 0) p.SetMomentumStepBudget(o.momentum_budget);
   return std::make_shared<const policy::Policy>(std::move(p));
 }
 

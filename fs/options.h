@@ -67,7 +67,10 @@ struct MountOptions {
   bool step_prediction = true;
   // momentum=plain|step: Adam's exp_avg coded as it is, or in step space
   // (its budget on m / (sqrt(v) + eps); codec/container/step_space.h).
-  bool momentum_step_space = false;
+  bool momentum_step_space = true;
+  // momentum_budget=REL_L2: that budget on the step; < 0: the policy's
+  // default (policy::kMomentumStepBudgetFactor times the optimizer budget).
+  double momentum_budget = -1.0;
   std::vector<std::string> fuse_options;  // passed to libfuse (-o ...)
   // Built from lossy/budget/opt_budget/policy by BuildLossyPolicy (RunDaemon).
   std::shared_ptr<const policy::Policy> policy;

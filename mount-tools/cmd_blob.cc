@@ -1,7 +1,7 @@
 // encode / decode / inspect: the codec on single files, without a store.
 //   ckptfs encode IN BLOB [--base BASE_BLOB] [--zstd-level N] [--threads N]
 //                 [--budget REL_L2 [--opt-budget REL_L2] [--schedule off|dsq] [--predict on|off]
-//                  [--momentum plain|step]]
+//                  [--momentum plain|step] [--momentum-budget REL_L2]]
 //   ckptfs decode BLOB OUT [--base BASE_BLOB ...]
 //   ckptfs inspect-blob BLOB [--json] [--chunks] [--base BASE_BLOB ...]
 // (`ckptfs inspect` also accepts a bare blob and forwards it here.)
@@ -68,7 +68,8 @@ struct BlobArgs {
   double opt_budget = -1.0;  // < 0: the mount's default (policy::DefaultOptimizerBudget)
   std::string schedule = "dsq";  // the mount's default
   std::string predict = "on";    // the mount's default
-  std::string momentum = "plain";  // the mount's default
+  std::string momentum = "step";   // the mount's default
+  double momentum_budget = -1.0;   // < 0: the mount's default (2.5x the optimizer budget)
 };
 
 Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, FileListResolver* resolver) {
@@ -110,6 +111,7 @@ int RunEncode(const BlobArgs& a) {
     // The mount's default policy (docs/policy.md) with these budgets.
     auto policy = std::make_shared<policy::Policy>(
         policy::Policy::Defaults(a.budget, a.opt_budget >= 0 ? std::optional<double>(a.opt_budget) : std::nullopt));
+    if (a.momentum_budget >= 0) policy->SetMomentumStepBudget(a.momentum_budget);
     options.lossy_budget = [policy](FileFormat format, const TensorInfo& t) {
       return policy->BudgetFor("", format, t);
     };
@@ -181,8 +183,12 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"on", "off"}));
   enc->add_option("--momentum", args->momentum,
                   "lossy: Adam's exp_avg coded as it is (plain) or in step space, its budget measured on "
-                  "m / (sqrt(v) + eps) (step) (default plain)")
+                  "m / (sqrt(v) + eps) (step) (default step)")
       ->check(CLI::IsMember({"plain", "step"}));
+  enc->add_option("--momentum-budget", args->momentum_budget,
+                  "lossy: rel_l2 budget on the step of exp_avg in step space (default 2.5x the optimizer budget, "
+                  "at most 1)")
+      ->check(CLI::Range(0.0, 1.0));
   enc->callback([args, exit_code] { *exit_code = RunEncode(*args); });
 
   CLI::App* dec = app.add_subcommand("decode", "Decode a blob back into the file");

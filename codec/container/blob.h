@@ -85,7 +85,7 @@ struct EncodeOptions {
   // Adam's first moment (f32 exp_avg with its exp_avg_sq) is coded in step
   // space: its budget applies to m / (sqrt(v) + eps) instead of m
   // (step_space.h, FORMAT.md "Step space").
-  bool momentum_step_space = false;
+  bool momentum_step_space = false;  // the mount and `ckptfs encode` turn it on by default
 };
 
 // The previous version of the file, for delta frames. Tensors are matched by

@@ -512,6 +512,9 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         return;
       }
       StepSpaceInput space{ByteSpan(x, length), {}, scales, StepSpace{*space_v[i], kStepSpaceEps}};
+      // Its budget on the step, when the policy gives one.
+      PlannedChunk in_space = plan[i];
+      if (in_space.budget.step_rel_l2 > 0) in_space.budget.rel_l2 = in_space.budget.step_rel_l2;
       std::optional<ChunkPrediction> scaled;
       if (!base_bytes.empty()) {
         std::byte* base_x = scratch.step_inputs[2].Reserve(length);
@@ -519,7 +522,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         space.base_x = ByteSpan(base_x, length);
         if (!source.unchanged) scaled = PredictScaledBase(lossy::ElementType::kF32, space.x, space.base_x, scratch);
       }
-      statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
+      statuses[i] = EncodeLossy(file, in_space, base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i], &space);
     });
     std::vector<size_t> second;

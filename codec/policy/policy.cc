@@ -59,6 +59,8 @@ bool IsOptimizerDenominator(std::string_view name) {
   return false;
 }
 
+bool IsFirstMoment(std::string_view name) { return IsOptimizerState(name) && name.ends_with(".exp_avg"); }
+
 Policy Policy::Lossless() {
   Policy p;
   p.enabled_ = false;
@@ -96,6 +98,9 @@ Result<Policy> Policy::FromToml(std::string_view text, std::string_view source) 
         } else if (k == "optimizer_rel_l2") {
           ASSIGN_OR_RETURN(double budget, ReadBudgetValue(source, v, "optimizer_rel_l2"));
           p.optimizer_rel_l2_ = budget;
+        } else if (k == "momentum_step_rel_l2") {
+          ASSIGN_OR_RETURN(double budget, ReadBudgetValue(source, v, "momentum_step_rel_l2"));
+          p.momentum_step_rel_l2_ = budget;
         } else {
           return Bad(source, v.source(), fmt::format("unknown key '{}' in [defaults]", k.str()));
         }
@@ -162,6 +167,8 @@ lossy::Budget Policy::BudgetFor(std::string_view path, FileFormat format, const 
   // budget, so each element's step size m / sqrt(v) moves by at most about
   // half of it.
   if (IsOptimizerDenominator(t.name)) return lossy::Budget{0, 0, optimizer_rel_l2()};
+  if (IsFirstMoment(t.name) && optimizer_rel_l2() > 0)
+    return lossy::Budget{optimizer_rel_l2(), 0, 0, momentum_step_rel_l2()};
   return lossy::Budget{IsOptimizerState(t.name) ? optimizer_rel_l2() : default_rel_l2_, 0};
 }
 

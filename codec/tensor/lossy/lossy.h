@@ -47,6 +47,10 @@ struct Budget {
   // denominators such as Adam's exp_avg_sq; it is used alone (the other two
   // fields 0). All three 0: lossless.
   double max_rel = 0.0;
+  // The rel_l2 that applies instead when a first moment is coded in step
+  // space, measured on Adam's step m / (sqrt(v) + eps) (the container's
+  // step_space.h); 0 = rel_l2. Chunks coded as they are keep rel_l2.
+  double step_rel_l2 = 0.0;
 
   bool lossy() const { return rel_l2 > 0 || max_abs > 0 || max_rel > 0; }
 };

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "adam_run_test_util.h"
 #include "blob_test_util.h"
@@ -110,8 +111,10 @@ struct SpaceChain {
 // measures every large exp_avg's error on the step, with the scales of the
 // reconstructed second moment. Returns the worst such error of the last
 // version.
-double EncodeSpaceChain(bool space, int versions, MapResolver* resolver, SpaceChain* chain) {
-  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
+double EncodeSpaceChain(bool space, int versions, MapResolver* resolver, SpaceChain* chain,
+                        std::optional<double> step_budget = std::nullopt) {
+  policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
+  if (step_budget) policy.SetMomentumStepBudget(*step_budget);
   EncodeOptions options = DefaultLossy(policy, true);
   options.momentum_step_space = space;
   AdamRun run;
@@ -162,7 +165,8 @@ double EncodeSpaceChain(bool space, int versions, MapResolver* resolver, SpaceCh
 TEST(StepSpace, FirstMomentsKeepTheirBudgetOnTheStep) {
   MapResolver resolver, plain_resolver;
   SpaceChain chain, plain;
-  const double space_error = EncodeSpaceChain(true, 4, &resolver, &chain);
+  // The same number as the budget on m: 0.2.
+  const double space_error = EncodeSpaceChain(true, 4, &resolver, &chain, 0.2);
   const double plain_error = EncodeSpaceChain(false, 4, &plain_resolver, &plain);
   // Every exp_avg chunk of the large tensors, every version.
   EXPECT_EQ(chain.space_chunks, 4u * 2u * (AdamRun::kN * 4 / (32 << 10) + 1)) << chain.space_chunks;
@@ -173,6 +177,11 @@ TEST(StepSpace, FirstMomentsKeepTheirBudgetOnTheStep) {
   // An L2 budget on m itself leaves the steps of small-v elements far
   // worse off (the run's gradient scales span several octaves).
   EXPECT_GT(plain_error, 0.2) << "plain " << plain_error << " step space " << space_error;
+  // The default budget on the step: kMomentumStepBudgetFactor times 0.2.
+  MapResolver default_resolver;
+  SpaceChain defaults;
+  EXPECT_LE(EncodeSpaceChain(true, 2, &default_resolver, &defaults), 0.5 * 1.001);
+  EXPECT_GT(defaults.space_chunks, 0u);
 }
 
 TEST(StepSpace, ACachedReaderDecodesTheSameBytes) {

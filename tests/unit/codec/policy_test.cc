@@ -49,6 +49,41 @@ TEST(Policy, OptimizerStateDefaultsToTheBudgetButAtLeastTheFloor) {
   check(*empty, kDefaultRelL2, kDefaultOptimizerRelL2, "an empty policy file");
 }
 
+// Adam's first moment also carries the budget it gets when the container
+// codes it in step space: kMomentumStepBudgetFactor times the optimizer
+// budget (at most 1), unless set; a rule's budget applies either way.
+TEST(Policy, FirstMomentsGetABudgetOnTheStep) {
+  const TensorInfo m = T("optimizer.state.0.exp_avg"), v = T("optimizer.state.0.exp_avg_sq");
+  const TensorInfo sgd = T("optimizer.state.0.momentum_buffer");
+  Policy p = Policy::Defaults();
+  lossy::Budget b = p.BudgetFor("a.pt", FileFormat::kTorchZip, m);
+  EXPECT_EQ(b.rel_l2, kDefaultOptimizerRelL2);  // coded as it is
+  EXPECT_DOUBLE_EQ(b.step_rel_l2, kMomentumStepBudgetFactor * kDefaultOptimizerRelL2);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).step_rel_l2, 0.0);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, sgd).step_rel_l2, 0.0);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T("model.exp_avg")).step_rel_l2, 0.0);
+  EXPECT_EQ(Policy::Defaults(1e-2, 0.6).BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 1.0);
+  EXPECT_DOUBLE_EQ(Policy::Defaults(1e-2, 0.04).BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 0.1);
+  EXPECT_EQ(Policy::Defaults(0).BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 0.0);
+  p.SetMomentumStepBudget(0.3);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 0.3);
+  Result<Policy> file = Policy::FromToml(R"(
+[defaults]
+momentum_step_rel_l2 = 0.4
+
+[[rule]]
+tensors = "optimizer.state.1.exp_avg"
+mode = "lossy"
+rel_l2 = 0.25
+)");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 0.4);
+  b = file->BudgetFor("a.pt", FileFormat::kTorchZip, T("optimizer.state.1.exp_avg"));
+  EXPECT_EQ(b.rel_l2, 0.25);
+  EXPECT_EQ(b.step_rel_l2, 0.0);  // the rule's 0.25 in either space
+  EXPECT_FALSE(Policy::FromToml("[defaults]\nmomentum_step_rel_l2 = -0.5\n").ok());
+}
+
 TEST(Policy, TomlRulesComeFirstAndDefaultsCanChange) {
   Result<Policy> p = Policy::FromToml(R"(
 [defaults]

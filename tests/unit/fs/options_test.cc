@@ -56,12 +56,13 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   EXPECT_FALSE(o.step_prediction);
   ASSERT_TRUE(ParseMountOptionList("predict=on", &o).ok());
   EXPECT_TRUE(o.step_prediction);
-  EXPECT_FALSE(o.momentum_step_space);  // plain by default
-  ASSERT_TRUE(ParseMountOptionList("momentum=step", &o).ok());
-  EXPECT_TRUE(o.momentum_step_space);
+  EXPECT_TRUE(o.momentum_step_space);  // step space by default
   ASSERT_TRUE(ParseMountOptionList("momentum=plain", &o).ok());
   EXPECT_FALSE(o.momentum_step_space);
+  ASSERT_TRUE(ParseMountOptionList("momentum=step", &o).ok());
+  EXPECT_TRUE(o.momentum_step_space);
   EXPECT_EQ(ParseMountOptionList("momentum=steps", &o).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseMountOptionList("momentum_budget=2", &o).code(), StatusCode::kInvalidArgument);
   Result<std::shared_ptr<const policy::Policy>> p = BuildLossyPolicy(o);
   ASSERT_TRUE(p.ok());
   TensorInfo w{"model.w", DType::kF32, {4}, false};
