@@ -84,8 +84,9 @@ std::vector<std::optional<uint64_t>> MatchBaseTensors(const Layout& layout, cons
 // when there is no base range or it cannot be read.
 // For each chunk, the logical offset of its second moment's range when it
 // is coded in step space (step_space.h): a lossy f32 first moment of Adam
-// under an L2 budget whose state has an f32 second moment, and at least
-// kMinStepSpaceElements long. nullopt: coded as it is.
+// under an L2 budget whose state has an f32 second moment, of a tensor of
+// at least kMinStepSpaceElements (all its chunks, so that its budget is on
+// the step throughout). nullopt: coded as it is.
 std::vector<std::optional<uint64_t>> StepSpaceSources(const Layout& layout, const StepStates& states,
                                                       const std::vector<PlannedChunk>& plan) {
   std::vector<int32_t> second_moment(layout.tensors.size(), -1);
@@ -94,14 +95,14 @@ std::vector<std::optional<uint64_t>> StepSpaceSources(const Layout& layout, cons
   std::vector<std::optional<uint64_t>> out(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedChunk& c = plan[i];
-    if (c.tensor < 0 || !c.lossy() || !(c.budget.rel_l2 > 0) || c.dtype != DType::kF32 ||
-        c.length / 4 < kMinStepSpaceElements)
-      continue;
+    if (c.tensor < 0 || !c.lossy() || !(c.budget.rel_l2 > 0) || c.dtype != DType::kF32) continue;
     const int32_t v = second_moment[c.tensor];
     if (v < 0 || layout.tensors[v].dtype != DType::kF32) continue;
     const std::optional<uint64_t>& m_at = states.tensor_offset[c.tensor];
     const std::optional<uint64_t>& v_at = states.tensor_offset[v];
-    if (!m_at || !v_at || c.offset < *m_at || states.tensor_elements[v] != states.tensor_elements[c.tensor]) continue;
+    if (!m_at || !v_at || c.offset < *m_at || states.tensor_elements[v] != states.tensor_elements[c.tensor] ||
+        states.tensor_elements[c.tensor] < kMinStepSpaceElements)
+      continue;
     out[i] = *v_at + (c.offset - *m_at);
   }
   return out;

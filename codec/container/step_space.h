@@ -20,8 +20,9 @@ namespace ckptfs {
 // Adam's default epsilon: the scales only have to be positive and alike in
 // writer and reader, which the chunk's parameters ensure by recording it.
 inline constexpr float kStepSpaceEps = 1e-8f;
-// Chunks below this many elements stay in m: the parameters (16 bytes more)
-// and the pass over v would outweigh what they save.
+// First moments of tensors below this many elements stay in m: the
+// parameters (88 bytes more than a plain chunk's) would outweigh what they
+// save.
 inline constexpr uint64_t kMinStepSpaceElements = 4096;
 
 // s[i] = sqrtf(v[i]) + eps for the f32 elements of `v` (little-endian);

@@ -25,10 +25,31 @@ def rel_l2(got, want):
 # The mount's default budget of optimizer state when only budget= (below 0.2)
 # is given (docs/policy.md).
 DEFAULT_OPT_BUDGET = 0.2
+# Adam's exp_avg in step space (the default momentum=step): its budget is
+# on m / (sqrt(v_hat) + eps), 2.5 times the optimizer budget, for f32
+# tensors of at least 4096 elements (codec/FORMAT.md "Step space").
+MOMENTUM_STEP_FACTOR = 2.5
+STEP_SPACE_MIN_ELEMENTS = 4096
 
 
-def check_within(got, want, budget, opt_budget=None, path=""):
-    """Float tensors within budget (same dtype/shape), everything else exact."""
+def step_space_error(got_m, want_m, got_v):
+    s = got_v.double().sqrt() + 1e-8
+    return rel_l2(got_m.double() / s, want_m.double() / s)
+
+
+def check_within(got, want, budget, opt_budget=None, path="", step_space=True):
+    """Float tensors within budget (same dtype/shape), everything else exact.
+    With `step_space`, an Adam exp_avg that the default codes in step space
+    is checked on the step instead (against the exp_avg_sq read back)."""
+    if isinstance(want, dict) and step_space and opt_budget is not None and "exp_avg" in want and \
+            "exp_avg_sq" in want and want["exp_avg"].dtype == torch.float32 and \
+            want["exp_avg_sq"].dtype == torch.float32 and want["exp_avg"].numel() >= STEP_SPACE_MIN_ELEMENTS:
+        err = step_space_error(got["exp_avg"], want["exp_avg"], got["exp_avg_sq"])
+        b = min(1.0, MOMENTUM_STEP_FACTOR * opt_budget)
+        assert err <= b + EPS, f"{path}.exp_avg: rel_l2 on the step {err} > {b}"
+        rest = {k: v for k, v in want.items() if k != "exp_avg"}
+        assert got.keys() == want.keys(), path
+        return check_within({k: got[k] for k in rest}, rest, budget, opt_budget, path, step_space)
     if isinstance(want, torch.Tensor):
         assert got.dtype == want.dtype and got.shape == want.shape, path
         if want.is_floating_point():
@@ -40,7 +61,7 @@ def check_within(got, want, budget, opt_budget=None, path=""):
     elif isinstance(want, dict):
         assert got.keys() == want.keys(), path
         for k in want:
-            check_within(got[k], want[k], budget, opt_budget, f"{path}.{k}" if path else str(k))
+            check_within(got[k], want[k], budget, opt_budget, f"{path}.{k}" if path else str(k), step_space)
     else:
         assert got == want, path
 
@@ -241,6 +262,44 @@ def adam_checkpoints(versions, steps_between=5):
         out.append({"model": {k: v.clone() for k, v in model.state_dict().items()},
                     "optimizer": copy.deepcopy(opt.state_dict())})
     return out
+
+
+def test_adam_first_moments_are_stored_in_step_space(store):
+    """The default mount stores Adam's exp_avg as m / (sqrt(v) + eps) against
+    the same checkpoint's exp_avg_sq (FORMAT.md "Step space"): its budget,
+    2.5x the optimizer budget, holds on the step after a remount, and the
+    same checkpoints stored with momentum=plain hold 0.2 on m instead (and
+    are then far worse on the step)."""
+    states = adam_checkpoints(3)
+    store.mount("lossy=on")
+    tensors = save_versions(store, states)
+    store.umount()
+    store.mount("lossy=on,momentum=plain")
+    shutil.move(store.path("run"), store.path("run-step"))
+    plain = save_versions(store, states)
+    store.umount()
+    store.mount("lossy=on")
+    loaded_plain = torch.load(store.path("run", "ckpt-2.pt"))
+    got = torch.load(store.path("run-step", "ckpt-2.pt"))["optimizer"]["state"]
+    got_plain = loaded_plain["optimizer"]["state"]
+    want = states[-1]["optimizer"]["state"]
+    moments = [n for n in tensors if n.endswith(".exp_avg")]
+    large = 0
+    for n in moments:
+        i = int(n.split(".")[2])
+        m = want[i]["exp_avg"]
+        if m.numel() < STEP_SPACE_MIN_ELEMENTS:
+            assert "step_space_chunks" not in tensors[n].get("lossy", {}), tensors[n]
+            continue
+        large += 1
+        assert tensors[n]["lossy"]["step_space_chunks"] > 0, tensors[n]
+        assert tensors[n]["lossy"]["budget_rel_l2"] <= MOMENTUM_STEP_FACTOR * DEFAULT_OPT_BUDGET + EPS, tensors[n]
+        assert "step_space_chunks" not in plain[n]["lossy"], plain[n]
+        on_step = step_space_error(got[i]["exp_avg"], m, got[i]["exp_avg_sq"])
+        assert on_step <= MOMENTUM_STEP_FACTOR * DEFAULT_OPT_BUDGET + EPS, (n, on_step)
+        assert rel_l2(got_plain[i]["exp_avg"], m) <= DEFAULT_OPT_BUDGET + EPS, n
+    assert large >= 2, moments
+    check_within(loaded_plain, states[-1], 0.01, DEFAULT_OPT_BUDGET, step_space=False)
 
 
 def test_adam_weights_are_predicted_from_their_optimizer_state(store):
