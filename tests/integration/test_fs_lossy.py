@@ -264,6 +264,22 @@ def adam_checkpoints(versions, steps_between=5):
     return out
 
 
+def save_both_ways(store, states, other, moved):
+    """Saves `states` with the default mount into run/ (then moved to
+    `moved`) and again with the mount options `other` into run/; returns the
+    last version's tensors of each (`ckptfs inspect --json`), the store
+    mounted with the defaults again."""
+    store.mount("lossy=on")
+    tensors = save_versions(store, states)
+    store.umount()
+    store.mount("lossy=on," + other)
+    shutil.move(store.path("run"), store.path(moved))
+    tensors_other = save_versions(store, states)
+    store.umount()
+    store.mount("lossy=on")
+    return tensors, tensors_other
+
+
 def test_adam_first_moments_are_stored_in_step_space(store):
     """The default mount stores Adam's exp_avg as m / (sqrt(v) + eps) against
     the same checkpoint's exp_avg_sq (FORMAT.md "Step space"): its budget,
@@ -271,14 +287,7 @@ def test_adam_first_moments_are_stored_in_step_space(store):
     same checkpoints stored with momentum=plain hold 0.2 on m instead (and
     are then far worse on the step)."""
     states = adam_checkpoints(3)
-    store.mount("lossy=on")
-    tensors = save_versions(store, states)
-    store.umount()
-    store.mount("lossy=on,momentum=plain")
-    shutil.move(store.path("run"), store.path("run-step"))
-    plain = save_versions(store, states)
-    store.umount()
-    store.mount("lossy=on")
+    tensors, plain = save_both_ways(store, states, "momentum=plain", "run-step")
     loaded_plain = torch.load(store.path("run", "ckpt-2.pt"))
     got = torch.load(store.path("run-step", "ckpt-2.pt"))["optimizer"]["state"]
     got_plain = loaded_plain["optimizer"]["state"]
@@ -308,14 +317,7 @@ def test_adam_weights_are_predicted_from_their_optimizer_state(store):
     smaller than with predict=off, within the same budgets, and read back
     after a remount (the prediction reads the state from the store)."""
     states = adam_checkpoints(4)
-    store.mount("lossy=on")
-    tensors = save_versions(store, states)
-    store.umount()
-    store.mount("lossy=on,predict=off")
-    shutil.move(store.path("run"), store.path("run-predicted"))
-    plain = save_versions(store, states)
-    store.umount()
-    store.mount("lossy=on")
+    tensors, plain = save_both_ways(store, states, "predict=off", "run-predicted")
     check_within(torch.load(store.path("run-predicted", "ckpt-3.pt")), states[-1], 0.01, DEFAULT_OPT_BUDGET)
     weights = [n for n in tensors if n.startswith("model.") and n.endswith("weight")]
     assert len(weights) == 3

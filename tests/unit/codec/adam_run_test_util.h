@@ -4,7 +4,10 @@
 // step space.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -12,8 +15,35 @@
 #include "codec/container/blob.h"
 #include "codec/policy/policy.h"
 #include "codec/tensor/lossy/schedule.h"
+#include "codec/tensor/lossy_chunk_codec.h"
 
 namespace ckptfs::testing {
+
+// Element i of a little-endian f32 span.
+inline float F32At(ByteSpan bytes, size_t i) {
+  float f;
+  std::memcpy(&f, bytes.data() + 4 * i, 4);
+  return f;
+}
+
+// Parameters of a quantized delta-frame chunk with made-up error sums.
+inline LossyChunkParams DeltaParams() {
+  LossyChunkParams p;
+  p.flags = LossyChunkParams::kFlagDelta;
+  p.bits = 3;
+  p.mode = 1;
+  p.err2_sum = 1.0;
+  p.ref2_sum = 4.0;
+  return p;
+}
+
+// The bytes of a lossy chunk's parameters area.
+inline std::vector<std::byte> EncodeParams(const LossyChunkParams& p) {
+  std::vector<std::byte> bytes;
+  ByteWriter w(&bytes);
+  p.EncodeTo(w);
+  return bytes;
+}
 
 struct AdamRun {
   static constexpr size_t kN = 24000;
@@ -78,6 +108,45 @@ inline EncodeOptions DefaultLossy(const policy::Policy& policy, bool predict) {
   options.budget_schedule = *lossy::ParseBudgetSchedule("dsq");
   options.step_prediction = predict;
   return options;
+}
+
+// Rewrites the parameters of the first lossy chunk of `blob` that `pick`
+// accepts (a test failure when none does).
+inline std::vector<std::byte> EditFirstLossyParams(
+    const std::vector<std::byte>& blob, const std::function<bool(const LossyChunkParams&)>& pick,
+    const std::function<void(LossyChunkParams&, const BlobIndex&, size_t)>& edit) {
+  return RewriteBlob(blob, [&](BlobIndex& index, std::vector<std::vector<std::byte>>&) {
+    for (size_t c = 0; c < index.chunks.size(); ++c) {
+      if (index.chunks[c].codec != ChunkCodec::kLossy) continue;
+      Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom(index.params[c]);
+      if (!p.ok() || !pick(*p)) continue;
+      edit(*p, index, c);
+      index.params[c].clear();
+      ByteWriter w(&index.params[c]);
+      p->EncodeTo(w);
+      return;
+    }
+    ADD_FAILURE() << "no chunk to edit";
+  });
+}
+
+// The blob `bytes` opened through a chunk cache and read from the start
+// piece by piece, `step` bytes at a time (the mount's path: each chunk that
+// reads other ranges of the file pulls them into the cache first); checks
+// every chunk too. Compares with `want`.
+inline void ExpectCachedReadEquals(const std::vector<std::byte>& bytes, const ObjectId& id, MapResolver* resolver,
+                                   const std::vector<std::byte>& want, uint64_t step = 10000) {
+  ChunkCache cache(64 << 20);
+  Result<std::shared_ptr<const BlobReader>> cached = OpenBytes(bytes, id, resolver, &cache);
+  ASSERT_TRUE(cached.ok()) << cached.status().ToString();
+  std::vector<std::byte> got;
+  for (uint64_t at = 0; at < (*cached)->logical_size(); at += step) {
+    std::vector<BlobReader::Piece> pieces;
+    ASSERT_TRUE((*cached)->ReadPieces(at, std::min<uint64_t>(step, (*cached)->logical_size() - at), &pieces).ok());
+    for (const BlobReader::Piece& p : pieces) got.insert(got.end(), p.data.begin(), p.data.end());
+  }
+  EXPECT_TRUE(got == want);
+  for (uint32_t c = 0; c < (*cached)->chunks().size(); ++c) EXPECT_TRUE((*cached)->VerifyChunk(c).ok()) << c;
 }
 
 }  // namespace ckptfs::testing

@@ -24,26 +24,8 @@ namespace {
 
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-float F32(ByteSpan bytes, size_t i) {
-  float f;
-  std::memcpy(&f, bytes.data() + 4 * i, 4);
-  return f;
-}
-
-std::vector<std::byte> EncodeParams(const LossyChunkParams& p) {
-  std::vector<std::byte> bytes;
-  ByteWriter w(&bytes);
-  p.EncodeTo(w);
-  return bytes;
-}
-
 LossyChunkParams StepSpaceParams() {
-  LossyChunkParams p;
-  p.flags = LossyChunkParams::kFlagDelta;
-  p.bits = 3;
-  p.mode = 1;
-  p.err2_sum = 1.0;
-  p.ref2_sum = 4.0;
+  LossyChunkParams p = DeltaParams();
   p.step_space = StepSpace{4096, kStepSpaceEps};
   return p;
 }
@@ -150,9 +132,9 @@ double EncodeSpaceChain(bool space, int versions, MapResolver* resolver, SpaceCh
       if (m.length / 4 < kMinStepSpaceElements) continue;
       double err2 = 0, ref2 = 0;
       for (size_t i = 0; i < m.length / 4; ++i) {
-        const double s = std::sqrt(F32(ByteSpan(*got).subspan(v.offset), i)) + kStepSpaceEps;
-        const double x = F32(ByteSpan(f.bytes).subspan(m.offset), i) / s;
-        const double d = F32(ByteSpan(*got).subspan(m.offset), i) / s - x;
+        const double s = std::sqrt(F32At(ByteSpan(*got).subspan(v.offset), i)) + kStepSpaceEps;
+        const double x = F32At(ByteSpan(f.bytes).subspan(m.offset), i) / s;
+        const double d = F32At(ByteSpan(*got).subspan(m.offset), i) / s - x;
         err2 += d * d;
         ref2 += x * x;
       }
@@ -192,18 +174,7 @@ TEST(StepSpace, ACachedReaderDecodesTheSameBytes) {
   ASSERT_TRUE(plain.ok());
   Result<std::vector<std::byte>> want = DecodeAll(**plain);
   ASSERT_TRUE(want.ok());
-  ChunkCache cache(64 << 20);
-  Result<std::shared_ptr<const BlobReader>> cached =
-      testing::OpenBytes(chain.blobs.back(), chain.ids.back(), &resolver, &cache);
-  ASSERT_TRUE(cached.ok()) << cached.status().ToString();
-  std::vector<std::byte> got;
-  for (uint64_t at = 0; at < (*cached)->logical_size(); at += 10000) {
-    std::vector<BlobReader::Piece> pieces;
-    ASSERT_TRUE((*cached)->ReadPieces(at, std::min<uint64_t>(10000, (*cached)->logical_size() - at), &pieces).ok());
-    for (const BlobReader::Piece& p : pieces) got.insert(got.end(), p.data.begin(), p.data.end());
-  }
-  EXPECT_TRUE(got == *want);
-  for (uint32_t c = 0; c < (*cached)->chunks().size(); ++c) EXPECT_TRUE((*cached)->VerifyChunk(c).ok()) << c;
+  ExpectCachedReadEquals(chain.blobs.back(), chain.ids.back(), &resolver, *want);
 }
 
 TEST(StepSpace, NonFiniteMomentsStayAsTheyAreBitForBit) {
@@ -248,19 +219,9 @@ TEST(StepSpace, NonFiniteMomentsStayAsTheyAreBitForBit) {
 // Rewrites the step space of the first step-space chunk of `blob`.
 std::vector<std::byte> EditFirstSpace(const std::vector<std::byte>& blob,
                                       const std::function<void(StepSpace&, const BlobIndex&, size_t)>& edit) {
-  return RewriteBlob(blob, [&](BlobIndex& index, std::vector<std::vector<std::byte>>&) {
-    for (size_t c = 0; c < index.chunks.size(); ++c) {
-      if (index.chunks[c].codec != ChunkCodec::kLossy) continue;
-      Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom(index.params[c]);
-      if (!p.ok() || !p->step_space) continue;
-      edit(*p->step_space, index, c);
-      index.params[c].clear();
-      ByteWriter w(&index.params[c]);
-      p->EncodeTo(w);
-      return;
-    }
-    ADD_FAILURE() << "no step-space chunk";
-  });
+  return EditFirstLossyParams(
+      blob, [](const LossyChunkParams& p) { return p.step_space.has_value(); },
+      [&](LossyChunkParams& p, const BlobIndex& index, size_t c) { edit(*p.step_space, index, c); });
 }
 
 TEST(StepSpace, OpenRejectsSecondMomentRangesThatCannotBeRead) {

@@ -25,12 +25,6 @@ namespace {
 // The container test helpers (blob_test_util.h).
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-float F32At(ByteSpan bytes, size_t i) {
-  float f;
-  std::memcpy(&f, bytes.data() + 4 * i, 4);
-  return f;
-}
-
 TEST(StepPredictor, FitRecoversTheCoefficientsAndPredictsBitForBit) {
   constexpr size_t kN = 4096;
   std::mt19937 rng(1);
@@ -107,12 +101,7 @@ TEST(StepPredictor, BadInputsFallBackAndMismatchedSizesAreRejected) {
 }
 
 LossyChunkParams PredictedParams() {
-  LossyChunkParams p;
-  p.flags = LossyChunkParams::kFlagDelta;
-  p.bits = 3;
-  p.mode = 1;
-  p.err2_sum = 1.0;
-  p.ref2_sum = 4.0;
+  LossyChunkParams p = DeltaParams();
   p.source_digest = 0x1234;
   StepPrediction s;
   s.predictor = {1.0, -2e-3, -1e-3, 1e-8};
@@ -124,13 +113,6 @@ LossyChunkParams PredictedParams() {
   s.v_base_offset = 400;
   p.prediction = s;
   return p;
-}
-
-std::vector<std::byte> EncodeParams(const LossyChunkParams& p) {
-  std::vector<std::byte> bytes;
-  ByteWriter w(&bytes);
-  p.EncodeTo(w);
-  return bytes;
 }
 
 TEST(StepParams, VersionFourRoundTripsAndRejectsWhatItCannotMean) {
@@ -347,36 +329,15 @@ TEST(StepPrediction, ACachedReaderDecodesTheSameBytes) {
   // The mount's path: a chunk cache, read piece by piece from the start, so
   // that each predicted weight chunk pulls the state it reads (later in the
   // file) into the cache before the reader gets there.
-  ChunkCache cache(64 << 20);
-  Result<std::shared_ptr<const BlobReader>> cached =
-      testing::OpenBytes(blobs.back(), ids.back(), &resolver, &cache);
-  ASSERT_TRUE(cached.ok()) << cached.status().ToString();
-  std::vector<std::byte> got;
-  for (uint64_t at = 0; at < (*cached)->logical_size(); at += 10000) {
-    std::vector<BlobReader::Piece> pieces;
-    ASSERT_TRUE((*cached)->ReadPieces(at, std::min<uint64_t>(10000, (*cached)->logical_size() - at), &pieces).ok());
-    for (const BlobReader::Piece& p : pieces) got.insert(got.end(), p.data.begin(), p.data.end());
-  }
-  EXPECT_TRUE(got == *want);
-  for (uint32_t c = 0; c < (*cached)->chunks().size(); ++c) EXPECT_TRUE((*cached)->VerifyChunk(c).ok()) << c;
+  ExpectCachedReadEquals(blobs.back(), ids.back(), &resolver, *want);
 }
 
 // Rewrites the parameters of the first predicted chunk of `blob`.
 std::vector<std::byte> EditFirstPrediction(const std::vector<std::byte>& blob,
                                            const std::function<void(LossyChunkParams&, const BlobIndex&)>& edit) {
-  return RewriteBlob(blob, [&](BlobIndex& index, std::vector<std::vector<std::byte>>&) {
-    for (size_t c = 0; c < index.chunks.size(); ++c) {
-      if (index.chunks[c].codec != ChunkCodec::kLossy) continue;
-      Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom(index.params[c]);
-      if (!p.ok() || !p->prediction) continue;
-      edit(*p, index);
-      index.params[c].clear();
-      ByteWriter w(&index.params[c]);
-      p->EncodeTo(w);
-      return;
-    }
-    ADD_FAILURE() << "no predicted chunk";
-  });
+  return EditFirstLossyParams(
+      blob, [](const LossyChunkParams& p) { return p.prediction.has_value(); },
+      [&](LossyChunkParams& p, const BlobIndex& index, size_t) { edit(p, index); });
 }
 
 TEST(StepPrediction, OpenRejectsPredictionsThatReadPredictedOrMissingRanges) {
