@@ -5,7 +5,8 @@
 // L2 budget on m spends its error on the elements whose m is small, which
 // are exactly those whose v is small too and whose step is as large as any:
 // measured on the step, the same budget keeps training closer to its
-// uninterrupted run (docs/eval.md, "What the codec model says").
+// uninterrupted run (docs/eval.md: charlm +0.10 % against +0.39 % of the
+// loss after 10 restores, mean of three seeds, at 1.19x the ratio).
 //
 // The arithmetic is binary32, round to nearest, no fused operations, so the
 // writer and every reader compute the same bits.

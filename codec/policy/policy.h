@@ -40,9 +40,9 @@ inline constexpr double kDefaultOptimizerRelL2 = 0.2;
 // Adam's first moment coded in step space (codec/FORMAT.md "Step space")
 // gets this multiple of the optimizer budget, measured on the step, by
 // default (at most 1): 0.5 at the default 0.2. Restoring ten times from a
-// store with exp_avg at 0.5 on the step ended the three eval workloads
-// closer to their uninterrupted runs than 0.2 on m itself did, with 1.2x the
-// ratio of weights plus optimizer state (docs/eval.md).
+// store with exp_avg at 0.5 on the step ended the three eval workloads as
+// close to or closer to their uninterrupted runs than 0.2 on m itself did,
+// with 1.15-1.2x the ratio of weights plus optimizer state (docs/eval.md).
 inline constexpr double kMomentumStepBudgetFactor = 2.5;
 
 // The optimizer state's budget when none is given: the weights' budget
