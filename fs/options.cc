@@ -71,6 +71,10 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
       o->momentum_step_space = value == "step";
     } else if (key == "momentum_budget") {
       RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->momentum_budget));
+      // 0 would read as "lossless" like the other budgets, but it is a budget
+      // on the step of a first moment that stays lossy: refuse it.
+      if (o->momentum_budget == 0)
+        return Status::InvalidArgument("-o momentum_budget: want a number in (0, 1] have '0'");
     }
     else if (key == "budget") {
       RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->budget));

@@ -188,7 +188,7 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
   enc->add_option("--momentum-budget", args->momentum_budget,
                   "lossy: rel_l2 budget on the step of exp_avg in step space (default 2.5x the optimizer budget, "
                   "at most 1)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::PositiveNumber & CLI::Range(0.0, 1.0));
   enc->callback([args, exit_code] { *exit_code = RunEncode(*args); });
 
   CLI::App* dec = app.add_subcommand("decode", "Decode a blob back into the file");

@@ -3,6 +3,7 @@
 // them without further checks.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "codec/container/blob_format.h"
@@ -111,6 +112,11 @@ Status ValidateStepPredictions(BlobIndex& index) {
     const uint64_t offset = spaces[c]->v_offset, length = chunk.logical_length;
     if (offset > size || length > size - offset || length == 0)
       return fail(fmt::format("range [{}, +{}) past the logical size {}", offset, length, size));
+    // Inside one f32 tensor (segments tile the file in order: validated).
+    const auto seg = std::upper_bound(index.segments.begin(), index.segments.end(), offset,
+                                      [](uint64_t at, const SegmentInfo& s) { return at < s.offset; }) - 1;
+    if (seg->tensor < 0 || index.tensors[seg->tensor].dtype != DType::kF32 || offset + length > seg->offset + seg->length)
+      return fail(fmt::format("range [{}, +{}) not inside one f32 tensor", offset, length));
     if (index.CoversStepPredicted(offset, length) || index.CoversStepSpace(offset, length))
       return fail(fmt::format("range [{}, +{}) covers a step-predicted or step-space chunk", offset, length));
   }

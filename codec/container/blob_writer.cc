@@ -80,11 +80,9 @@ std::vector<std::optional<uint64_t>> MatchBaseTensors(const Layout& layout, cons
   return matches;
 }
 
-// Reads the base's reconstructed bytes for `plan` into scratch.base; empty
-// when there is no base range or it cannot be read.
 // For each chunk, the logical offset of its second moment's range when it
 // is coded in step space (step_space.h): a lossy f32 first moment of Adam
-// under an L2 budget whose state has an f32 second moment, of a tensor of
+// under an L2 budget alone whose state has an f32 second moment, of a tensor of
 // at least kMinStepSpaceElements (all its chunks, so that its budget is on
 // the step throughout). nullopt: coded as it is.
 std::vector<std::optional<uint64_t>> StepSpaceSources(const Layout& layout, const StepStates& states,
@@ -95,7 +93,9 @@ std::vector<std::optional<uint64_t>> StepSpaceSources(const Layout& layout, cons
   std::vector<std::optional<uint64_t>> out(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedChunk& c = plan[i];
-    if (c.tensor < 0 || !c.lossy() || !(c.budget.rel_l2 > 0) || c.dtype != DType::kF32) continue;
+    // An absolute bound is one on m, which the step's scale would not keep.
+    if (c.tensor < 0 || !c.lossy() || !(c.budget.rel_l2 > 0) || c.budget.max_abs > 0 || c.dtype != DType::kF32)
+      continue;
     const int32_t v = second_moment[c.tensor];
     if (v < 0 || layout.tensors[v].dtype != DType::kF32) continue;
     const std::optional<uint64_t>& m_at = states.tensor_offset[c.tensor];
@@ -108,6 +108,8 @@ std::vector<std::optional<uint64_t>> StepSpaceSources(const Layout& layout, cons
   return out;
 }
 
+// Reads the base's reconstructed bytes for `plan` into scratch.base; empty
+// when there is no base range or it cannot be read.
 ByteSpan ReadBaseBytes(const PlannedChunk& plan, const BaseRef* base, CodecScratch& scratch) {
   if (!plan.base_offset) return {};
   // A base that cannot be read (damaged, or its own base is gone) must not
@@ -482,8 +484,8 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         // A first moment against its decayed base (scale * base); an
         // unchanged range (a frozen layer) is left to the plain delta.
         std::optional<ChunkPrediction> scaled;
-        if (states.is_momentum.size() > 0 && states.is_momentum[plan[i].tensor] && plan[i].budget.rel_l2 > 0 &&
-            !base_bytes.empty() && !source.unchanged)
+        if (predict && states.is_momentum.size() > 0 && states.is_momentum[plan[i].tensor] &&
+            plan[i].budget.rel_l2 > 0 && !base_bytes.empty() && !source.unchanged)
           scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, scratch);
         statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
                                   options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
@@ -506,7 +508,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       if (!StepScales(v, kStepSpaceEps, scales) || !ToStepSpace(chunk_data(i), scales, x)) {
         // A negative or non-finite v or m: coded as m, as in the first pass.
         std::optional<ChunkPrediction> scaled;
-        if (!base_bytes.empty() && !source.unchanged)
+        if (predict && !base_bytes.empty() && !source.unchanged)
           scaled = PredictScaledBase(lossy::ElementType::kF32, chunk_data(i), base_bytes, scratch);
         statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
                                   options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
@@ -521,7 +523,8 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         std::byte* base_x = scratch.step_inputs[2].Reserve(length);
         DivideByScales(base_bytes, scales, base_x);
         space.base_x = ByteSpan(base_x, length);
-        if (!source.unchanged) scaled = PredictScaledBase(lossy::ElementType::kF32, space.x, space.base_x, scratch);
+        if (predict && !source.unchanged)
+          scaled = PredictScaledBase(lossy::ElementType::kF32, space.x, space.base_x, scratch);
       }
       statuses[i] = EncodeLossy(file, in_space, base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i], &space);

@@ -100,6 +100,7 @@ Result<Policy> Policy::FromToml(std::string_view text, std::string_view source) 
           p.optimizer_rel_l2_ = budget;
         } else if (k == "momentum_step_rel_l2") {
           ASSIGN_OR_RETURN(double budget, ReadBudgetValue(source, v, "momentum_step_rel_l2"));
+          if (budget == 0) return Bad(source, v.source(), "momentum_step_rel_l2 must be > 0");
           p.momentum_step_rel_l2_ = budget;
         } else {
           return Bad(source, v.source(), fmt::format("unknown key '{}' in [defaults]", k.str()));

@@ -85,7 +85,8 @@ TEST(StepSpaceParams, VersionFiveRoundTripsAndRejectsWhatItCannotMean) {
 struct SpaceChain {
   std::vector<ObjectId> ids;
   std::vector<std::vector<std::byte>> blobs;
-  uint32_t space_chunks = 0;  // exp_avg chunks in step space, over the chain
+  uint32_t space_chunks = 0;      // exp_avg chunks in step space, over the chain
+  uint32_t predicted_chunks = 0;  // chunks with a step prediction or a scaled base
 };
 
 // Encodes `versions` checkpoints of the run as a chain with the first
@@ -94,10 +95,10 @@ struct SpaceChain {
 // reconstructed second moment. Returns the worst such error of the last
 // version.
 double EncodeSpaceChain(bool space, int versions, MapResolver* resolver, SpaceChain* chain,
-                        std::optional<double> step_budget = std::nullopt) {
+                        std::optional<double> step_budget = std::nullopt, bool predict = true) {
   policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
   if (step_budget) policy.SetMomentumStepBudget(*step_budget);
-  EncodeOptions options = DefaultLossy(policy, true);
+  EncodeOptions options = DefaultLossy(policy, predict);
   options.momentum_step_space = space;
   AdamRun run;
   std::shared_ptr<const BlobReader> previous;
@@ -122,6 +123,7 @@ double EncodeSpaceChain(bool space, int versions, MapResolver* resolver, SpaceCh
       Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom((*reader)->chunk_params(c));
       EXPECT_TRUE(p.ok());
       if (p.ok() && p->step_space) ++chain->space_chunks;
+      if (p.ok() && p->prediction) ++chain->predicted_chunks;
     }
     // Each exp_avg segment is followed by its exp_avg_sq (AdamRun::File).
     worst = 0;
@@ -164,6 +166,18 @@ TEST(StepSpace, FirstMomentsKeepTheirBudgetOnTheStep) {
   SpaceChain defaults;
   EXPECT_LE(EncodeSpaceChain(true, 2, &default_resolver, &defaults), 0.5 * 1.001);
   EXPECT_GT(defaults.space_chunks, 0u);
+}
+
+// Step prediction off (predict=off) predicts nothing, first moments in step
+// space included; with it on, they are coded against a scaled base.
+TEST(StepSpace, PredictOffPredictsNoFirstMoment) {
+  MapResolver resolver, predicted_resolver;
+  SpaceChain off, on;
+  EncodeSpaceChain(true, 3, &resolver, &off, std::nullopt, false);
+  EncodeSpaceChain(true, 3, &predicted_resolver, &on, std::nullopt, true);
+  EXPECT_GT(off.space_chunks, 0u);
+  EXPECT_EQ(off.predicted_chunks, 0u);
+  EXPECT_GT(on.predicted_chunks, 0u);
 }
 
 TEST(StepSpace, ACachedReaderDecodesTheSameBytes) {
@@ -262,9 +276,26 @@ TEST(StepSpace, OpenRejectsSecondMomentRangesThatCannotBeRead) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("past the logical size"), std::string::npos) << r.status().ToString();
 
-  // Another (plain) range as v: it opens, and the decoded checksum catches
-  // the other scales; nothing is made up.
-  r = open(EditFirstSpace(chain.blobs.back(), [](StepSpace& s, const BlobIndex&, size_t) { s.v_offset += 4; }));
+  // v straddling the end of its tensor, or in bytes that are no f32 tensor.
+  r = open(EditFirstSpace(chain.blobs.back(), [](StepSpace& s, const BlobIndex& index, size_t c) {
+    for (const SegmentInfo& seg : index.segments)
+      if (seg.offset <= s.v_offset && s.v_offset < seg.offset + seg.length) {
+        s.v_offset = seg.offset + seg.length - index.chunks[c].logical_length + 4;
+        return;
+      }
+  }));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not inside one f32 tensor"), std::string::npos) << r.status().ToString();
+  r = open(EditFirstSpace(chain.blobs.back(), [](StepSpace& s, const BlobIndex&, size_t) { s.v_offset = 0; }));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not inside one f32 tensor"), std::string::npos) << r.status().ToString();
+
+  // Another parameter's second moment as v: it opens, and the decoded
+  // checksum catches the other scales; nothing is made up.
+  r = open(EditFirstSpace(chain.blobs.back(), [](StepSpace& s, const BlobIndex& index, size_t) {
+    for (const SegmentInfo& seg : index.segments)
+      if (seg.tensor >= 0 && index.tensors[seg.tensor].name == "optimizer.state.1.exp_avg_sq") s.v_offset = seg.offset;
+  }));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   Result<std::vector<std::byte>> decoded = DecodeAll(**r);
   ASSERT_FALSE(decoded.ok());

@@ -82,6 +82,7 @@ rel_l2 = 0.25
   EXPECT_EQ(b.rel_l2, 0.25);
   EXPECT_EQ(b.step_rel_l2, 0.0);  // the rule's 0.25 in either space
   EXPECT_FALSE(Policy::FromToml("[defaults]\nmomentum_step_rel_l2 = -0.5\n").ok());
+  EXPECT_FALSE(Policy::FromToml("[defaults]\nmomentum_step_rel_l2 = 0\n").ok());
 }
 
 TEST(Policy, TomlRulesComeFirstAndDefaultsCanChange) {

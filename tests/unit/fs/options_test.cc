@@ -63,6 +63,9 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   EXPECT_TRUE(o.momentum_step_space);
   EXPECT_EQ(ParseMountOptionList("momentum=steps", &o).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseMountOptionList("momentum_budget=2", &o).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseMountOptionList("momentum_budget=0", &o).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ParseMountOptionList("momentum_budget=0.3", &o).ok());
+  EXPECT_EQ(o.momentum_budget, 0.3);
   Result<std::shared_ptr<const policy::Policy>> p = BuildLossyPolicy(o);
   ASSERT_TRUE(p.ok());
   TensorInfo w{"model.w", DType::kF32, {4}, false};
