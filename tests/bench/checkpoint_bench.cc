@@ -3,13 +3,16 @@
 // JSON (one object) on stdout.
 //
 //   checkpoint_bench [--runs N] [--clock wall|cpu] [--budget REL_L2] [--opt-budget REL_L2]
-//                    [--policy FILE.toml] [--schedule off|dsq] [--dump DIR] [--no-zstd] FILE... [--seq V0 V1 ...]
+//                    [--policy FILE.toml] [--schedule off|dsq] [--momentum plain|step] [--dump DIR] [--no-zstd]
+//                    FILE... [--seq V0 V1 ...]
 // --budget stores float tensors lossily within that per-tensor relative L2
 // error (the mount's default policy; --opt-budget for optimizer state,
 // by default as on the mount: --budget, at least 0.1);
 // --policy puts a policy file's rules before those defaults (e.g. update
 // denominators lossless, to compare with their log mode in the same run);
 // --schedule dsq lets the budget of delta frames follow the update size.
+// --momentum plain codes Adam's exp_avg as it is instead of in step space
+// (the mount's default, step).
 // --dump writes each encoded blob to DIR/<N>.blob (N counts the files, then
 // the versions, from 0), for comparing two builds' output with cmp.
 // --no-zstd leaves out the zstd baselines (so that a profile shows ckptfs alone).
@@ -153,12 +156,13 @@ nlohmann::json ModelErrors(ByteSpan file, const Layout& layout, ByteSpan previou
 }
 
 nlohmann::json BenchCkptfs(ByteSpan file, const BaseRef* base, const Timing& timing, const policy::Policy* policy,
-                           const lossy::BudgetSchedule& schedule, ByteSpan previous, MapResolver* resolver,
-                           BlobDump* dump, ObjectId* id_out) {
+                           const lossy::BudgetSchedule& schedule, bool momentum_step, ByteSpan previous,
+                           MapResolver* resolver, BlobDump* dump, ObjectId* id_out) {
   Layout layout = DetectLayout(file);
   EncodeOptions options;
   options.threads = 1;
   options.budget_schedule = schedule;
+  options.momentum_step_space = momentum_step;
   if (policy != nullptr)
     options.lossy_budget = [policy](FileFormat format, const TensorInfo& t) { return policy->BudgetFor("", format, t); };
   VectorSink sink;
@@ -202,7 +206,7 @@ int Main(int argc, char** argv) {
   lossy::BudgetSchedule schedule;
   std::vector<std::string> files, seq;
   std::string policy_file;
-  bool in_seq = false, zstd_baselines = true;
+  bool in_seq = false, zstd_baselines = true, momentum_step = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc) timing.runs = std::max(1, std::atoi(argv[++i]));
@@ -215,6 +219,11 @@ int Main(int argc, char** argv) {
       if (!parsed.ok()) return (std::fprintf(stderr, "--schedule: want off or dsq\n"), 2);
       schedule = *parsed;
     } else if (a == "--policy" && i + 1 < argc) policy_file = argv[++i];
+    else if (a == "--momentum" && i + 1 < argc) {
+      const std::string m = argv[++i];
+      if (m != "plain" && m != "step") return (std::fprintf(stderr, "--momentum: want plain or step\n"), 2);
+      momentum_step = m == "step";
+    }
     else if (a == "--dump" && i + 1 < argc) dump.dir = argv[++i];
     else if (a == "--no-zstd") zstd_baselines = false;
     else if (a == "--seq") in_seq = true;
@@ -251,7 +260,7 @@ int Main(int argc, char** argv) {
     }
     ObjectId id;
     nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
-    j["ckptfs"] = BenchCkptfs(*bytes, nullptr, timing, policy, schedule, {}, &resolver, &dump, &id);
+    j["ckptfs"] = BenchCkptfs(*bytes, nullptr, timing, policy, schedule, momentum_step, {}, &resolver, &dump, &id);
     if (zstd_baselines) {
       j["zstd-1"] = BenchZstd(*bytes, 1, timing);
       j["zstd-3"] = BenchZstd(*bytes, 3, timing);
@@ -269,7 +278,8 @@ int Main(int argc, char** argv) {
       ObjectId id;
       nlohmann::json j{{"file", path}, {"bytes", bytes->size()}};
       j["ckptfs"] =
-          BenchCkptfs(*bytes, base ? &*base : nullptr, timing, policy, schedule, previous, &resolver, &dump, &id);
+          BenchCkptfs(*bytes, base ? &*base : nullptr, timing, policy, schedule, momentum_step, previous, &resolver,
+                      &dump, &id);
       previous = *bytes;
       if (zstd_baselines) j["zstd-3"] = BenchZstd(*bytes, 3, Timing{1, timing.clock});
       if (j["ckptfs"].contains("error")) return (std::puts(j.dump(2).c_str()), 3);
