@@ -116,6 +116,9 @@ void PrintBlobReport(const std::string& title, const nlohmann::json& j) {
       if (l.contains("max_rel")) lossy += fmt::format(" log max_rel {:.3g}", l["max_rel"].get<double>());
       if (l["budget_rel_l2"].get<double>() > 0) lossy += fmt::format(" budget {:.3g}", l["budget_rel_l2"].get<double>());
       if (l["update_rel"].get<double>() > 0) lossy += fmt::format(" update {:.3g}", l["update_rel"].get<double>());
+      // Step-space chunks measure their error, budget and update on Adam's
+      // step m / (sqrt(v) + eps), not on the tensor's values.
+      if (l.contains("step_space_chunks")) lossy += " (on the step)";
     }
     std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}  {}{}\n", t["name"].get<std::string>(),
                              t["dtype"].get<std::string>(),

@@ -308,6 +308,9 @@ def test_adam_first_moments_are_stored_in_step_space(store):
         assert on_step <= MOMENTUM_STEP_FACTOR * DEFAULT_OPT_BUDGET + EPS, (n, on_step)
         assert rel_l2(got_plain[i]["exp_avg"], m) <= DEFAULT_OPT_BUDGET + EPS, n
     assert large >= 2, moments
+    # The text report says where those figures are measured.
+    text = store.cli("inspect", os.path.join(store.backing, "run-step", "ckpt-2.pt")).stdout
+    assert any("exp_avg " in line and "(on the step)" in line for line in text.splitlines()), text
     check_within(loaded_plain, states[-1], 0.01, DEFAULT_OPT_BUDGET, step_space=False)
 
 
