@@ -104,9 +104,14 @@ struct BlobIndex {
 
   // Whether [offset, offset + length) covers a chunk with a step term.
   // REQUIRES: a decoded index, the range inside the logical size, length > 0.
-  bool CoversStepPredicted(uint64_t offset, uint64_t length) const;
+  bool CoversStepPredicted(uint64_t offset, uint64_t length) const {
+    return Covers(step_predicted_before, offset, length);
+  }
   // Whether it covers a chunk coded in step space. Same requirements.
-  bool CoversStepSpace(uint64_t offset, uint64_t length) const;
+  bool CoversStepSpace(uint64_t offset, uint64_t length) const { return Covers(step_space_before, offset, length); }
+  // Whether [offset, offset + length) covers a chunk counted by the prefix
+  // counts `before` (one of the two above).
+  bool Covers(const std::vector<uint32_t>& before, uint64_t offset, uint64_t length) const;
 
   // Serializes the index (the bytes the footer's checksum covers).
   void EncodeTo(ByteWriter& w) const;

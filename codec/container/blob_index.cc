@@ -144,16 +144,10 @@ Status ValidateStepPredictions(BlobIndex& index) {
 
 }  // namespace
 
-bool BlobIndex::CoversStepPredicted(uint64_t offset, uint64_t length) const {
+bool BlobIndex::Covers(const std::vector<uint32_t>& before, uint64_t offset, uint64_t length) const {
   const uint32_t first = ChunkIndexAt(chunks, offset);
   const uint32_t last = ChunkIndexAt(chunks, offset + length - 1);
-  return step_predicted_before[last + 1] > step_predicted_before[first];
-}
-
-bool BlobIndex::CoversStepSpace(uint64_t offset, uint64_t length) const {
-  const uint32_t first = ChunkIndexAt(chunks, offset);
-  const uint32_t last = ChunkIndexAt(chunks, offset + length - 1);
-  return step_space_before[last + 1] > step_space_before[first];
+  return before[last + 1] > before[first];
 }
 
 Result<BlobIndex> BlobIndex::DecodeFrom(ByteSpan bytes, uint64_t payload_end, const DecodeLimits& limits) {

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "codec/container/blob_format.h"
@@ -307,14 +308,17 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   // second moment (a range of plain chunks, checked at Open), in
   // step_inputs[1]; its base and output are m / s.
   const std::byte* scales = nullptr;
+  std::optional<LossyChunkParams> params;  // parsed when a step space or prediction needs it
+  if ((lossy_flags & (LossyChunkParams::kFlagStepSpace | LossyChunkParams::kFlagPredicted)) != 0) {
+    ASSIGN_OR_RETURN(params, LossyChunkParams::DecodeFrom(index_.params[c]));
+  }
   if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
-    ASSIGN_OR_RETURN(LossyChunkParams params, LossyChunkParams::DecodeFrom(index_.params[c]));
     MutableByteSpan v(scratch.step_inputs[1].Reserve(out.size()), out.size());
-    Status s = ReadAtDepth(params.step_space->v_offset, v, depth);
+    Status s = ReadAtDepth(params->step_space->v_offset, v, depth);
     if (!s.ok())
       return s.WithContext(fmt::format("blob: chunk {} at logical offset {}: step-space second moment", c,
                                        chunk.logical_offset));
-    if (!StepScales(v, params.step_space->eps, v.data()))
+    if (!StepScales(v, params->step_space->eps, v.data()))
       return ChunkError(StatusCode::kCorruption, c, "step-space second moment negative or not finite");
     scales = v.data();
   }
@@ -331,9 +335,8 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     }
     if (lossy_delta && (lossy_flags & LossyChunkParams::kFlagPredicted) != 0) {
       // A step-predicted chunk is a delta frame against its prediction.
-      ASSIGN_OR_RETURN(LossyChunkParams params, LossyChunkParams::DecodeFrom(index_.params[c]));
       MutableByteSpan prediction(scratch.prediction.Reserve(out.size()), out.size());
-      RETURN_IF_ERROR(Predict(c, *params.prediction, ctx.base, scratch, prediction, depth));
+      RETURN_IF_ERROR(Predict(c, *params->prediction, ctx.base, scratch, prediction, depth));
       ctx.base = prediction;
     }
   }

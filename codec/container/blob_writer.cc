@@ -475,20 +475,23 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     auto in_step_space = [&](size_t i) { return !space_v.empty() && space_v[i].has_value(); };
     const unsigned lossy_threads = options.lossy_kernels != nullptr ? 1u : threads;
     auto chunk_data = [&](size_t i) { return file.subspan(plan[i].offset, plan[i].length); };
+    // A lossy chunk coded as it is; a first moment against its decayed base
+    // (scale * base), except an unchanged range (a frozen layer), which is
+    // left to the plain delta.
+    auto encode_as_is = [&](size_t i, ByteSpan base_bytes, const SourceMatch& source, CodecScratch& scratch) {
+      std::optional<ChunkPrediction> scaled;
+      if (predict && states.is_momentum.size() > 0 && states.is_momentum[plan[i].tensor] &&
+          plan[i].budget.rel_l2 > 0 && !base_bytes.empty() && !source.unchanged)
+        scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, scratch);
+      statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
+                                options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
+    };
     // A caller's kernel backend is one object: never used by two threads.
     parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
       if (deferred[i] || in_step_space(i)) return;
       if (plan[i].lossy()) {
-        ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
-        const SourceMatch source = MatchSource(plan[i], base, chunk_data(i), base_bytes);
-        // A first moment against its decayed base (scale * base); an
-        // unchanged range (a frozen layer) is left to the plain delta.
-        std::optional<ChunkPrediction> scaled;
-        if (predict && states.is_momentum.size() > 0 && states.is_momentum[plan[i].tensor] &&
-            plan[i].budget.rel_l2 > 0 && !base_bytes.empty() && !source.unchanged)
-          scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, scratch);
-        statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
-                                  options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
+        const ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
+        encode_as_is(i, base_bytes, MatchSource(plan[i], base, chunk_data(i), base_bytes), scratch);
       } else {
         ByteSpan data = file.subspan(plan[i].offset, plan[i].length);
         std::copy(data.begin(), data.end(), recon.begin() + static_cast<ptrdiff_t>(plan[i].offset));
@@ -505,13 +508,9 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       std::byte* scales = scratch.step_inputs[0].Reserve(length);
       std::byte* x = scratch.step_inputs[1].Reserve(length);
       const ByteSpan v = ByteSpan(recon).subspan(*space_v[i], length);
-      if (!StepScales(v, kStepSpaceEps, scales) || !ToStepSpace(chunk_data(i), scales, x)) {
+      if (!StepScales(v, kStepSpaceEps, scales) || !DivideByScales(chunk_data(i), scales, x)) {
         // A negative or non-finite v or m: coded as m, as in the first pass.
-        std::optional<ChunkPrediction> scaled;
-        if (predict && !base_bytes.empty() && !source.unchanged)
-          scaled = PredictScaledBase(lossy::ElementType::kF32, chunk_data(i), base_bytes, scratch);
-        statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
-                                  options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
+        encode_as_is(i, base_bytes, source, scratch);
         return;
       }
       StepSpaceInput space{ByteSpan(x, length), {}, scales, StepSpace{*space_v[i], kStepSpaceEps}};
@@ -521,7 +520,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       std::optional<ChunkPrediction> scaled;
       if (!base_bytes.empty()) {
         std::byte* base_x = scratch.step_inputs[2].Reserve(length);
-        DivideByScales(base_bytes, scales, base_x);
+        DivideByScales(base_bytes, scales, base_x);  // any values: the codec keeps non-finite ones
         space.base_x = ByteSpan(base_x, length);
         if (predict && !source.unchanged)
           scaled = PredictScaledBase(lossy::ElementType::kF32, space.x, space.base_x, scratch);

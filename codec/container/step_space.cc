@@ -23,7 +23,7 @@ bool StepScales(ByteSpan v, float eps, std::byte* s) {
   return ok;
 }
 
-bool ToStepSpace(ByteSpan m, const std::byte* s, std::byte* x) {
+bool DivideByScales(ByteSpan m, const std::byte* s, std::byte* x) {
   const size_t n = m.size() / 4;
   bool ok = true;
   for (size_t i = 0; i < n; ++i) {
@@ -32,11 +32,6 @@ bool ToStepSpace(ByteSpan m, const std::byte* s, std::byte* x) {
     Store(x, i, q);
   }
   return ok;
-}
-
-void DivideByScales(ByteSpan m, const std::byte* s, std::byte* x) {
-  const size_t n = m.size() / 4;
-  for (size_t i = 0; i < n; ++i) Store(x, i, Load(m.data(), i) / Load(s, i));
 }
 
 void FromStepSpace(MutableByteSpan x, const std::byte* s) {

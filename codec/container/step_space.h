@@ -31,11 +31,10 @@ inline constexpr uint64_t kMinStepSpaceElements = 4096;
 // and the chunk is then not coded in step space. `s` holds v.size() bytes.
 bool StepScales(ByteSpan v, float eps, std::byte* s);
 
-// x[i] = m[i] / s[i] (f32). Returns false when some x[i] is not finite
-// (a non-finite m, which step space could not give back bit for bit).
-bool ToStepSpace(ByteSpan m, const std::byte* s, std::byte* x);
-// The same division for a base, whatever its values.
-void DivideByScales(ByteSpan m, const std::byte* s, std::byte* x);
+// x[i] = m[i] / s[i] (f32). Returns false when some x[i] is not finite (a
+// non-finite m, or an overflow, which step space could not give back bit
+// for bit); x is written whole either way.
+bool DivideByScales(ByteSpan m, const std::byte* s, std::byte* x);
 
 // m[i] = x[i] * s[i] (f32), in place over `x`.
 void FromStepSpace(MutableByteSpan x, const std::byte* s);
