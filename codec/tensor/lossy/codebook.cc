@@ -58,6 +58,10 @@ void CellSums(std::span<const WeightedPoint> points, const std::vector<double>& 
   sum_w[k] = w, sum_wv[k] = wv;
 }
 
+// Rounds `levels` to float (ascending, unique, finite) into out->levels and
+// estimates the error, max error and cell weights of nearest-level coding.
+void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<double>& levels, Codebook* out);
+
 }  // namespace
 
 double SeedMass(const WeightedPoint& p) {
@@ -110,13 +114,52 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const doub
     }
   }
 
+  FinishCodebook(points, levels, &book);
+  return book;
+}
+
+Codebook UniformCodebook(std::span<const WeightedPoint> points, double step, uint32_t max_levels) {
+  Codebook book;
+  if (points.empty() || !(step > 0) || max_levels == 0) return book;
+  // The multiples of step nearest to the extreme points, zero excepted (it
+  // is the pruned symbol), trimmed from the longer side to max_levels.
+  int64_t lo = static_cast<int64_t>(std::llround(std::max(points.front().value / step, -1e9)));
+  int64_t hi = static_cast<int64_t>(std::llround(std::min(points.back().value / step, 1e9)));
+  // A point that rounds to zero still needs a level of its sign.
+  if (points.front().value < 0) lo = std::min<int64_t>(lo, -1);
+  if (points.back().value > 0) hi = std::max<int64_t>(hi, 1);
+  auto count = [&] { return (hi - lo + 1) - (lo <= 0 && hi >= 0 ? 1 : 0); };
+  while (count() > static_cast<int64_t>(max_levels)) {
+    if (-lo > hi) ++lo;
+    else --hi;
+  }
+  std::vector<double> levels, mids;
+  for (int64_t k = lo; k <= hi; ++k)
+    if (k != 0) levels.push_back(static_cast<double>(k) * step);
+  if (levels.empty()) return book;
+  // One centroid step: each level moves to the mean of its cell (the cells
+  // stay the uniform ones), and a level no point uses is dropped.
+  std::vector<double> sum_w(levels.size()), sum_wv(levels.size());
+  CellSums(points, levels, mids, sum_w, sum_wv);
+  std::vector<double> used;
+  for (size_t k = 0; k < levels.size(); ++k)
+    if (sum_w[k] > 0) used.push_back(sum_wv[k] / sum_w[k]);
+  FinishCodebook(points, used, &book);
+  return book;
+}
+
+namespace {
+
+void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<double>& levels, Codebook* out) {
+  Codebook& book = *out;
+  std::vector<double> mids;
   // Round to float, keep strictly ascending unique finite levels.
   for (double l : levels) {
     float f = static_cast<float>(l);
     if (!std::isfinite(f)) continue;
     if (book.levels.empty() || f > book.levels.back()) book.levels.push_back(f);
   }
-  if (book.levels.empty()) return book;
+  if (book.levels.empty()) return;
 
   std::vector<double> final_levels(book.levels.begin(), book.levels.end());
   std::vector<double> cell_weight(final_levels.size(), 0.0);
@@ -131,7 +174,8 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const doub
   book.est_error_sq = err;
   book.est_max_abs = max_abs;
   book.cell_weights = std::move(cell_weight);
-  return book;
 }
+
+}  // namespace
 
 }  // namespace ckptfs::lossy

@@ -11,6 +11,7 @@
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/scratch.h"
 #include "codec/tensor/lossy/stream.h"
+#include "codec/tensor/lossy/symbol_stream.h"
 
 namespace ckptfs::lossy {
 namespace {
@@ -93,7 +94,8 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
 
   const uint64_t packed_bytes = PackedBytes(n, h.bits);
   EnsureSize(&s.packed, packed_bytes);
-  RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.packed.data(), packed_bytes, "symbols"));
+  RETURN_IF_ERROR(DecompressSymbols(s, h.SymbolsAreRans(), main, h.bits, n,
+                                    MutableByteSpan(s.packed.data(), packed_bytes), "symbols"));
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, width, &s.exact_list));
   uint32_t max_symbol = 0;
   auto dequantize = [&](uint64_t first, uint64_t count) {

@@ -15,6 +15,7 @@
 
 #include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/log_index.h"
+#include "codec/tensor/lossy/symbol_stream.h"
 
 namespace ckptfs::lossy {
 namespace {
@@ -240,7 +241,6 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
 
   // 5. Stream.
   StreamHeader h;
-  h.version = kStreamVersionLog;
   h.mode = StreamMode::kLog;
   h.type = type;
   h.bits = static_cast<uint8_t>(best_bits);
@@ -249,8 +249,10 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   h.element_count = n;
   h.exact_count = exact;
   h.exact_raw_size = exact == 0 ? 0 : s.exact_list.size();
-  ASSIGN_OR_RETURN(ByteSpan main, CompressZstd(s.cctx.get(), zstd_level, ByteSpan(s.packed.data(), packed_bytes),
-                                               &s.zstd_main));
+  ASSIGN_OR_RETURN(SymbolStream coded,
+                   CompressSymbols(s, zstd_level, ByteSpan(s.packed.data(), packed_bytes), best_bits, n));
+  const ByteSpan main = coded.bytes;
+  h.version = StreamHeader::VersionFor(h.mode, coded.rans);
   ByteSpan exact_z;
   if (exact > 0) {
     ASSIGN_OR_RETURN(exact_z, CompressZstd(s.cctx.get(), zstd_level, s.exact_list, &s.zstd_exact));
@@ -436,7 +438,8 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
                               " have=" + std::to_string(h.num_levels));
   const uint64_t packed_bytes = PackedLogBytes(h.element_count, h.bits);
   EnsureSize(&s.packed, packed_bytes + kPackedSlack);
-  RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.packed.data(), packed_bytes, "log symbols"));
+  RETURN_IF_ERROR(DecompressSymbols(s, h.SymbolsAreRans(), main, h.bits, h.element_count,
+                                    MutableByteSpan(s.packed.data(), packed_bytes), "log symbols"));
   std::fill_n(s.packed.begin() + static_cast<ptrdiff_t>(packed_bytes), kPackedSlack, std::byte{0});
   ByteSpan packed(s.packed.data(), packed_bytes);
   // The AVX-512 delta decode: f32, a grid of under 64 levels per octave, an

@@ -42,6 +42,8 @@ struct Scratch::Buffers {
   std::shared_ptr<const LogFractionTable> log_table;  // log mode: the vector pass's table of the last grid
   std::vector<std::byte> zstd_main;  // compressed frames before they are assembled
   std::vector<std::byte> zstd_exact;
+  std::vector<uint8_t> symbols;       // one byte per symbol, for the rANS main stream
+  std::vector<std::byte> rans_main;  // the rANS alternative of the main stream
   std::unique_ptr<ZSTD_CCtx, ZstdCDeleter> cctx;
   std::unique_ptr<ZSTD_DCtx, ZstdDDeleter> dctx;
   std::unique_ptr<LossyKernels> cpu_kernels;

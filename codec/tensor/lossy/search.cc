@@ -19,6 +19,12 @@ constexpr double kOutlierFractions[] = {0.0, 1e-4, 1e-3, 1e-2};
 // Candidate shares of the error target spent on pruning.
 constexpr double kPruneShares[] = {0.0, 0.5, 0.9, 0.99};
 constexpr uint32_t kLloydIterations = 12;
+// Uniform candidates: prune below this fraction of the step (0.5: plain
+// rounding; larger: a dead zone), steps from the largest magnitude / this,
+// found to this many bisections (2^-20 of the log range).
+constexpr double kUniformDeadzones[] = {0.5, 0.6};
+constexpr double kUniformMaxSteps = 512.0;
+constexpr int kUniformBisections = 20;
 constexpr uint32_t kMaxBits = 8;
 
 struct BinGeometry {
@@ -63,6 +69,13 @@ ChunkProfile Profile(std::span<const uint32_t> counts) {
   p.tail[kFiniteKeys] = 0;
   for (uint32_t k = kFiniteKeys; k-- > 0;) p.tail[k] = p.tail[k + 1] + p.magnitude[k];
   return p;
+}
+
+// The histogram key of a magnitude (the bin it falls in), kFiniteKeys for
+// anything not below FLT_MAX.
+uint32_t KeyOf(double magnitude) {
+  if (!(magnitude < static_cast<double>(FLT_MAX))) return kFiniteKeys;
+  return FloatBits(static_cast<float>(magnitude)) >> kHistogramShift;
 }
 
 // Smallest key whose tail holds at most `fraction` of the finite elements.
@@ -179,6 +192,26 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
   SeedCache seeds(profile);
   std::vector<double> seed_mass;
   uint32_t last_exact_key = UINT32_MAX;
+  // Keeps the candidate with the smallest estimated size.
+  auto consider = [&](uint32_t prune_key, uint32_t exact_key, uint64_t exact, double prune_err, double quantized,
+                      const Codebook& chosen, uint32_t bits) {
+    double entropy = EntropyBits(chosen.cell_weights, dn - quantized, dn);
+    double symbol_bits = std::min(static_cast<double>(bits) * dn, entropy * 1.05 + 0.01 * dn);
+    double est_bytes = symbol_bits / 8.0 + static_cast<double>(exact) * (element_size + 1.5) +
+                       4.0 * static_cast<double>(chosen.levels.size()) + 64.0;
+    if (best && best->est_bytes <= est_bytes) return;
+    SearchResult r;
+    r.table.prune_below = prune_key << kHistogramShift;
+    r.table.exact_from = exact_key << kHistogramShift;
+    r.table.bits = bits;
+    r.table.num_levels = static_cast<uint32_t>(chosen.levels.size());
+    std::copy(chosen.levels.begin(), chosen.levels.end(), r.table.levels);
+    FillBounds(&r.table);
+    r.est_error_sq = prune_err + chosen.est_error_sq;
+    r.est_bytes = est_bytes;
+    r.est_exact = exact;
+    best = r;
+  };
   for (double fraction : kOutlierFractions) {
     uint32_t exact_key = ExactKey(profile, fraction);
     if (exact_key == last_exact_key) continue;
@@ -224,22 +257,52 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
         // The codebook may use fewer levels than 2^bits - 1: shrink bits.
         while (bits > 1 && chosen.levels.size() <= (1u << (bits - 1)) - 1) --bits;
       }
-      double entropy = EntropyBits(chosen.cell_weights, dn - quantized, dn);
-      double symbol_bits = std::min(static_cast<double>(bits) * dn, entropy * 1.05 + 0.01 * dn);
-      double est_bytes = symbol_bits / 8.0 + static_cast<double>(exact) * (element_size + 1.5) +
-                         4.0 * static_cast<double>(chosen.levels.size()) + 64.0;
-      if (best && best->est_bytes <= est_bytes) continue;
-      SearchResult r;
-      r.table.prune_below = prune_key << kHistogramShift;
-      r.table.exact_from = exact_key << kHistogramShift;
-      r.table.bits = bits;
-      r.table.num_levels = static_cast<uint32_t>(chosen.levels.size());
-      std::copy(chosen.levels.begin(), chosen.levels.end(), r.table.levels);
-      FillBounds(&r.table);
-      r.est_error_sq = prune_err + chosen.est_error_sq;
-      r.est_bytes = est_bytes;
-      r.est_exact = exact;
-      best = r;
+      consider(prune_key, exact_key, exact, prune_err, quantized, chosen, bits);
+    }
+
+    // Uniform candidates: levels at multiples of a step, pruned below a
+    // fraction of it; the largest step whose estimate fits, by bisection
+    // in log space (the error grows with the step).
+    double top = 0.0;
+    for (uint32_t k = exact_key; k-- > 0;)
+      if (profile.magnitude[k] > 0) {
+        top = Geometry(k).hi;
+        break;
+      }
+    if (!(top > 0)) continue;
+    for (double deadzone : kUniformDeadzones) {
+      struct Trial {
+        bool fits = false;
+        uint32_t prune_key = 0;
+        double prune_err = 0.0, quantized = 0.0;
+        Codebook book;
+      };
+      auto trial = [&](double step) {
+        Trial t;
+        t.prune_key = std::min(exact_key, KeyOf(deadzone * step));
+        t.prune_err = profile.prune_error[t.prune_key];
+        const double prune_max = t.prune_key == 0 ? 0.0 : Geometry(t.prune_key - 1).hi;
+        if (t.prune_err > target.max_error_sq || prune_max > target.max_abs) return t;
+        std::vector<WeightedPoint> points = Points(counts, t.prune_key, exact_key, seeds, &seed_mass);
+        for (const WeightedPoint& pt : points) t.quantized += pt.weight;
+        t.book = UniformCodebook(points, step, (1u << kMaxBits) - 1);
+        // (Kept points need a level: an empty codebook fits nothing.)
+        t.fits = (points.empty() || !t.book.levels.empty()) &&
+                 t.prune_err + t.book.est_error_sq <= target.max_error_sq && t.book.est_max_abs <= target.max_abs;
+        return t;
+      };
+      double lo = top / kUniformMaxSteps, hi = 2.0 * top;  // lo must fit, hi need not
+      Trial good = trial(lo);
+      if (!good.fits) continue;
+      for (int it = 0; it < kUniformBisections; ++it) {
+        const double mid = std::sqrt(lo * hi);
+        Trial t = trial(mid);
+        if (t.fits) lo = mid, good = std::move(t);
+        else hi = mid;
+      }
+      uint32_t bits = 1;
+      while ((1u << bits) - 1 < good.book.levels.size()) ++bits;
+      consider(good.prune_key, exact_key, exact, good.prune_err, good.quantized, good.book, bits);
     }
   }
   return best;

@@ -18,11 +18,13 @@
 
 namespace ckptfs::lossy {
 
-// Version 1 streams hold modes 0 and 1; version 2 adds mode 2. The encoder
-// writes version 1 for modes 0 and 1 (their bytes are unchanged) and
-// version 2 only for mode 2, so a version-1 decoder reports Unsupported.
+// Version 1 streams hold modes 0 and 1; version 2 adds mode 2; version 3
+// is mode 1 or 2 with the symbols coded by rANS instead of zstd (LOSSY.md
+// section 5.7). The encoder writes the lowest version that holds a stream, so
+// an older decoder reports Unsupported for what it cannot read.
 inline constexpr uint8_t kStreamVersion = 1;
 inline constexpr uint8_t kStreamVersionLog = 2;
+inline constexpr uint8_t kStreamVersionRans = 3;
 
 // How the chunk is stored. Stored: never renumber.
 enum class StreamMode : uint8_t {
@@ -30,6 +32,9 @@ enum class StreamMode : uint8_t {
   kQuantized = 1,  // levels + packed symbols (zstd) + exact list (zstd)
   kLog = 2,        // log-domain indices (delta-coded against the base), zstd + exact list
 };
+
+// Version 3 (rANS symbols): symbol widths 1..kMaxRansBits, one byte each.
+inline constexpr uint32_t kMaxRansBits = 8;
 
 // Log mode: symbol widths 1..kMaxLogBits, at most kMaxLogLevels levels per octave.
 inline constexpr uint32_t kMaxLogBits = 24;
@@ -49,7 +54,7 @@ inline constexpr uint8_t kFlagZeroCarry = 0x02;
 struct StreamHeader {
   static constexpr size_t kEncodedSize = 52;
 
-  uint8_t version = kStreamVersion;
+  uint8_t version = kStreamVersion;  // see SymbolsAreRans
   StreamMode mode = StreamMode::kLossless;
   ElementType type = ElementType::kF32;
   uint8_t bits = 0;         // symbol width 1..8 (kQuantized), 1..24 (kLog), 0 (kLossless)
@@ -60,6 +65,13 @@ struct StreamHeader {
   uint64_t main_size = 0;       // zstd bytes of the symbols / byte planes
   uint64_t exact_raw_size = 0;  // decompressed bytes of the exact list
   uint64_t exact_size = 0;      // zstd bytes of the exact list (0 when empty)
+
+  // Version 3: the main stream is rANS-coded symbols, not a zstd frame.
+  bool SymbolsAreRans() const { return version == kStreamVersionRans; }
+  // The version for a quantized or log stream whose symbols are coded so.
+  static uint8_t VersionFor(StreamMode mode, bool rans) {
+    return rans ? kStreamVersionRans : mode == StreamMode::kLog ? kStreamVersionLog : kStreamVersion;
+  }
 
   // Appends the kEncodedSize bytes.
   void EncodeTo(std::vector<std::byte>* out) const;

@@ -26,13 +26,15 @@ struct Golden {
   uint64_t file_checksum;      // of version 1's reconstructed file, as written
   uint32_t predicted_chunks;   // in version 1
   uint32_t step_space_chunks = 0;  // in version 1
+  uint64_t logical_size = 116387;
 };
 
 TEST(GoldenBlobs, EarlierFormatVersionsStillDecode) {
   for (const Golden& g : {Golden{"lossy-params-v3", 0x4573aacc5533c5dbull, 0},
                           Golden{"lossy-params-v4", 0x96f56eb3fda91c66ull, 2},
                           Golden{"log-zero-carry", 0xffce141ace25c38bull, 1},
-                          Golden{"lossy-params-v5", 0x0224a245092db4a4ull, 1, 1}}) {
+                          Golden{"lossy-params-v5", 0x0224a245092db4a4ull, 1, 1},
+                          Golden{"rans-symbols", 0xd431f9d9442634a7ull, 2, 1, 228515}}) {
     SCOPED_TRACE(g.dir);
     testing::MapResolver resolver;
     resolver.Add(ReadGolden(g.dir, "version0.blob"));
@@ -40,7 +42,7 @@ TEST(GoldenBlobs, EarlierFormatVersionsStillDecode) {
     Result<std::shared_ptr<const BlobReader>> reader = resolver.OpenBlob(id);
     ASSERT_TRUE(reader.ok()) << reader.status().ToString();
     EXPECT_EQ((*reader)->file_checksum(), g.file_checksum);
-    EXPECT_EQ((*reader)->logical_size(), 116387u);
+    EXPECT_EQ((*reader)->logical_size(), g.logical_size);
     for (uint32_t c = 0; c < (*reader)->chunks().size(); ++c)
       EXPECT_TRUE((*reader)->VerifyChunk(c).ok()) << "chunk " << c;
     Result<std::vector<std::byte>> file = DecodeAll(**reader);  // checks the whole-file checksum

@@ -257,8 +257,11 @@ TEST(LossyLog, CorruptLogStreamsAreRejected) {
   s[0] = std::byte{1};  // mode 2 needs version 2
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
   s = c->bytes;
-  s[0] = std::byte{3};
+  s[0] = std::byte{4};
   EXPECT_EQ(decode(s).code(), StatusCode::kUnsupported);
+  s = c->bytes;
+  s[0] = std::byte{static_cast<uint8_t>(static_cast<uint8_t>(s[0]) == 2 ? 3 : 2)};  // zstd read as rANS, or back
+  EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
   s = c->bytes;
   s[8] = std::byte{static_cast<uint8_t>(static_cast<uint8_t>(s[8]) + 1)};  // levels per octave
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);

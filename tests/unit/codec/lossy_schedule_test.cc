@@ -290,7 +290,7 @@ TEST(BudgetSchedule, FrozenTensorKeepsItsBudgetAndCostsNothing) {
   const ObjectId v1_old = encode(1, v0_old);
   EXPECT_LT(reports_of(v1_old)[0].budget_rel_l2, 1e-2);
   auto stored = [&](const ObjectId& id) { return (*resolver.OpenBlob(id))->stored_size(); };
-  EXPECT_LT(stored(v1) + 4 * kN / 20, stored(v1_old)) << "the frozen tensor's re-encode costs over 1/20 of its raw size";
+  EXPECT_LT(stored(v1) + 4 * kN / 30, stored(v1_old)) << "the frozen tensor's re-encode costs over 1/30 of its raw size";
 
   // Another chunking than the base's: no base chunk covers exactly the same
   // range, so nothing is known to be unchanged and the schedule applies.

@@ -1,0 +1,37 @@
+// The main stream of a quantized or log-mode chunk (LOSSY.md sections 5.3
+// and 5.7): the packed symbols as one zstd frame (stream versions 1 and 2),
+// or, one byte per symbol, as a rANS plane (version 3, FORMAT.md "rANS
+// plane"), whichever is smaller.
+//
+// Why both: zstd's Huffman stage codes bytes, and when b does not divide 8
+// a packed byte holds pieces of two or three symbols; on the eval's
+// checkpoints zstd spent 7 % (b = 2 or 3, quantized) to 37 % (b = 5, log
+// mode) more than the symbols' entropy, which rANS codes within a fraction
+// of a percent. zstd wins where its matches remove long runs that order-0
+// coding cannot (frozen regions).
+#pragma once
+
+#include <cstdint>
+
+#include "codec/common/bytes.h"
+#include "codec/common/status.h"
+#include "codec/tensor/lossy/scratch.h"
+
+namespace ckptfs::lossy {
+
+struct SymbolStream {
+  ByteSpan bytes;     // in a buffer of the scratch, valid until its next use
+  bool rans = false;  // a rANS plane: the header's version is kStreamVersionRans
+};
+
+// Codes the n symbols of `bits` each in `packed` (the bit string of LOSSY.md
+// section 5.3, its length the mode's packed size).
+Result<SymbolStream> CompressSymbols(Scratch::Buffers& s, int zstd_level, ByteSpan packed, unsigned bits, uint64_t n);
+
+// Restores all of `packed` from a main stream coded as `rans` says; the bits
+// past the n symbols are zero. A rANS plane holding a symbol of more than
+// `bits` bits is Corruption.
+Status DecompressSymbols(Scratch::Buffers& s, bool rans, ByteSpan main, unsigned bits, uint64_t n,
+                         MutableByteSpan packed, const char* what);
+
+}  // namespace ckptfs::lossy
