@@ -9,28 +9,8 @@
 namespace ckptfs::lossy {
 namespace {
 
-// Assigns every point to its nearest level (points and levels ascending) and
-// calls visit(point index, level index).
-// `mids` is scratch for the midpoints between levels (computed once per
-// sweep, the same values as computing them per comparison).
-template <typename F>
-void SweepNearest(std::span<const WeightedPoint> points, const std::vector<double>& levels,
-                  std::vector<double>& mids, F&& visit) {
-  if (levels.empty()) return;
-  mids.resize(levels.size());
-  for (size_t k = 0; k + 1 < levels.size(); ++k) mids[k] = (levels[k] + levels[k + 1]) * 0.5;
-  mids[levels.size() - 1] = std::numeric_limits<double>::infinity();  // the last level's cell
-  size_t k = 0;
-  for (size_t p = 0; p < points.size(); ++p) {
-    double v = points[p].value;
-    // Advance while the next level is at least as close (midpoint rule).
-    while (v > mids[k]) ++k;
-    visit(p, k);
-  }
-}
-
 // One Lloyd sweep's sums per level: sum_w[k] and sum_wv[k] over the points
-// nearest to level k (the SweepNearest assignment). A level's points are
+// nearest to level k (by the midpoints between levels). A level's points are
 // consecutive, so each sum runs in a register from 0.0 and is stored once:
 // the same additions in the same order as `sum_w[k] += w` on a zeroed
 // array, without a store-to-load round trip per point.
@@ -162,15 +142,43 @@ void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<dou
   if (book.levels.empty()) return;
 
   std::vector<double> final_levels(book.levels.begin(), book.levels.end());
-  std::vector<double> cell_weight(final_levels.size(), 0.0);
+  const size_t count = final_levels.size();
+  mids.resize(count);
+  for (size_t k = 0; k + 1 < count; ++k) mids[k] = (final_levels[k] + final_levels[k + 1]) * 0.5;
+  mids[count - 1] = std::numeric_limits<double>::infinity();
+  std::vector<double> cell_weight(count, 0.0);
   double err = 0.0, max_abs = 0.0;
-  SweepNearest(points, final_levels, mids, [&](size_t pi, size_t k) {
-    const WeightedPoint& p = points[pi];
-    double d = p.value - final_levels[k];
-    err += p.weight * (d * d + p.variance);
-    if (p.weight > 0) max_abs = std::max(max_abs, std::fabs(d) + p.half_width);
-    cell_weight[k] += p.weight;
-  });
+  // Each point is its bin, [value - half_width, value + half_width], with
+  // its elements spread evenly; the part in each level's cell (up to the
+  // midpoints) adds its exact squared error and its share of the weight.
+  // Within one cell this is weight * (d^2 + width^2 / 12); a bin that
+  // several cells share (fine steps, wide bins far from zero) would
+  // otherwise count the whole bin at one level, overstating the error and
+  // understating the entropy.
+  size_t k = 0;
+  for (const WeightedPoint& p : points) {
+    if (p.weight <= 0) continue;
+    const double lo = p.value - p.half_width, hi = p.value + p.half_width;
+    while (lo > mids[k]) ++k;
+    if (!(hi > lo)) {
+      const double d = p.value - final_levels[k];
+      err += p.weight * d * d;
+      max_abs = std::max(max_abs, std::fabs(d));
+      cell_weight[k] += p.weight;
+      continue;
+    }
+    const double density = p.weight / (hi - lo);
+    for (size_t j = k;; ++j) {
+      const double a = j == k ? lo : mids[j - 1];
+      const double b = std::min(hi, mids[j]);
+      const double l = final_levels[j];
+      const double da = a - l, db = b - l;
+      err += density * (db * db * db - da * da * da) / 3.0;
+      max_abs = std::max({max_abs, std::fabs(da), std::fabs(db)});
+      cell_weight[j] += density * (b - a);
+      if (hi <= mids[j]) break;
+    }
+  }
   book.est_error_sq = err;
   book.est_max_abs = max_abs;
   book.cell_weights = std::move(cell_weight);

@@ -14,8 +14,7 @@ namespace ckptfs::lossy {
 struct WeightedPoint {
   double value;     // bin centre
   double weight;    // element count
-  double variance;  // within-bin variance estimate (width^2 / 12)
-  double half_width;
+  double half_width;  // the bin spans value +- half_width, its elements spread evenly
 };
 
 struct Codebook {

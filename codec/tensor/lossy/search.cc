@@ -23,7 +23,7 @@ constexpr uint32_t kLloydIterations = 12;
 // rounding; larger: a dead zone), steps from the largest magnitude / this,
 // found to this many bisections (2^-20 of the log range).
 constexpr double kUniformDeadzones[] = {0.5, 0.6};
-constexpr double kUniformMaxSteps = 512.0;
+constexpr double kUniformMaxSteps = 127.0;
 constexpr int kUniformBisections = 20;
 constexpr uint32_t kMaxBits = 8;
 
@@ -145,7 +145,7 @@ std::vector<WeightedPoint> Points(std::span<const uint32_t> counts, uint32_t pru
     uint32_t c = counts[key + (negative ? kMagnitudeBins : 0)];
     if (c == 0) return;
     BinGeometry g = Geometry(key);
-    points.push_back({negative ? -g.mid : g.mid, static_cast<double>(c), g.width * g.width / 12.0, g.width * 0.5});
+    points.push_back({negative ? -g.mid : g.mid, static_cast<double>(c), g.width * 0.5});
     seed_mass->push_back(seeds.Get(key, negative, points.back()));
   };
   for (uint32_t k = exact_key; k-- > prune_key;) add(k, true);
@@ -174,6 +174,21 @@ double EstimateEnergy(std::span<const uint32_t> counts) {
     energy += static_cast<double>(c) * (g.mid * g.mid + g.width * g.width / 12.0);
   }
   return energy;
+}
+
+std::optional<SearchResult> AllPrunedConfig(std::span<const uint32_t> counts, double max_abs) {
+  const ChunkProfile profile = Profile(counts);
+  const uint32_t exact_key = ExactKey(profile, 0.0);
+  if (exact_key > 0 && Geometry(exact_key - 1).hi > max_abs) return std::nullopt;
+  SearchResult r;
+  r.table.prune_below = exact_key << kHistogramShift;
+  r.table.exact_from = exact_key << kHistogramShift;
+  r.table.bits = 1;
+  r.table.num_levels = 0;
+  FillBounds(&r.table);
+  r.est_error_sq = profile.prune_error[exact_key];
+  r.est_exact = profile.non_finite;
+  return r;
 }
 
 void FillBounds(QuantizeTable* t) {

@@ -36,6 +36,11 @@ struct SearchResult {
 std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint64_t n, uint32_t element_size,
                                          const SearchTarget& target);
 
+// Every finite element pruned (non-finite ones exact): the configuration of
+// a delta frame that keeps its base, with the pruning error as its estimate.
+// Nothing when a pruned magnitude could exceed max_abs.
+std::optional<SearchResult> AllPrunedConfig(std::span<const uint32_t> counts, double max_abs);
+
 // Estimated sum of squares of the finite values counted in `counts` (from
 // the bin centres; within a few percent).
 double EstimateEnergy(std::span<const uint32_t> counts);

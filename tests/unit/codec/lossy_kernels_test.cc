@@ -275,17 +275,20 @@ TEST(LossyKernelsTest, CodebookFitsKnownClusters) {
   // Three tight clusters and three levels: the fit must find them.
   std::vector<WeightedPoint> pts;
   for (double c : {-1.0, 0.5, 2.0})
-    for (int j = -2; j <= 2; ++j) pts.push_back({c + j * 1e-3, 10.0, 0.0, 5e-4});
+    for (int j = -2; j <= 2; ++j) pts.push_back({c + j * 1e-3, 10.0, 5e-4});
   Codebook book = FitCodebook(pts, 3, 20);
   ASSERT_EQ(book.levels.size(), 3u);
   EXPECT_NEAR(book.levels[0], -1.0, 1e-6);
   EXPECT_NEAR(book.levels[1], 0.5, 1e-6);
   EXPECT_NEAR(book.levels[2], 2.0, 1e-6);
-  EXPECT_NEAR(book.est_error_sq, 3 * 10 * (2 * 1e-6 + 2 * 4e-6), 1e-9);
+  // Each point's elements spread evenly over its 1e-3 wide bin: distance
+  // squared plus width^2 / 12 each.
+  const double in_bin = 1e-6 / 12;
+  EXPECT_NEAR(book.est_error_sq, 3 * 10 * (2 * 1e-6 + 2 * 4e-6 + 5 * in_bin), 1e-9);
   // Fewer points than levels: every point becomes a level.
   Codebook small = FitCodebook(std::span(pts).first(2), 15, 20);
   EXPECT_EQ(small.levels.size(), 2u);
-  EXPECT_NEAR(small.est_error_sq, 0.0, 1e-12);  // only the float rounding of the levels
+  EXPECT_NEAR(small.est_error_sq, 2 * 10 * in_bin, 1e-12);  // plus the float rounding of the levels
 }
 
 TEST(LossyKernelsTest, SearchPrefersPruningForSparseResiduals) {

@@ -143,3 +143,29 @@ TEST(LossySymbolStream, DeltaFramesCodeNearTheRateDistortionBound) {
 
 }  // namespace
 }  // namespace ckptfs::lossy
+
+namespace ckptfs::lossy {
+namespace {
+
+// A key frame at 1e-2 needs about 7 bits per element, where the levels are
+// closer together than the search's histogram bins are wide: the estimate
+// must integrate each bin over the cells it spans to use the budget (it
+// met 60 % of it when a bin counted whole at its centre's level) and stay
+// near the Gaussian bound of log2(1 / 1e-2) = 6.64 bits.
+TEST(LossySymbolStream, KeyFramesUseTheirBudget) {
+  constexpr size_t kN = 1 << 18;
+  Scratch scratch;
+  for (ElementType type : {ElementType::kF32, ElementType::kBF16}) {
+    SCOPED_TRACE(static_cast<int>(type));
+    const std::vector<std::byte> values = testing::ToElements(type, testing::Generate(Dist::kNormal, kN, 21));
+    Result<EncodedChunk> c = EncodeChunk(type, values, {}, Budget{1e-2, 0}, &scratch);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->stats.mode, static_cast<uint8_t>(StreamMode::kQuantized)) << "a miss must not end lossless";
+    EXPECT_LE(c->stats.rel_l2, 1e-2);
+    EXPECT_GT(c->stats.rel_l2, 0.9e-2);
+    EXPECT_LT(8.0 * static_cast<double>(c->bytes.size()) / kN, 7.2);
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy
