@@ -349,7 +349,14 @@ class LogSliceDecoder {
 
 }  // namespace
 
-double LogGrid::RatioFor(double max_rel) { return std::min(2.0, 1.0 + 1.9 * max_rel); }
+double LogGrid::RatioFor(double max_rel) {
+  // Between levels l and rho*l the element farthest from both is the
+  // midpoint x = l*(1 + rho)/2, |x_hat - x| / x = (rho - 1)/(rho + 1): that
+  // is set to t = 0.95*max_rel (the rest is margin for rounding to the
+  // element type), so rho = (1 + t)/(1 - t).
+  const double t = 0.95 * max_rel;
+  return t >= 1.0 / 3.0 ? 2.0 : std::min(2.0, (1.0 + t) / (1.0 - t));
+}
 
 Result<LogGrid> LogGrid::FromRatio(double ratio) {
   if (!(ratio > 1.0 && ratio <= 2.0))

@@ -33,9 +33,10 @@ class LogGrid {
   // REQUIRES nothing: a ratio outside (1, 2] or one needing more than
   // kMaxLogLevels levels per octave is InvalidArgument.
   static Result<LogGrid> FromRatio(double ratio);
-  // The ratio the encoder uses for a per-element relative bound: half a
-  // step is then 0.95 * max_rel, the rest a margin for rounding the grid
-  // point to the element type. Capped at 2.
+  // The ratio the encoder uses for a per-element relative bound: the
+  // midpoint between two levels is then 0.95 * max_rel (relative) from
+  // both, the rest a margin for rounding the grid point to the element
+  // type. Capped at 2.
   static double RatioFor(double max_rel);
 
   double ratio() const { return ratio_; }

@@ -229,7 +229,14 @@ TEST(LossyLog, ZerosOverZerosAreCarried) {
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(h->flags, kFlagDelta | kFlagZeroCarry);
   EXPECT_LT(same->bytes.size(), 300u) << "an unchanged chunk with a 30 % zero mask";
-  EXPECT_TRUE(same->reconstruction == key->reconstruction);
+  // Every element the key frame put on the grid is reproduced; one it
+  // stored exactly (a width escape) may move to its grid point, within the
+  // bound.
+  CheckElements(ElementType::kF32, v0, same->reconstruction, 0.2);
+  size_t moved_elements = 0;
+  for (size_t i = 0; i < n; ++i)
+    moved_elements += std::memcmp(same->reconstruction.data() + 4 * i, key->reconstruction.data() + 4 * i, 4) != 0;
+  EXPECT_LE(moved_elements, key->stats.exact);
   // Zeros that appear and disappear.
   std::vector<float> v2 = v;
   for (size_t i = 0; i < n; i += 7) v2[i] = v2[i] == 0.0f ? 1e-6f : 0.0f;
