@@ -21,10 +21,10 @@ constexpr double kPruneShares[] = {0.0, 0.5, 0.9, 0.99};
 constexpr uint32_t kLloydIterations = 12;
 // Uniform candidates: prune below this fraction of the step (0.5: plain
 // rounding; larger: a dead zone), steps from the largest magnitude / this,
-// found to this many bisections (2^-20 of the log range).
+// found to this many bisections (2^-12 of the log range: about 0.15 % of the step).
 constexpr double kUniformDeadzones[] = {0.5, 0.6};
 constexpr double kUniformMaxSteps = 127.0;
-constexpr int kUniformBisections = 20;
+constexpr int kUniformBisections = 12;
 constexpr uint32_t kMaxBits = 8;
 
 struct BinGeometry {
@@ -136,21 +136,21 @@ class SeedCache {
   std::vector<double> mass_;
 };
 
-// The points of the bins between the thresholds, and their seed masses.
-std::vector<WeightedPoint> Points(std::span<const uint32_t> counts, uint32_t prune_key, uint32_t exact_key,
-                                  SeedCache& seeds, std::vector<double>* seed_mass) {
-  std::vector<WeightedPoint> points;
-  seed_mass->clear();
+// The points of the bins between the thresholds into *points (replaced),
+// and with `seeds`, their seed masses into *seed_mass.
+void Points(std::span<const uint32_t> counts, uint32_t prune_key, uint32_t exact_key, SeedCache* seeds,
+            std::vector<WeightedPoint>* points, std::vector<double>* seed_mass) {
+  points->clear();
+  if (seeds != nullptr) seed_mass->clear();
   auto add = [&](uint32_t key, bool negative) {
     uint32_t c = counts[key + (negative ? kMagnitudeBins : 0)];
     if (c == 0) return;
     BinGeometry g = Geometry(key);
-    points.push_back({negative ? -g.mid : g.mid, static_cast<double>(c), g.width * 0.5});
-    seed_mass->push_back(seeds.Get(key, negative, points.back()));
+    points->push_back({negative ? -g.mid : g.mid, static_cast<double>(c), g.width * 0.5});
+    if (seeds != nullptr) seed_mass->push_back(seeds->Get(key, negative, points->back()));
   };
   for (uint32_t k = exact_key; k-- > prune_key;) add(k, true);
   for (uint32_t k = prune_key; k < exact_key; ++k) add(k, false);
-  return points;
 }
 
 double EntropyBits(const std::vector<double>& cells, double zero_count, double n) {
@@ -206,6 +206,7 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
   std::optional<SearchResult> best;
   SeedCache seeds(profile);
   std::vector<double> seed_mass;
+  std::vector<WeightedPoint> points;  // reused by every candidate
   uint32_t last_exact_key = UINT32_MAX;
   // Keeps the candidate with the smallest estimated size.
   auto consider = [&](uint32_t prune_key, uint32_t exact_key, uint64_t exact, double prune_err, double quantized,
@@ -240,7 +241,7 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
       double prune_err = profile.prune_error[prune_key];
       double prune_max = prune_key == 0 ? 0.0 : Geometry(prune_key - 1).hi;
       if (prune_err > target.max_error_sq || prune_max > target.max_abs) continue;
-      std::vector<WeightedPoint> points = Points(counts, prune_key, exact_key, seeds, &seed_mass);
+      Points(counts, prune_key, exact_key, &seeds, &points, &seed_mass);
       double quantized = 0.0;
       for (const WeightedPoint& pt : points) quantized += pt.weight;
 
@@ -298,7 +299,7 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
         t.prune_err = profile.prune_error[t.prune_key];
         const double prune_max = t.prune_key == 0 ? 0.0 : Geometry(t.prune_key - 1).hi;
         if (t.prune_err > target.max_error_sq || prune_max > target.max_abs) return t;
-        std::vector<WeightedPoint> points = Points(counts, t.prune_key, exact_key, seeds, &seed_mass);
+        Points(counts, t.prune_key, exact_key, nullptr, &points, nullptr);
         for (const WeightedPoint& pt : points) t.quantized += pt.weight;
         t.book = UniformCodebook(points, step, (1u << kMaxBits) - 1);
         // (Kept points need a level: an empty codebook fits nothing.)

@@ -10,47 +10,50 @@ namespace ckptfs::lossy {
 namespace {
 
 // Symbol i of `bits` (1..8) at bits [i*bits, i*bits + bits) of `packed`, one
-// byte each into out[0, n).
+// byte each into out[0, n); eight symbols are b whole bytes.
 void UnpackSymbols(ByteSpan packed, unsigned bits, uint64_t n, uint8_t* out) {
-  if (bits == 8) {
-    std::copy_n(reinterpret_cast<const uint8_t*>(packed.data()), n, out);
-    return;
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  const std::byte* in = packed.data();
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8, in += bits) {
+    uint64_t group = 0;
+    for (unsigned k = 0; k < bits; ++k) group |= static_cast<uint64_t>(in[k]) << (8 * k);
+    for (unsigned j = 0; j < 8; ++j) out[i + j] = static_cast<uint8_t>((group >> (j * bits)) & mask);
   }
-  const uint32_t mask = (1u << bits) - 1;
-  uint64_t acc = 0;
-  unsigned held = 0;
-  size_t at = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    if (held < bits) {
-      acc |= static_cast<uint64_t>(packed[at++]) << held;
-      held += 8;
-    }
-    out[i] = static_cast<uint8_t>(acc & mask);
-    acc >>= bits;
-    held -= bits;
+  if (i < n) {
+    const uint64_t tail_bytes = ((n - i) * bits + 7) / 8;
+    uint64_t group = 0;
+    for (unsigned k = 0; k < tail_bytes; ++k) group |= static_cast<uint64_t>(in[k]) << (8 * k);
+    for (unsigned j = 0; i + j < n; ++j) out[i + j] = static_cast<uint8_t>((group >> (j * bits)) & mask);
   }
 }
 
 // The inverse of UnpackSymbols over all of `packed` (zero past the symbols);
-// the largest symbol goes to *max_symbol.
-void PackSymbols(const uint8_t* in, uint64_t n, unsigned bits, MutableByteSpan packed, uint32_t* max_symbol) {
-  uint32_t top = 0;
-  uint64_t acc = 0;
-  unsigned held = 0;
+// the OR of all symbols goes to *ored (a symbol wider than `bits` shows
+// there). Eight symbols of b bits are b whole bytes: a group at a time.
+void PackSymbols(const uint8_t* in, uint64_t n, unsigned bits, MutableByteSpan packed, uint32_t* ored) {
+  uint32_t any = 0;
   std::byte* out = packed.data();
-  for (uint64_t i = 0; i < n; ++i) {
-    top = std::max<uint32_t>(top, in[i]);
-    acc |= static_cast<uint64_t>(in[i]) << held;
-    held += bits;
-    if (held >= 8) {
-      *out++ = std::byte(acc & 0xff);
-      acc >>= 8;
-      held -= 8;
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8, out += bits) {
+    uint64_t group = 0;
+    for (unsigned j = 0; j < 8; ++j) {
+      any |= in[i + j];
+      group |= static_cast<uint64_t>(in[i + j]) << (j * bits);
     }
+    for (unsigned k = 0; k < bits; ++k) out[k] = std::byte((group >> (8 * k)) & 0xff);
   }
-  if (held > 0) *out++ = std::byte(acc & 0xff);
+  if (i < n) {
+    uint64_t group = 0;
+    for (unsigned j = 0; i + j < n; ++j) {
+      any |= in[i + j];
+      group |= static_cast<uint64_t>(in[i + j]) << (j * bits);
+    }
+    const uint64_t tail_bytes = ((n - i) * bits + 7) / 8;
+    for (unsigned k = 0; k < tail_bytes; ++k) *out++ = std::byte((group >> (8 * k)) & 0xff);
+  }
   std::fill(out, packed.data() + packed.size(), std::byte{0});
-  *max_symbol = top;
+  *ored = any;
 }
 
 }  // namespace
@@ -80,11 +83,11 @@ Status DecompressSymbols(Scratch::Buffers& s, bool rans, ByteSpan main, unsigned
                             std::to_string(bits) + " bits into " + std::to_string(packed.size()) + " bytes");
   EnsureSize(&s.symbols, n);
   RETURN_IF_ERROR(RansDecode(main, s.symbols.data(), n, what));
-  uint32_t max_symbol = 0;
-  PackSymbols(s.symbols.data(), n, bits, packed, &max_symbol);
-  if (max_symbol >= (1u << bits))
-    return Status::Corruption(std::string("lossy chunk: ") + what + ": symbol " + std::to_string(max_symbol) +
-                              " wider than " + std::to_string(bits) + " bits");
+  uint32_t ored = 0;
+  PackSymbols(s.symbols.data(), n, bits, packed, &ored);
+  if ((ored >> bits) != 0)
+    return Status::Corruption(std::string("lossy chunk: ") + what + ": a symbol wider than " + std::to_string(bits) +
+                              " bits");
   return Status::Ok();
 }
 
