@@ -5,6 +5,7 @@
 #include <endian.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -178,13 +179,34 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   for (uint32_t w = 0; w <= 32; ++w)
     width_count[w] = width_counts[0][w] + width_counts[1][w] + width_counts[2][w] + width_counts[3][w];
 
-  // 3. The width: symbols wider than b are stored exactly (escaped).
+  // 3. The width: symbols wider than b are stored exactly (escaped). Up to
+  //    kMaxRansBits the symbols are entropy-coded (rANS, LOSSY.md 5.7): a
+  //    symbol costs about -log2 of its frequency, so a wider b costs only
+  //    the rare wide symbols' bits, where an escape costs an element and its
+  //    position. Wider, a symbol costs b bits (a zstd frame).
   uint32_t best_bits = 1;
-  uint64_t best_cost = UINT64_MAX;
-  for (uint32_t b = 1; b <= kMaxLogBits; ++b) {
+  double best_cost = std::numeric_limits<double>::infinity();
+  {
+    std::array<uint64_t, (1u << kMaxRansBits) + 1> by_symbol{};  // the last: wider, or no symbol
+    for (uint64_t i = 0; i < n; ++i) ++by_symbol[std::min<uint32_t>(symbols[i], 1u << kMaxRansBits)];
+    for (uint32_t b = 1; b <= kMaxRansBits; ++b) {
+      const uint32_t top = (1u << b) - 1;
+      uint64_t escaped = by_symbol[1u << kMaxRansBits];
+      for (uint32_t v = top + 1; v < (1u << kMaxRansBits); ++v) escaped += by_symbol[v];
+      double bits = 0.0;
+      auto add = [&](uint64_t count) {
+        if (count > 0) bits += static_cast<double>(count) * -std::log2(static_cast<double>(count) / n);
+      };
+      add(by_symbol[0] + escaped);  // escapes are symbol 0
+      for (uint32_t v = 1; v <= top; ++v) add(by_symbol[v]);
+      const double cost = bits + static_cast<double>(escaped) * (8 * width + kEscapeBits) + 16.0 * (top + 1);
+      if (cost < best_cost) best_cost = cost, best_bits = b;
+    }
+  }
+  for (uint32_t b = kMaxRansBits + 1; b <= kMaxLogBits; ++b) {
     uint64_t escaped = 0;
     for (uint32_t w = b + 1; w <= 32; ++w) escaped += width_count[w];
-    const uint64_t cost = n * b + escaped * (8 * width + kEscapeBits);
+    const double cost = static_cast<double>(n * b + escaped * (8 * width + kEscapeBits));
     if (cost < best_cost) best_cost = cost, best_bits = b;
   }
   const uint32_t limit = (1u << best_bits) - 1;  // best_bits <= 24
