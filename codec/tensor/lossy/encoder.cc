@@ -177,17 +177,13 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   // few bytes). It is tried and measured, not searched, so the estimate's
   // safety margin does not apply: a version equal to its base costs nothing
   // whenever the base met the budget, however close to it.
-  std::optional<SearchResult> searched;  // the search's pick while that is tried
-  if (!base.empty() && EstimateEnergy(s.histogram) <= allowed_sq * kUnchangedGate) {
-    if (std::optional<SearchResult> unchanged = AllPrunedConfig(s.histogram, allowed_abs)) {
-      searched = found;
-      found = unchanged;
-    }
-  }
+  std::optional<SearchResult> unchanged;
+  if (!base.empty() && EstimateEnergy(s.histogram) <= allowed_sq * kUnchangedGate)
+    unchanged = AllPrunedConfig(s.histogram, allowed_abs);
 
   // 2a'. The caller's alternative base: is its residual cheaper?
   bool on_alternative = false;
-  if (!searched && !base.empty() && options.alternative_base.size() == base.size()) {
+  if (!unchanged && !base.empty() && options.alternative_base.size() == base.size()) {
     EnsureSize(&s.residual_alt, n);
     s.histogram_alt.resize(kHistogramBins);
     std::span<float> alt_residual(s.residual_alt.data(), n);
@@ -205,7 +201,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   }
 
   // 2b. A delta frame with a large residual: is a key frame cheaper?
-  if (!searched && !base.empty() && EstimateEnergy(s.histogram) >= kTryKeyFrameEnergyShare * norm_sq) {
+  if (!unchanged && !base.empty() && EstimateEnergy(s.histogram) >= kTryKeyFrameEnergyShare * norm_sq) {
     EnsureSize(&s.residual_alt, n);
     s.histogram_alt.resize(kHistogramBins);
     std::span<float> key_residual(s.residual_alt.data(), n);
@@ -228,11 +224,12 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     chunk.reconstruction.resize(values.size());
     recon = chunk.reconstruction;
   }
-  for (int attempt = searched ? -1 : 0; attempt < kMaxAttempts; ++attempt) {
-    if (attempt == 0 && searched) found = searched;  // the unchanged candidate missed
+  // Attempt -1 is the unchanged candidate; then the search's choice, and
+  // searches at tightened targets.
+  for (int attempt = unchanged ? -1 : 0; attempt < kMaxAttempts; ++attempt) {
     if (attempt > 0) found = SearchConfig(s.histogram, n, width32, target);
-    if (!found) break;
-    const QuantizeTable& table = found->table;
+    if (attempt >= 0 && !found) break;
+    const QuantizeTable& table = attempt < 0 ? unchanged->table : found->table;
 
     // 3. Quantize, reconstruct and measure.
     uint64_t packed_bytes = PackedBytes(n, table.bits);
