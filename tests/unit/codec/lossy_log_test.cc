@@ -385,3 +385,35 @@ TEST(LossyLog, MaxRelIsUsedAlone) {
 
 }  // namespace
 }  // namespace ckptfs::lossy
+
+namespace ckptfs::lossy {
+namespace {
+
+// Rare large moves (1 % of the elements jump 12 grid steps, the rest move
+// by at most one) are cheaper as wide entropy-coded symbols than escaped to
+// the exact list at an element and a position each: the width is chosen
+// for rANS-coded symbols (LOSSY.md section 9, "Width").
+TEST(LossyLog, RareWideSymbolsAreCodedNotEscaped) {
+  const size_t n = 1 << 16;
+  std::vector<float> v0 = SecondMoment(n, 5), v1 = v0;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> drift(0.9f, 1.1f);
+  for (size_t i = 0; i < n; ++i) v1[i] = v0[i] * (i % 100 == 0 ? 100.0f : drift(rng));
+  Scratch scratch;
+  const Budget budget{0, 0, 0.2};
+  Result<EncodedChunk> key = EncodeChunk(ElementType::kF32, testing::ToElements(ElementType::kF32, v0), {}, budget,
+                                         &scratch);
+  ASSERT_TRUE(key.ok());
+  const std::vector<std::byte> values = testing::ToElements(ElementType::kF32, v1);
+  Result<EncodedChunk> delta = EncodeChunk(ElementType::kF32, values, key->reconstruction, budget, &scratch);
+  ASSERT_TRUE(delta.ok());
+  CheckElements(ElementType::kF32, values, delta->reconstruction, 0.2);
+  // (The log mode counts zeros and the specials as exact too: 10 % here.)
+  size_t zeros_and_specials = 0;
+  for (float x : v1) zeros_and_specials += !(x > 0.0f) || !std::isfinite(x) ? 1 : 0;
+  EXPECT_LT(delta->stats.exact, zeros_and_specials + n / 1000) << "the jumps are symbols, not escapes";
+  EXPECT_LT(8.0 * static_cast<double>(delta->bytes.size()) / n, 0.9);  // 1.01 with escapes
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy
