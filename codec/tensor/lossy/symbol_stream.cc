@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "codec/tensor/lossy/kernels_cpu_simd.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/rans.h"
 
@@ -30,26 +31,26 @@ void UnpackSymbols(ByteSpan packed, unsigned bits, uint64_t n, uint8_t* out) {
 
 // The inverse of UnpackSymbols over all of `packed` (zero past the symbols);
 // the OR of all symbols goes to *ored (a symbol wider than `bits` shows
-// there). Eight symbols of b bits are b whole bytes: a group at a time.
+// there). Eight symbols of b bits are b whole bytes: with BMI2 one PEXT per
+// group, else a group at a time.
 void PackSymbols(const uint8_t* in, uint64_t n, unsigned bits, MutableByteSpan packed, uint32_t* ored) {
-  uint32_t any = 0;
+  uint8_t any = 0;
+  for (uint64_t i = 0; i < n; ++i) any |= in[i];
   std::byte* out = packed.data();
-  uint64_t i = 0;
-  for (; i + 8 <= n; i += 8, out += bits) {
-    uint64_t group = 0;
-    for (unsigned j = 0; j < 8; ++j) {
-      any |= in[i + j];
-      group |= static_cast<uint64_t>(in[i + j]) << (j * bits);
+  const uint64_t full = n / 8 * 8;
+  if (!PackGroupsBmi2(in, full, bits, out)) {
+    for (uint64_t i = 0; i < full; i += 8, out += bits) {
+      uint64_t group = 0;
+      for (unsigned j = 0; j < 8; ++j) group |= static_cast<uint64_t>(in[i + j]) << (j * bits);
+      for (unsigned k = 0; k < bits; ++k) out[k] = std::byte((group >> (8 * k)) & 0xff);
     }
-    for (unsigned k = 0; k < bits; ++k) out[k] = std::byte((group >> (8 * k)) & 0xff);
+  } else {
+    out += full / 8 * bits;
   }
-  if (i < n) {
+  if (full < n) {
     uint64_t group = 0;
-    for (unsigned j = 0; i + j < n; ++j) {
-      any |= in[i + j];
-      group |= static_cast<uint64_t>(in[i + j]) << (j * bits);
-    }
-    const uint64_t tail_bytes = ((n - i) * bits + 7) / 8;
+    for (unsigned j = 0; full + j < n; ++j) group |= static_cast<uint64_t>(in[full + j]) << (j * bits);
+    const uint64_t tail_bytes = ((n - full) * bits + 7) / 8;
     for (unsigned k = 0; k < tail_bytes; ++k) *out++ = std::byte((group >> (8 * k)) & 0xff);
   }
   std::fill(out, packed.data() + packed.size(), std::byte{0});
