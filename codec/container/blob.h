@@ -86,6 +86,9 @@ struct EncodeOptions {
   // space: its budget applies to m / (sqrt(v) + eps) instead of m
   // (step_space.h, FORMAT.md "Step space").
   bool momentum_step_space = false;  // the mount and `ckptfs encode` turn it on by default
+  // Blob format version to write (FORMAT.md): 2 stores the index as a zstd
+  // frame; 1 stores it as it is, for readers from before 2026-12-01.
+  uint16_t blob_version = 2;
 };
 
 // The previous version of the file, for delta frames. Tensors are matched by

@@ -19,7 +19,10 @@
 
 namespace ckptfs {
 
-inline constexpr uint16_t kBlobVersion = 1;
+// Version 2 (written since 2026-12-01) stores the index as one zstd frame;
+// version 1 stored it as it is, and still decodes.
+inline constexpr uint16_t kBlobVersion = 2;
+inline constexpr uint16_t kBlobVersionRawIndex = 1;
 // PNG-style magics: a high-bit byte (catches 7-bit transfers), CR LF and
 // LF (catch line-ending conversion) and ^Z (stops a DOS `type`). The
 // letter after "CK" tells header (B) from footer (F).
@@ -48,6 +51,18 @@ struct BlobFooter {
   void EncodeTo(ByteWriter& w) const;
   static Result<BlobFooter> DecodeFrom(ByteSpan bytes);
 };
+
+// Appends the index, stored as blob version `version` stores it (a zstd
+// frame for 2, as it is for 1), and the footer; `index_offset` is the blob
+// offset at which the appended bytes start (an encoder streaming the
+// payloads may hold only the tail of the blob in `out`).
+Status AppendIndexAndFooter(ByteSpan index, uint64_t index_offset, uint16_t version, std::vector<std::byte>* out);
+
+// The index bytes from their stored form `stored` (the footer's
+// index_length bytes at index_offset, checksum already verified): a copy
+// for version 1, the frame's content for version 2, which must declare its
+// size and hold at most max_index_bytes (else Corruption).
+Result<std::vector<std::byte>> IndexFromStored(const BlobFooter& footer, ByteSpan stored, uint64_t max_index_bytes);
 
 struct IndexHeader {
   static constexpr size_t kEncodedSize = 48;

@@ -436,10 +436,13 @@ Result<std::shared_ptr<const BlobReader>> BlobReader::Open(std::shared_ptr<const
     return Status::Corruption(fmt::format("blob: {} bytes, want at least {}", size, kMinSize));
   std::array<std::byte, BlobHeader::kEncodedSize> header_bytes;
   RETURN_IF_ERROR(blob->ReadAt(0, header_bytes));
-  RETURN_IF_ERROR(BlobHeader::DecodeFrom(header_bytes).status());
+  ASSIGN_OR_RETURN(BlobHeader header, BlobHeader::DecodeFrom(header_bytes));
   std::array<std::byte, BlobFooter::kEncodedSize> footer_bytes;
   RETURN_IF_ERROR(blob->ReadAt(size - BlobFooter::kEncodedSize, footer_bytes));
   ASSIGN_OR_RETURN(BlobFooter footer, BlobFooter::DecodeFrom(footer_bytes));
+  if (header.version != footer.version)
+    return Status::Corruption(
+        fmt::format("blob: header version {} and footer version {} differ", header.version, footer.version));
   // The index sits between the payloads and the footer, exactly.
   const uint64_t index_end = size - BlobFooter::kEncodedSize;
   if (footer.index_length > limits.max_index_bytes)
@@ -449,11 +452,12 @@ Result<std::shared_ptr<const BlobReader>> BlobReader::Open(std::shared_ptr<const
       footer.index_length != index_end - footer.index_offset)
     return Status::Corruption(fmt::format("blob footer: index [{}, +{}), want it to end at {}", footer.index_offset,
                                           footer.index_length, index_end));
-  std::vector<std::byte> index_bytes(footer.index_length);
-  RETURN_IF_ERROR(blob->ReadAt(footer.index_offset, index_bytes));
-  if (uint64_t have = Checksum64(index_bytes); have != footer.index_checksum)
+  std::vector<std::byte> stored_index(footer.index_length);
+  RETURN_IF_ERROR(blob->ReadAt(footer.index_offset, stored_index));
+  if (uint64_t have = Checksum64(stored_index); have != footer.index_checksum)
     return Status::ChecksumMismatch(
         fmt::format("blob index: checksum want={:016x} have={:016x}", footer.index_checksum, have));
+  ASSIGN_OR_RETURN(std::vector<std::byte> index_bytes, IndexFromStored(footer, stored_index, limits.max_index_bytes));
   ASSIGN_OR_RETURN(BlobIndex index, BlobIndex::DecodeFrom(index_bytes, footer.index_offset, limits));
   if (id && index.header.base && *index.header.base == *id)
     return Status::Corruption(fmt::format("blob {}: names itself as its base", id->Hex()));

@@ -376,6 +376,9 @@ Status CheckOptions(const EncodeOptions& options) {
   if (options.chunk_bytes == 0 || options.chunk_bytes > DecodeLimits{}.max_chunk_bytes)
     return Status::InvalidArgument(fmt::format("encode: chunk_bytes {} outside [1, {}]", options.chunk_bytes,
                                                DecodeLimits{}.max_chunk_bytes));
+  if (options.blob_version != kBlobVersion && options.blob_version != kBlobVersionRawIndex)
+    return Status::InvalidArgument(fmt::format("encode: blob version {}, want {} or {}", options.blob_version,
+                                               kBlobVersionRawIndex, kBlobVersion));
   if (options.zstd_level < ZSTD_minCLevel() || options.zstd_level > ZSTD_maxCLevel())
     return Status::InvalidArgument(fmt::format("encode: zstd level {} outside [{}, {}]", options.zstd_level,
                                                ZSTD_minCLevel(), ZSTD_maxCLevel()));
@@ -557,7 +560,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
 
   std::vector<std::byte> out;
   ByteWriter w(&out);
-  BlobHeader{}.EncodeTo(w);
+  BlobHeader{options.blob_version}.EncodeTo(w);
   RETURN_IF_ERROR(sink->Append(out));
   uint64_t stored_at = out.size();
 
@@ -601,10 +604,11 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   // Reference the base only when a chunk needs it: a blob whose chunks all
   // stand alone stays readable after the base is deleted.
   if (stats.delta_chunks > 0) index.header.base = base->id;
+  std::vector<std::byte> index_bytes;
+  ByteWriter iw(&index_bytes);
+  index.EncodeTo(iw);
   out.clear();
-  index.EncodeTo(w);
-  BlobFooter footer{stored_at, out.size(), Checksum64(out), kBlobVersion};
-  footer.EncodeTo(w);
+  RETURN_IF_ERROR(AppendIndexAndFooter(index_bytes, stored_at, options.blob_version, &out));
   RETURN_IF_ERROR(sink->Append(out));
 
   stats.logical_bytes = file.size();

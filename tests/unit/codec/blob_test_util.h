@@ -134,8 +134,10 @@ inline std::vector<std::byte> RewriteBlob(
   ByteSpan all(blob);
   BlobFooter footer = *BlobFooter::DecodeFrom(all.last(BlobFooter::kEncodedSize));
   DecodeLimits limits;
-  Result<BlobIndex> parsed =
-      BlobIndex::DecodeFrom(all.subspan(footer.index_offset, footer.index_length), footer.index_offset, limits);
+  Result<std::vector<std::byte>> raw_index =
+      IndexFromStored(footer, all.subspan(footer.index_offset, footer.index_length), limits.max_index_bytes);
+  EXPECT_TRUE(raw_index.ok()) << raw_index.status().ToString();
+  Result<BlobIndex> parsed = BlobIndex::DecodeFrom(*raw_index, footer.index_offset, limits);
   EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
   BlobIndex index = std::move(*parsed);
   std::vector<std::vector<std::byte>> payloads;
@@ -146,7 +148,7 @@ inline std::vector<std::byte> RewriteBlob(
   edit(index, payloads);
   std::vector<std::byte> out;
   ByteWriter w(&out);
-  BlobHeader{}.EncodeTo(w);
+  BlobHeader{footer.version}.EncodeTo(w);  // the same version: the same index storage
   for (size_t i = 0; i < payloads.size(); ++i) {
     if (i < index.chunks.size()) {
       index.chunks[i].stored_offset = out.size();
@@ -159,8 +161,7 @@ inline std::vector<std::byte> RewriteBlob(
   std::vector<std::byte> index_bytes;
   ByteWriter iw(&index_bytes);
   index.EncodeTo(iw);
-  w.Bytes(index_bytes);
-  BlobFooter{index_offset, index_bytes.size(), Checksum64(index_bytes), kBlobVersion}.EncodeTo(w);
+  EXPECT_TRUE(AppendIndexAndFooter(index_bytes, index_offset, footer.version, &out).ok());
   return out;
 }
 

@@ -208,11 +208,50 @@ TEST(BlobCorruption, NewerVersionIsUnsupported) {
   FileBuilder f = SmallFile();
   std::vector<std::byte> blob = Encode(f.bytes, f.layout);
   std::vector<std::byte> newer = blob;
-  StoreLE16(newer.data() + 8, 2);
+  StoreLE16(newer.data() + 8, 3);
   EXPECT_EQ(OpenAndDecode(newer, f.bytes).code(), StatusCode::kUnsupported);
   newer = blob;
-  StoreLE16(newer.data() + newer.size() - 16, 2);
+  StoreLE16(newer.data() + newer.size() - 16, 3);
   EXPECT_EQ(OpenAndDecode(newer, f.bytes).code(), StatusCode::kUnsupported);
+}
+
+// Version 2 stores the index as a zstd frame, version 1 as it is; both
+// decode, and the two ends must agree on which.
+TEST(BlobCorruption, IndexStorageFollowsTheVersion) {
+  FileBuilder f = SmallFile();
+  EncodeOptions v1;
+  v1.blob_version = kBlobVersionRawIndex;
+  const std::vector<std::byte> raw = Encode(f.bytes, f.layout, v1);
+  const std::vector<std::byte> zstd = Encode(f.bytes, f.layout);
+  EXPECT_TRUE(OpenAndDecode(raw, f.bytes).ok());
+  EXPECT_TRUE(OpenAndDecode(zstd, f.bytes).ok());
+  EXPECT_LT(zstd.size(), raw.size());
+  EXPECT_EQ(LoadLE16(raw.data() + 8), 1u);
+  EXPECT_EQ(LoadLE16(zstd.data() + 8), 2u);
+  // The payloads are the same bytes; only the index's storage differs.
+  const uint64_t payload_end = LoadLE64(raw.data() + raw.size() - 40);
+  EXPECT_EQ(LoadLE64(zstd.data() + zstd.size() - 40), payload_end);
+  EXPECT_TRUE(std::equal(raw.begin() + 8 + 8, raw.begin() + payload_end, zstd.begin() + 8 + 8));
+
+  // One end says 1 and the other 2: Corruption, not a misread index.
+  for (const std::vector<std::byte>* b : {&raw, &zstd}) {
+    std::vector<std::byte> mixed = *b;
+    StoreLE16(mixed.data() + 8, LoadLE16(mixed.data() + 8) == 1 ? 2 : 1);
+    EXPECT_EQ(OpenAndDecode(mixed, f.bytes).code(), StatusCode::kCorruption);
+  }
+  // A raw index read as a frame, and a frame read as a raw index (both ends
+  // rewritten, the checksum still right): Corruption.
+  for (const std::vector<std::byte>* b : {&raw, &zstd}) {
+    std::vector<std::byte> swapped = *b;
+    const uint16_t other = LoadLE16(swapped.data() + 8) == 1 ? 2 : 1;
+    StoreLE16(swapped.data() + 8, other);
+    StoreLE16(swapped.data() + swapped.size() - 16, other);
+    EXPECT_EQ(OpenAndDecode(swapped, f.bytes).code(), StatusCode::kCorruption);
+  }
+  // A frame whose content would exceed the reader's index limit.
+  DecodeLimits tight;
+  tight.max_index_bytes = static_cast<uint32_t>(LoadLE64(zstd.data() + zstd.size() - 32));  // the stored size
+  EXPECT_EQ(OpenAndDecode(zstd, f.bytes, tight).code(), StatusCode::kCorruption);
 }
 
 TEST(ChunkCacheTest, EvictsLeastRecentlyUsedByBytes) {

@@ -13,7 +13,9 @@ TEST(FormatDoc, WorkedExampleHasTheDocumentedLayout) {
   testing::FileBuilder f;
   f.Verbatim(std::vector<std::byte>(64)).Tensor("w", DType::kF32, {256}, w).Verbatim(AsBytes("end of file, 22 bytes"));
   ASSERT_EQ(f.bytes.size(), 1109u);
-  std::vector<std::byte> blob = testing::Encode(f.bytes, f.layout);
+  EncodeOptions v1;
+  v1.blob_version = kBlobVersionRawIndex;  // the example shows the index's bytes
+  std::vector<std::byte> blob = testing::Encode(f.bytes, f.layout, v1);
   ASSERT_EQ(blob.size(), 453u);
 
   const uint8_t header[16] = {0x89, 'C', 'K', 'B', '\r', '\n', 0x1a, '\n', 1, 0, 0, 0, 0, 0, 0, 0};
@@ -41,6 +43,20 @@ TEST(FormatDoc, WorkedExampleHasTheDocumentedLayout) {
   EXPECT_EQ(LoadLE64(blob.data() + 429), Checksum64(ByteSpan(blob).subspan(62, 351)));
   const uint8_t footer_magic[8] = {0x89, 'C', 'K', 'F', '\r', '\n', 0x1a, '\n'};
   EXPECT_EQ(std::memcmp(blob.data() + 445, footer_magic, 8), 0);
+
+  // Version 2 (the default): the same payloads, the index's 351 bytes as a
+  // 165-byte zstd frame at offset 62, which decompresses to them.
+  std::vector<std::byte> v2 = testing::Encode(f.bytes, f.layout);
+  ASSERT_EQ(v2.size(), 267u);
+  EXPECT_EQ(LoadLE16(v2.data() + 8), 2u);
+  EXPECT_EQ(std::memcmp(v2.data() + 16, blob.data() + 16, 46), 0);
+  EXPECT_EQ(LoadLE64(v2.data() + 227), 62u);   // index_offset
+  EXPECT_EQ(LoadLE64(v2.data() + 235), 165u);  // index_length
+  EXPECT_EQ(LoadLE16(v2.data() + 251), 2u);    // footer version
+  BlobFooter footer = *BlobFooter::DecodeFrom(ByteSpan(v2).last(40));
+  Result<std::vector<std::byte>> index = IndexFromStored(footer, ByteSpan(v2).subspan(62, 165), 1 << 20);
+  ASSERT_TRUE(index.ok());
+  EXPECT_TRUE(std::equal(index->begin(), index->end(), blob.begin() + 62, blob.begin() + 413));
 }
 
 }  // namespace
