@@ -383,12 +383,6 @@ TEST(LossyLog, MaxRelIsUsedAlone) {
   EXPECT_FALSE(EncodeChunk(ElementType::kF32, values, {}, Budget{0, 0, -1}, &scratch).ok());
 }
 
-}  // namespace
-}  // namespace ckptfs::lossy
-
-namespace ckptfs::lossy {
-namespace {
-
 // Rare large moves (1 % of the elements jump 12 grid steps, the rest move
 // by at most one) are cheaper as wide entropy-coded symbols than escaped to
 // the exact list at an element and a position each: the width is chosen

@@ -141,12 +141,6 @@ TEST(LossySymbolStream, DeltaFramesCodeNearTheRateDistortionBound) {
   }
 }
 
-}  // namespace
-}  // namespace ckptfs::lossy
-
-namespace ckptfs::lossy {
-namespace {
-
 // A key frame at 1e-2 needs about 7 bits per element, where the levels are
 // closer together than the search's histogram bins are wide: the estimate
 // must integrate each bin over the cells it spans to use the budget (it
