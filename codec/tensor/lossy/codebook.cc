@@ -40,7 +40,59 @@ void CellSums(std::span<const WeightedPoint> points, const std::vector<double>& 
 
 // Rounds `levels` to float (ascending, unique, finite) into out->levels and
 // estimates the error, max error and cell weights of nearest-level coding.
-void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<double>& levels, Codebook* out);
+void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<double>& levels, Codebook* out) {
+  Codebook& book = *out;
+  std::vector<double> mids;
+  // Round to float, keep strictly ascending unique finite levels.
+  for (double l : levels) {
+    float f = static_cast<float>(l);
+    if (!std::isfinite(f)) continue;
+    if (book.levels.empty() || f > book.levels.back()) book.levels.push_back(f);
+  }
+  if (book.levels.empty()) return;
+
+  std::vector<double> final_levels(book.levels.begin(), book.levels.end());
+  const size_t count = final_levels.size();
+  mids.resize(count);
+  for (size_t k = 0; k + 1 < count; ++k) mids[k] = (final_levels[k] + final_levels[k + 1]) * 0.5;
+  mids[count - 1] = std::numeric_limits<double>::infinity();
+  std::vector<double> cell_weight(count, 0.0);
+  double err = 0.0, max_abs = 0.0;
+  // Each point is its bin, [value - half_width, value + half_width], with
+  // its elements spread evenly; the part in each level's cell (up to the
+  // midpoints) adds its exact squared error and its share of the weight.
+  // Within one cell this is weight * (d^2 + width^2 / 12); a bin that
+  // several cells share (fine steps, wide bins far from zero) would
+  // otherwise count the whole bin at one level, overstating the error and
+  // understating the entropy.
+  size_t k = 0;
+  for (const WeightedPoint& p : points) {
+    if (p.weight <= 0) continue;
+    const double lo = p.value - p.half_width, hi = p.value + p.half_width;
+    while (lo > mids[k]) ++k;
+    if (!(hi > lo)) {
+      const double d = p.value - final_levels[k];
+      err += p.weight * d * d;
+      max_abs = std::max(max_abs, std::fabs(d));
+      cell_weight[k] += p.weight;
+      continue;
+    }
+    const double density = p.weight / (hi - lo);
+    for (size_t j = k;; ++j) {
+      const double a = j == k ? lo : mids[j - 1];
+      const double b = std::min(hi, mids[j]);
+      const double l = final_levels[j];
+      const double da = a - l, db = b - l;
+      err += density * (db * db * db - da * da * da) / 3.0;
+      max_abs = std::max({max_abs, std::fabs(da), std::fabs(db)});
+      cell_weight[j] += density * (b - a);
+      if (hi <= mids[j]) break;
+    }
+  }
+  book.est_error_sq = err;
+  book.est_max_abs = max_abs;
+  book.cell_weights = std::move(cell_weight);
+}
 
 }  // namespace
 
@@ -127,63 +179,5 @@ Codebook UniformCodebook(std::span<const WeightedPoint> points, double step, uin
   FinishCodebook(points, used, &book);
   return book;
 }
-
-namespace {
-
-void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<double>& levels, Codebook* out) {
-  Codebook& book = *out;
-  std::vector<double> mids;
-  // Round to float, keep strictly ascending unique finite levels.
-  for (double l : levels) {
-    float f = static_cast<float>(l);
-    if (!std::isfinite(f)) continue;
-    if (book.levels.empty() || f > book.levels.back()) book.levels.push_back(f);
-  }
-  if (book.levels.empty()) return;
-
-  std::vector<double> final_levels(book.levels.begin(), book.levels.end());
-  const size_t count = final_levels.size();
-  mids.resize(count);
-  for (size_t k = 0; k + 1 < count; ++k) mids[k] = (final_levels[k] + final_levels[k + 1]) * 0.5;
-  mids[count - 1] = std::numeric_limits<double>::infinity();
-  std::vector<double> cell_weight(count, 0.0);
-  double err = 0.0, max_abs = 0.0;
-  // Each point is its bin, [value - half_width, value + half_width], with
-  // its elements spread evenly; the part in each level's cell (up to the
-  // midpoints) adds its exact squared error and its share of the weight.
-  // Within one cell this is weight * (d^2 + width^2 / 12); a bin that
-  // several cells share (fine steps, wide bins far from zero) would
-  // otherwise count the whole bin at one level, overstating the error and
-  // understating the entropy.
-  size_t k = 0;
-  for (const WeightedPoint& p : points) {
-    if (p.weight <= 0) continue;
-    const double lo = p.value - p.half_width, hi = p.value + p.half_width;
-    while (lo > mids[k]) ++k;
-    if (!(hi > lo)) {
-      const double d = p.value - final_levels[k];
-      err += p.weight * d * d;
-      max_abs = std::max(max_abs, std::fabs(d));
-      cell_weight[k] += p.weight;
-      continue;
-    }
-    const double density = p.weight / (hi - lo);
-    for (size_t j = k;; ++j) {
-      const double a = j == k ? lo : mids[j - 1];
-      const double b = std::min(hi, mids[j]);
-      const double l = final_levels[j];
-      const double da = a - l, db = b - l;
-      err += density * (db * db * db - da * da * da) / 3.0;
-      max_abs = std::max({max_abs, std::fabs(da), std::fabs(db)});
-      cell_weight[j] += density * (b - a);
-      if (hi <= mids[j]) break;
-    }
-  }
-  book.est_error_sq = err;
-  book.est_max_abs = max_abs;
-  book.cell_weights = std::move(cell_weight);
-}
-
-}  // namespace
 
 }  // namespace ckptfs::lossy

@@ -11,6 +11,7 @@
 
 #include "codec/tensor/lossy/kernels.h"
 #include "codec/tensor/lossy/kernels_cpu_simd.h"
+#include "codec/tensor/lossy/symbol_groups.h"
 
 namespace ckptfs::lossy {
 namespace {
@@ -79,21 +80,6 @@ void ResidualTyped(const std::byte* values, const std::byte* base, uint64_t n, f
       ResidualBlock<E, false>(values, base, start, end, residual, lanes);
     }
     norm_partials[blk] = FoldLanes(lanes);
-  }
-}
-
-// Packs 8 symbols per group into `bits` bytes, little-endian.
-void PackGroups(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte* out, bool use_simd) {
-  if (bits == 8) {
-    std::memcpy(out, symbols, count);
-    return;
-  }
-  if (use_simd && PackGroupsBmi2(symbols, count, bits, out)) return;
-  for (uint64_t g = 0; g < count; g += kPackGroup) {
-    uint64_t word = 0;
-    for (uint32_t j = 0; j < kPackGroup; ++j) word |= static_cast<uint64_t>(symbols[g + j]) << (j * bits);
-    for (uint32_t k = 0; k < bits; ++k) out[k] = std::byte((word >> (8 * k)) & 0xff);
-    out += bits;
   }
 }
 

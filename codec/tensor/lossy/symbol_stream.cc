@@ -3,58 +3,42 @@
 #include <algorithm>
 #include <string>
 
-#include "codec/tensor/lossy/kernels_cpu_simd.h"
+#include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/stream.h"
+#include "codec/tensor/lossy/symbol_groups.h"
 #include "codec/tensor/rans.h"
 
 namespace ckptfs::lossy {
 namespace {
 
 // Symbol i of `bits` (1..8) at bits [i*bits, i*bits + bits) of `packed`, one
-// byte each into out[0, n); eight symbols are b whole bytes.
+// byte each into out[0, n): the whole groups, then the last partial one.
 void UnpackSymbols(ByteSpan packed, unsigned bits, uint64_t n, uint8_t* out) {
-  const uint64_t mask = (uint64_t{1} << bits) - 1;
-  const std::byte* in = packed.data();
-  uint64_t i = 0;
-  for (; i + 8 <= n; i += 8, in += bits) {
-    uint64_t group = 0;
-    for (unsigned k = 0; k < bits; ++k) group |= static_cast<uint64_t>(in[k]) << (8 * k);
-    for (unsigned j = 0; j < 8; ++j) out[i + j] = static_cast<uint8_t>((group >> (j * bits)) & mask);
-  }
-  if (i < n) {
-    const uint64_t tail_bytes = ((n - i) * bits + 7) / 8;
-    uint64_t group = 0;
-    for (unsigned k = 0; k < tail_bytes; ++k) group |= static_cast<uint64_t>(in[k]) << (8 * k);
-    for (unsigned j = 0; i + j < n; ++j) out[i + j] = static_cast<uint8_t>((group >> (j * bits)) & mask);
-  }
+  const uint64_t full = n / kPackGroup * kPackGroup;
+  UnpackGroups(packed.data(), full, bits, out);
+  if (full == n) return;
+  // (The log mode's bit string ends within the last group.)
+  std::byte group[kPackGroup] = {};
+  const ByteSpan tail = packed.subspan(full / kPackGroup * bits);
+  std::copy_n(tail.begin(), std::min<size_t>(bits, tail.size()), group);
+  uint8_t symbols[kPackGroup];
+  UnpackGroups(group, kPackGroup, bits, symbols);
+  std::copy(symbols, symbols + (n - full), out + full);
 }
 
-// The inverse of UnpackSymbols over all of `packed` (zero past the symbols);
-// the OR of all symbols goes to *ored (a symbol wider than `bits` shows
-// there). Eight symbols of b bits are b whole bytes: with BMI2 one PEXT per
-// group, else a group at a time.
-void PackSymbols(const uint8_t* in, uint64_t n, unsigned bits, MutableByteSpan packed, uint32_t* ored) {
-  uint8_t any = 0;
-  for (uint64_t i = 0; i < n; ++i) any |= in[i];
-  std::byte* out = packed.data();
-  const uint64_t full = n / 8 * 8;
-  if (!PackGroupsBmi2(in, full, bits, out)) {
-    for (uint64_t i = 0; i < full; i += 8, out += bits) {
-      uint64_t group = 0;
-      for (unsigned j = 0; j < 8; ++j) group |= static_cast<uint64_t>(in[i + j]) << (j * bits);
-      for (unsigned k = 0; k < bits; ++k) out[k] = std::byte((group >> (8 * k)) & 0xff);
-    }
-  } else {
-    out += full / 8 * bits;
-  }
+// The inverse of UnpackSymbols over all of `packed` (zero past the symbols).
+void PackSymbols(const uint8_t* in, uint64_t n, unsigned bits, MutableByteSpan packed) {
+  const uint64_t full = n / kPackGroup * kPackGroup;
+  PackGroups(in, full, bits, packed.data(), /*use_simd=*/true);
+  std::byte* out = packed.data() + full / kPackGroup * bits;
   if (full < n) {
-    uint64_t group = 0;
-    for (unsigned j = 0; full + j < n; ++j) group |= static_cast<uint64_t>(in[full + j]) << (j * bits);
-    const uint64_t tail_bytes = ((n - full) * bits + 7) / 8;
-    for (unsigned k = 0; k < tail_bytes; ++k) *out++ = std::byte((group >> (8 * k)) & 0xff);
+    uint8_t symbols[kPackGroup] = {};
+    std::copy(in + full, in + n, symbols);
+    std::byte group[kPackGroup];
+    PackGroups(symbols, kPackGroup, bits, group, /*use_simd=*/false);
+    out = std::copy_n(group, ((n - full) * bits + 7) / 8, out);
   }
   std::fill(out, packed.data() + packed.size(), std::byte{0});
-  *ored = any;
 }
 
 }  // namespace
@@ -84,11 +68,12 @@ Status DecompressSymbols(Scratch::Buffers& s, bool rans, ByteSpan main, unsigned
                             std::to_string(bits) + " bits into " + std::to_string(packed.size()) + " bytes");
   EnsureSize(&s.symbols, n);
   RETURN_IF_ERROR(RansDecode(main, s.symbols.data(), n, what));
-  uint32_t ored = 0;
-  PackSymbols(s.symbols.data(), n, bits, packed, &ored);
+  uint8_t ored = 0;  // a symbol wider than `bits` shows here
+  for (uint64_t i = 0; i < n; ++i) ored |= s.symbols[i];
   if ((ored >> bits) != 0)
     return Status::Corruption(std::string("lossy chunk: ") + what + ": a symbol wider than " + std::to_string(bits) +
                               " bits");
+  PackSymbols(s.symbols.data(), n, bits, packed);
   return Status::Ok();
 }
 

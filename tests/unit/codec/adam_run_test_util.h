@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -147,6 +149,31 @@ inline void ExpectCachedReadEquals(const std::vector<std::byte>& bytes, const Ob
   }
   EXPECT_TRUE(got == want);
   for (uint32_t c = 0; c < (*cached)->chunks().size(); ++c) EXPECT_TRUE((*cached)->VerifyChunk(c).ok()) << c;
+}
+
+// Appends version `version` of a chain: encodes `f` against the newest blob
+// (`*previous`, the last of `ids`; none for a key frame), adds it to
+// `resolver` and `ids` (and `blobs`), opens it as the new `*previous` and
+// decodes it whole (whole-file checksum). Its decoded bytes, or nothing
+// after a failed expectation.
+inline std::optional<std::vector<std::byte>> AppendVersion(const FileBuilder& f, const EncodeOptions& options,
+                                                           int version, MapResolver* resolver,
+                                                           std::vector<ObjectId>* ids,
+                                                           std::shared_ptr<const BlobReader>* previous,
+                                                           std::vector<std::vector<std::byte>>* blobs) {
+  BaseRef base{ids->empty() ? ObjectId{} : ids->back(), *previous};
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, options, *previous ? &base : nullptr);
+  if (blobs != nullptr) blobs->push_back(blob);
+  const ObjectId id = resolver->Add(blob);
+  ids->push_back(id);
+  Result<std::shared_ptr<const BlobReader>> reader = resolver->OpenBlob(id);
+  EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+  if (!reader.ok()) return std::nullopt;
+  *previous = *reader;
+  Result<std::vector<std::byte>> got = DecodeAll(**reader);
+  EXPECT_TRUE(got.ok()) << "version " << version << ": " << got.status().ToString();
+  if (!got.ok()) return std::nullopt;
+  return std::move(*got);
 }
 
 }  // namespace ckptfs::testing

@@ -106,21 +106,12 @@ double EncodeSpaceChain(bool space, int versions, MapResolver* resolver, SpaceCh
   for (int version = 0; version < versions; ++version) {
     if (version > 0) run.Steps(5);
     FileBuilder f = run.File();
-    BaseRef base{chain->ids.empty() ? ObjectId{} : chain->ids.back(), previous};
-    std::vector<std::byte> blob = Encode(f.bytes, f.layout, options, previous ? &base : nullptr);
-    chain->blobs.push_back(blob);
-    const ObjectId id = resolver->Add(blob);
-    chain->ids.push_back(id);
-    Result<std::shared_ptr<const BlobReader>> reader = resolver->OpenBlob(id);
-    EXPECT_TRUE(reader.ok()) << reader.status().ToString();
-    if (!reader.ok()) return INFINITY;
-    previous = *reader;
-    Result<std::vector<std::byte>> got = DecodeAll(**reader);
-    EXPECT_TRUE(got.ok()) << "version " << version << ": " << got.status().ToString();
-    if (!got.ok()) return INFINITY;
-    for (uint32_t c = 0; c < (*reader)->chunks().size(); ++c) {
-      if ((*reader)->chunks()[c].codec != ChunkCodec::kLossy) continue;
-      Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom((*reader)->chunk_params(c));
+    std::optional<std::vector<std::byte>> got =
+        AppendVersion(f, options, version, resolver, &chain->ids, &previous, &chain->blobs);
+    if (!got) return INFINITY;
+    for (uint32_t c = 0; c < previous->chunks().size(); ++c) {
+      if (previous->chunks()[c].codec != ChunkCodec::kLossy) continue;
+      Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom(previous->chunk_params(c));
       EXPECT_TRUE(p.ok());
       if (p.ok() && p->step_space) ++chain->space_chunks;
       if (p.ok() && p->prediction) ++chain->predicted_chunks;

@@ -197,22 +197,13 @@ ChainResult EncodeChain(bool predict, int versions, MapResolver* resolver, std::
   for (int version = 0; version < versions; ++version) {
     if (version > 0) run.Steps(5);
     FileBuilder f = run.File();
-    BaseRef base{ids->empty() ? ObjectId{} : ids->back(), previous};
-    std::vector<std::byte> blob = Encode(f.bytes, f.layout, options, previous ? &base : nullptr);
-    if (blobs != nullptr) blobs->push_back(blob);
-    ObjectId id = resolver->Add(blob);
-    ids->push_back(id);
-    Result<std::shared_ptr<const BlobReader>> reader = resolver->OpenBlob(id);
-    EXPECT_TRUE(reader.ok()) << reader.status().ToString();
-    if (!reader.ok()) return result;
-    previous = *reader;
-    Result<std::vector<std::byte>> got = DecodeAll(**reader);
-    EXPECT_TRUE(got.ok()) << "version " << version << ": " << got.status().ToString();
-    if (!got.ok()) return result;
-    Result<std::vector<TensorLossyReport>> reports = LossyTensorReports(**reader);
+    std::optional<std::vector<std::byte>> got = AppendVersion(f, options, version, resolver, ids, &previous, blobs);
+    if (!got) return result;
+    const BlobReader* reader = previous.get();
+    Result<std::vector<TensorLossyReport>> reports = LossyTensorReports(*reader);
     EXPECT_TRUE(reports.ok());
     for (const TensorLossyReport& r : *reports) {
-      const std::string& name = (*reader)->tensors()[r.tensor].name;
+      const std::string& name = reader->tensors()[r.tensor].name;
       // The measured error of what was decoded, against the original.
       const Segment& seg = f.layout.segments[r.tensor + 1];
       double err2 = 0, ref2 = 0;
@@ -234,10 +225,10 @@ ChainResult EncodeChain(bool predict, int versions, MapResolver* resolver, std::
       }
     }
     if (version == 0) continue;
-    for (uint32_t c = 0; c < (*reader)->chunks().size(); ++c) {
-      const ChunkInfo& chunk = (*reader)->chunks()[c];
-      const int32_t t = (*reader)->segments()[chunk.segment].tensor;
-      if (t >= 0 && (*reader)->tensors()[t].name.starts_with("model.")) result.weight_bytes += chunk.stored_length;
+    for (uint32_t c = 0; c < reader->chunks().size(); ++c) {
+      const ChunkInfo& chunk = reader->chunks()[c];
+      const int32_t t = reader->segments()[chunk.segment].tensor;
+      if (t >= 0 && reader->tensors()[t].name.starts_with("model.")) result.weight_bytes += chunk.stored_length;
     }
   }
   return result;
