@@ -26,6 +26,24 @@ std::vector<std::string> TensorKeys(const std::vector<TensorInfo>& tensors) {
 
 namespace {
 
+size_t SharedCount(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  size_t i = 0, j = 0, n = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] == b[j]) ++n, ++i, ++j;
+    else if (a[i] < b[j]) ++i;
+    else ++j;
+  }
+  return n;
+}
+
+// How well `c` matches as a base: 0 when it cannot be one.
+size_t MatchScore(const BaseCandidate& c, FileFormat format, const std::vector<std::string>& keys, uint64_t size) {
+  if (c.format != format) return 0;
+  if (!keys.empty()) return SharedCount(keys, c.tensor_keys);
+  if (c.logical_size == 0 || size == 0 || c.logical_size > 2 * size || size > 2 * c.logical_size) return 0;
+  return 1;
+}
+
 struct Found {
   struct timespec mtime;
   std::string name;
@@ -37,6 +55,49 @@ bool Older(const Found& a, const Found& b) {
 }
 
 }  // namespace
+
+BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat format,
+                      const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe) {
+  auto has_room = [keyframe](const BaseCandidate& c) { return c.chain_depth + 1 < keyframe; };
+  const BaseCandidate* best = nullptr;       // 1: best match
+  const BaseCandidate* anchor = nullptr;     // 2: newest anchor
+  const BaseCandidate* best_room = nullptr;  // 3: best match with room
+  size_t best_score = 0, best_room_score = 0, anchor_score = 0;
+  for (const BaseCandidate& c : candidates) {  // oldest first: ties go to the newest
+    const size_t score = MatchScore(c, format, keys, size);
+    if (score == 0) continue;
+    if (score >= best_score) best = &c, best_score = score;
+    if (c.anchor && score >= anchor_score) anchor = &c, anchor_score = score;
+    if (has_room(c) && score >= best_room_score) best_room = &c, best_room_score = score;
+  }
+  if (best != nullptr && has_room(*best)) return BaseChoice{best, false};
+  // A full anchor chain ends in a key frame; an older anchor or version
+  // would only restart it from further back.
+  if (anchor != nullptr) return has_room(*anchor) ? BaseChoice{anchor, true} : BaseChoice{};
+  return BaseChoice{best_room, false};
+}
+
+void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candidate, size_t max_count) {
+  list->push_back(std::move(candidate));
+  // An anchor is kept while it is the newest of its kind (format and
+  // tensors: a directory may hold several checkpoint files per step, say a
+  // torch.save file and a safetensors file), up to max_count of them.
+  auto newest_of_kind = [&](size_t i) {
+    const BaseCandidate& c = (*list)[i];
+    if (!c.anchor) return false;
+    for (size_t j = i + 1; j < list->size(); ++j) {
+      const BaseCandidate& d = (*list)[j];
+      if (d.anchor && d.format == c.format && d.tensor_keys == c.tensor_keys) return false;
+    }
+    return true;
+  };
+  size_t kept_anchors = 0;  // protected anchors older than the newest max_count
+  for (size_t i = list->size(); i-- > 0;) {
+    const bool newest = list->size() - i <= max_count;
+    if (newest || (newest_of_kind(i) && kept_anchors++ < max_count)) continue;
+    list->erase(list->begin() + static_cast<ptrdiff_t>(i));
+  }
+}
 
 std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,
                                               Logger* log) {
@@ -79,7 +140,8 @@ std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& r
       continue;
     }
     out.push_back(BaseCandidate{f.manifest.object, f.manifest.chain_depth, (*reader)->format(),
-                                (*reader)->logical_size(), TensorKeys((*reader)->tensors())});
+                                (*reader)->logical_size(), TensorKeys((*reader)->tensors()),
+                                /*anchor=*/f.manifest.chain_depth == 0});
   }
   return out;
 }

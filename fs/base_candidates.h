@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -19,11 +21,44 @@ namespace ckptfs::fs {
 // "name|dtype|shape" of every tensor, sorted: what ChooseBase matches on.
 std::vector<std::string> TensorKeys(const std::vector<TensorInfo>& tensors);
 
+struct BaseChoice {
+  const BaseCandidate* candidate = nullptr;  // null: write a key frame
+  bool anchor = false;                       // an anchor frame: the new version is an anchor too
+};
+
+// The delta base of a new version of `format` with tensor keys `keys` (or,
+// without tensors, of `size` bytes) among `candidates` (oldest first):
+//  1. the candidate sharing the most tensors by name, dtype and shape (for
+//     files without tensors: the newest of the same format and of a similar
+//     size), the newest among ties, when its chain leaves room for one more
+//     link (chain_depth + 1 < keyframe);
+//  2. else, when an anchor (a key frame or anchor frame) sharing any tensor
+//     is known, the one sharing the most (the newest among ties) if it
+//     leaves room: an anchor frame; if it does not, none: a key frame. Anchors chain, each one link deeper than
+//     the last, so the chains stay shorter than `keyframe` while a key frame
+//     comes only about every keyframe^2/2 versions, not every `keyframe`: a
+//     key frame costs several delta versions (the whole of each tensor at
+//     its budget), an anchor frame one delta over the versions since the
+//     previous anchor;
+//  3. else (no anchor known, as after a remount) the best match that
+//     leaves room, as in 1, or none: a key frame.
+BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat format,
+                      const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe);
+
+// Appends a committed version to a directory's candidate list (oldest
+// first) and drops the versions older than the newest `max_count`, except
+// the newest anchor of each kind (format and tensor keys; at most
+// `max_count` of them): an anchor frame needs it after the versions since
+// have been dropped.
+void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candidate, size_t max_count);
+
 // The delta-base candidates of the file at `rel_path` (relative to the
 // backing root): the committed blob versions among the other files of its
 // directory, newest `max_count` by modification time, returned oldest first
-// like the daemon's in-memory list. The file itself is skipped: it is not
-// its own base. Files whose manifest or blob cannot be read are skipped with
+// like the daemon's in-memory list; key frames among them are anchors
+// (which versions were anchor frames is not recorded: after a remount the
+// chain that is full first ends in a key frame). The file itself is
+// skipped: it is not its own base. Files whose manifest or blob cannot be read are skipped with
 // a debug line: a missing candidate only costs a key frame.
 std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,
                                               Logger* log);

@@ -61,39 +61,6 @@ class FdSink final : public ByteSink {
   uint64_t appends_ = 0;
 };
 
-size_t SharedCount(const std::vector<std::string>& a, const std::vector<std::string>& b) {
-  size_t i = 0, j = 0, n = 0;
-  while (i < a.size() && j < b.size()) {
-    if (a[i] == b[j]) ++n, ++i, ++j;
-    else if (a[i] < b[j]) ++i;
-    else ++j;
-  }
-  return n;
-}
-
-// The best delta base: most shared tensors (by name, dtype, shape); for
-// files without tensors the newest one of the same format and a similar
-// size (the codec then decides chunk by chunk whether the delta pays).
-const BaseCandidate* ChooseBase(const std::vector<BaseCandidate>& candidates, const Layout& layout,
-                                const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe) {
-  const BaseCandidate* best = nullptr;
-  size_t best_score = 0;
-  for (const BaseCandidate& c : candidates) {  // oldest first: ties go to the newest
-    if (c.chain_depth + 1 >= keyframe) continue;  // the next version is a key frame
-    if (c.format != layout.format) continue;
-    size_t score = 0;
-    if (!keys.empty()) {
-      score = SharedCount(keys, c.tensor_keys);
-      if (score == 0) continue;
-    } else {
-      if (c.logical_size == 0 || size == 0 || c.logical_size > 2 * size || size > 2 * c.logical_size) continue;
-      score = 1;
-    }
-    if (score >= best_score) best = &c, best_score = score;
-  }
-  return best;
-}
-
 Result<ObjectId> PublishRawCopy(Store& store, int staging_fd, uint64_t size) {
   ASSIGN_OR_RETURN(TempFile tmp, store.CreateTemp());
   loff_t in_off = 0;
@@ -179,7 +146,8 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   if (!layout.fallback_reason.empty() && log)
     log->Info("{}: stored losslessly as opaque: {}", name, layout.fallback_reason);
   std::vector<std::string> keys = TensorKeys(layout.tensors);
-  const BaseCandidate* candidate = ChooseBase(candidates, layout, keys, bytes.size(), options.keyframe);
+  const BaseChoice choice = ChooseBase(candidates, layout.format, keys, bytes.size(), options.keyframe);
+  const BaseCandidate* candidate = choice.candidate;
   BaseRef base_ref;
   bool have_base = false;
   if (candidate != nullptr) {
@@ -209,11 +177,13 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   v.fields.kind = ManifestKind::kBlob;
   v.fields.format = layout.format;
   v.fields.stored_bytes = stats->stored_bytes;
-  if (have_base && stats->uses_base) {
+  const bool delta = have_base && stats->uses_base;
+  if (delta) {
     v.fields.base = candidate->id;
     v.fields.chain_depth = candidate->chain_depth + 1;
   }
-  v.as_base = BaseCandidate{v.fields.object, v.fields.chain_depth, layout.format, bytes.size(), std::move(keys)};
+  v.as_base = BaseCandidate{v.fields.object, v.fields.chain_depth, layout.format, bytes.size(), std::move(keys),
+                            /*anchor=*/!delta || choice.anchor};
   RETURN_IF_ERROR(Fault(options, "after_objects"));
   return v;
 }

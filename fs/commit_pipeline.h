@@ -60,6 +60,10 @@ struct BaseCandidate {
   FileFormat format = FileFormat::kOpaque;
   uint64_t logical_size = 0;
   std::vector<std::string> tensor_keys;  // "name|dtype|shape", sorted
+  // A key frame, or an anchor frame (a delta against the previous anchor,
+  // written when the newest version's chain was full): the base of the
+  // next anchor frame (ChooseBase, base_candidates.h).
+  bool anchor = false;
 };
 
 struct EncodedVersion {
@@ -74,8 +78,9 @@ Status SyncStaging(const StagingFile& staging, const CommitOptions& options);
 Status MarkStaging(int manifest_fd, Manifest* m, const StagingId& staging, uint64_t logical_size,
                    const CommitOptions& options);
 
-// Step 2. `candidates` are ordered oldest first; the best match that keeps
-// the chain shorter than options.keyframe is used as the delta base.
+// Step 2. `candidates` are ordered oldest first; ChooseBase
+// (base_candidates.h) picks the delta base, keeping every chain shorter
+// than options.keyframe.
 // Thread safety: reentrant (Store is thread-safe).
 Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::string& staging_path,
                                     const std::vector<BaseCandidate>& candidates, const CommitOptions& options,

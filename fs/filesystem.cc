@@ -206,9 +206,7 @@ std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir, const std::s
 
 void Filesystem::AddBaseCandidate(ino_t dir, BaseCandidate candidate) {
   std::lock_guard<std::mutex> lock(bases_mu_);
-  auto& list = bases_[dir];
-  list.push_back(std::move(candidate));
-  while (list.size() > kMaxBaseCandidates) list.pop_front();
+  RememberBaseCandidate(&bases_[dir], std::move(candidate), kMaxBaseCandidates);
 }
 
 bool Filesystem::IsHidden(fuse_ino_t parent, const char* name) const {

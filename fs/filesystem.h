@@ -199,7 +199,7 @@ class Filesystem {
   // Undoes NewHandle + AttachOpen for a handle whose reply failed.
   void DropUnsentHandle(FileHandle* handle);
 
-  static constexpr size_t kMaxBaseCandidates = 4;  // newest versions kept per directory
+  static constexpr size_t kMaxBaseCandidates = 4;  // newest versions kept per directory (and the newest anchor)
   std::mutex bases_mu_;  // leaf lock
   std::unordered_map<ino_t, std::deque<BaseCandidate>> bases_;
   std::unordered_set<ino_t> bases_seeded_;  // directories scanned since mount

@@ -1,0 +1,184 @@
+// Delta-base choice (fs/base_candidates.h): a directory's versions as the
+// daemon commits them, with its in-memory candidate list. Chains stay
+// shorter than `keyframe`; when the newest version's chain is full the next
+// one is an anchor frame against the previous anchor, so key frames come
+// about every keyframe^2/2 versions; without a known anchor (after a
+// remount) the old rule applies.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "fs/base_candidates.h"
+
+namespace ckptfs::fs {
+namespace {
+
+constexpr size_t kListSize = 4;  // as the daemon's kMaxBaseCandidates
+
+struct Version {
+  size_t base = SIZE_MAX;  // index of the base version, SIZE_MAX for a key frame
+  uint32_t depth = 0;
+  bool anchor = false;
+};
+
+ObjectId IdOf(size_t version) {
+  ObjectId id;
+  id.bytes[0] = static_cast<uint8_t>(version);
+  id.bytes[1] = static_cast<uint8_t>(version >> 8);
+  return id;
+}
+
+size_t VersionOf(const ObjectId& id) { return id.bytes[0] | (size_t{id.bytes[1]} << 8); }
+
+// Commits `count` versions of one checkpoint layout into a directory whose
+// candidate list starts as `list`.
+std::vector<Version> Commit(size_t count, uint32_t keyframe, std::deque<BaseCandidate> list = {},
+                            size_t first = 0) {
+  const std::vector<std::string> keys = {"model.w|f32|4x4", "optimizer.state.0.exp_avg|f32|4x4"};
+  std::vector<Version> out;
+  for (size_t v = first; v < first + count; ++v) {
+    const std::vector<BaseCandidate> candidates(list.begin(), list.end());
+    const BaseChoice choice = ChooseBase(candidates, FileFormat::kTorchZip, keys, 1000, keyframe);
+    Version version;
+    if (choice.candidate != nullptr) {
+      version.base = VersionOf(choice.candidate->id);
+      version.depth = choice.candidate->chain_depth + 1;
+    }
+    version.anchor = choice.candidate == nullptr || choice.anchor;
+    out.push_back(version);
+    RememberBaseCandidate(&list, BaseCandidate{IdOf(v), version.depth, FileFormat::kTorchZip, 1000, keys,
+                                               version.anchor},
+                          kListSize);
+  }
+  return out;
+}
+
+TEST(BaseChoice, AnchorFramesChainAndKeyFramesComeAboutEveryKeyframeSquaredOverTwo) {
+  const uint32_t keyframe = 5;
+  const std::vector<Version> versions = Commit(40, keyframe);
+  std::vector<size_t> keys, anchors;
+  size_t last_anchor = 0;
+  for (size_t v = 0; v < versions.size(); ++v) {
+    const Version& x = versions[v];
+    EXPECT_LT(x.depth, keyframe) << "version " << v;
+    if (x.base == SIZE_MAX) {
+      EXPECT_EQ(x.depth, 0u);
+      keys.push_back(v);
+    } else if (x.anchor) {
+      anchors.push_back(v);
+      EXPECT_EQ(x.base, last_anchor) << "an anchor frame deltas against the previous anchor, version " << v;
+    } else {
+      EXPECT_EQ(x.base, v - 1) << "a delta frame against the previous version, version " << v;
+    }
+    if (x.anchor) last_anchor = v;
+  }
+  // Segments of 5, 4, 3, 2, 1 versions after the key frame and each anchor:
+  // 0 (key), 5, 9, 12, 14 (anchors at depths 1-4), 15 (key), 20, ...
+  EXPECT_EQ(keys, (std::vector<size_t>{0, 15, 30})) << "one key frame per 15 versions, not per 5";
+  EXPECT_EQ(anchors, (std::vector<size_t>{5, 9, 12, 14, 20, 24, 27, 29, 35, 39}));
+}
+
+// A directory with two checkpoint files per step (a torch.save file and a
+// safetensors file of the weights): each keeps its own anchor chain.
+TEST(BaseChoice, EachKindOfFileKeepsItsAnchors) {
+  const uint32_t keyframe = 5;
+  const std::vector<std::string> torch_keys = {"model.w|f32|4x4", "optimizer.state.0.exp_avg|f32|4x4"};
+  const std::vector<std::string> st_keys = {"w|f32|4x4"};
+  std::deque<BaseCandidate> list;
+  std::vector<size_t> torch_keyframes;
+  for (size_t step = 0; step < 40; ++step) {
+    for (int kind = 0; kind < 2; ++kind) {
+      const FileFormat format = kind == 0 ? FileFormat::kTorchZip : FileFormat::kSafetensors;
+      const std::vector<std::string>& keys = kind == 0 ? torch_keys : st_keys;
+      const std::vector<BaseCandidate> candidates(list.begin(), list.end());
+      const BaseChoice choice = ChooseBase(candidates, format, keys, 1000, keyframe);
+      const size_t id = 2 * step + static_cast<size_t>(kind);
+      uint32_t depth = 0;
+      if (choice.candidate != nullptr) {
+        depth = choice.candidate->chain_depth + 1;
+        EXPECT_EQ(VersionOf(choice.candidate->id) % 2, static_cast<size_t>(kind)) << "a base of the other kind";
+      } else if (kind == 0) {
+        torch_keyframes.push_back(step);
+      }
+      EXPECT_LT(depth, keyframe);
+      RememberBaseCandidate(&list, BaseCandidate{IdOf(id), depth, format, 1000, keys,
+                                                 choice.candidate == nullptr || choice.anchor},
+                            kListSize);
+    }
+  }
+  EXPECT_EQ(torch_keyframes, (std::vector<size_t>{0, 15, 30})) << "as with the file alone";
+}
+
+TEST(BaseChoice, KeyframeOneAndTwo) {
+  for (const Version& x : Commit(6, 1)) EXPECT_EQ(x.base, SIZE_MAX) << "keyframe=1: every version a key frame";
+  const std::vector<Version> two = Commit(6, 2);
+  for (const Version& x : two) EXPECT_LT(x.depth, 2u);
+  EXPECT_EQ(two[0].base, SIZE_MAX);
+  EXPECT_EQ(two[1].base, 0u);
+  EXPECT_EQ(two[2].base, 0u) << "an anchor frame against the key frame";
+  EXPECT_TRUE(two[2].anchor);
+  EXPECT_EQ(two[3].base, SIZE_MAX) << "the anchor at depth 1 leaves no room";
+}
+
+// After a remount the list is scanned from the store: a key frame among the
+// newest versions is an anchor, anchor frames are not known as such, so the
+// first full chain falls back to the newest version with room while one is
+// in the list, then a key frame.
+TEST(BaseChoice, WithoutAKnownAnchorOlderVersionsThenAKeyFrame) {
+  const std::vector<std::string> keys = {"model.w|f32|4x4", "optimizer.state.0.exp_avg|f32|4x4"};
+  std::deque<BaseCandidate> scanned;
+  for (uint32_t depth = 1; depth <= 4; ++depth)
+    scanned.push_back(BaseCandidate{IdOf(100 + depth), depth + 1, FileFormat::kTorchZip, 1000, keys, false});
+  // Depths 2..5 with keyframe 6: the newest (5) is full.
+  const std::vector<Version> v = Commit(5, 6, scanned, 200);
+  EXPECT_EQ(v[0].base, 103u) << "the newest version with room (depth 4)";
+  EXPECT_FALSE(v[0].anchor);
+  EXPECT_EQ(v[1].base, 103u);
+  EXPECT_EQ(v[2].base, 103u);
+  EXPECT_EQ(v[3].base, SIZE_MAX) << "no version with room left: a key frame";
+  EXPECT_TRUE(v[3].anchor);
+  EXPECT_EQ(v[4].base, 203u) << "then chains as before";
+}
+
+TEST(BaseChoice, TheBestMatchWinsOverAnAnchorAndOtherFormatsNeverMatch) {
+  const std::vector<std::string> keys = {"a|f32|4", "b|f32|4", "c|f32|4"};
+  std::vector<BaseCandidate> c = {
+      {IdOf(1), 0, FileFormat::kTorchZip, 1000, {"a|f32|4"}, true},
+      {IdOf(2), 3, FileFormat::kTorchZip, 1000, keys, false},
+      {IdOf(3), 1, FileFormat::kSafetensors, 1000, keys, false},
+  };
+  BaseChoice got = ChooseBase(c, FileFormat::kTorchZip, keys, 1000, 10);
+  ASSERT_NE(got.candidate, nullptr);
+  EXPECT_EQ(VersionOf(got.candidate->id), 2u);
+  EXPECT_FALSE(got.anchor);
+  // The best match's chain is full: the anchor, though it shares less.
+  got = ChooseBase(c, FileFormat::kTorchZip, keys, 1000, 4);
+  ASSERT_NE(got.candidate, nullptr);
+  EXPECT_EQ(VersionOf(got.candidate->id), 1u);
+  EXPECT_TRUE(got.anchor);
+  // Sharing nothing is no base.
+  got = ChooseBase(c, FileFormat::kTorchZip, {"z|f32|4"}, 1000, 10);
+  EXPECT_EQ(got.candidate, nullptr);
+}
+
+TEST(BaseChoice, TheListKeepsTheNewestAnchorBesideTheNewestVersions) {
+  std::deque<BaseCandidate> list;
+  auto add = [&](size_t v, bool anchor) {
+    RememberBaseCandidate(&list, BaseCandidate{IdOf(v), 0, FileFormat::kTorchZip, 1, {}, anchor}, kListSize);
+  };
+  add(0, true);
+  for (size_t v = 1; v <= 6; ++v) add(v, false);
+  std::vector<size_t> kept;
+  for (const BaseCandidate& c : list) kept.push_back(VersionOf(c.id));
+  EXPECT_EQ(kept, (std::vector<size_t>{0, 3, 4, 5, 6}));
+  add(7, true);  // a newer anchor: the old one goes
+  add(8, false);
+  kept.clear();
+  for (const BaseCandidate& c : list) kept.push_back(VersionOf(c.id));
+  EXPECT_EQ(kept, (std::vector<size_t>{5, 6, 7, 8}));
+}
+
+}  // namespace
+}  // namespace ckptfs::fs
