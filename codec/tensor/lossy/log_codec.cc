@@ -50,6 +50,32 @@ typename E::Bits GridElement(const LogGrid& grid, int64_t q) {
   return E::FromFloat(grid.FloatValue(q));
 }
 
+// Step 1b: every quantized element whose predicted level is another than
+// its nearest one takes the predicted level when its reconstruction there
+// passes the element's bound (the same check as IndexElement's). Returns
+// whether any element changed (its index and reconstruction).
+template <typename E>
+bool KeepPredictedLevels(const LogGrid& grid, const std::byte* values, const int32_t* base_index, int64_t origin,
+                         int64_t shift, double max_rel, uint64_t n, int32_t* index, std::byte* recon) {
+  bool changed = false;
+  for (uint64_t i = 0; i < n; ++i) {
+    const int32_t q = index[i];
+    if (q == kNoIndex || q == kZeroIndex || base_index[i] == kNoIndex) continue;
+    const int64_t predicted = Predict(base_index[i], origin, shift);
+    if (predicted == q || predicted < std::numeric_limits<int32_t>::min() + 2 ||
+        predicted > std::numeric_limits<int32_t>::max())
+      continue;
+    const float x = E::ToFloat(LoadLogBits<E>(values, i));
+    const typename E::Bits r = GridElement<E>(grid, predicted);
+    const double e = static_cast<double>(E::ToFloat(r)) - x;
+    if (!(std::fabs(e) <= max_rel * static_cast<double>(x))) continue;
+    index[i] = static_cast<int32_t>(predicted);
+    StoreLogBits<E>(recon, i, r);
+    changed = true;
+  }
+  return changed;
+}
+
 // Appends b-bit symbols (b <= 24) to a little-endian bit string (symbol i
 // occupies bits [i*b, (i+1)*b)), four bytes
 // at a time: `out` needs kPackedSlack bytes past the packed size.
@@ -142,6 +168,22 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
     for (int64_t d = 1; d <= kMaxShift; ++d)
       for (int64_t c : {-d, d})
         if (votes[c + kMaxShift] > votes[shift + kMaxShift]) shift = c;
+  }
+
+  // 1b. Hysteresis (delta frames): an element whose predicted level (its
+  //     base's, moved by the shift) still meets the bound keeps that level,
+  //     symbol 0, instead of moving to its nearest one. Nearest-level
+  //     rounding re-codes every element that crosses a midpoint between two
+  //     levels, however little it moved; a second moment drifts by a few
+  //     percent per version, element by element, so most of a delta frame's
+  //     nonzero symbols were such crossings while the base's level was still
+  //     well within the bound. The decoder is unchanged: it never sees why
+  //     a symbol is 0.
+  if (delta && KeepPredictedLevels<E>(grid, values.data(), base_index.data(), origin, shift, max_rel, n,
+                                      index.data(), recon.data())) {
+    sums.err2 = sums.max_abs = sums.achieved_rel = 0;
+    sums.quantized = 0;
+    for (uint64_t i = 0; i < n; ++i) AddQuantizedError<E>(values.data(), recon.data(), index.data(), i, &sums);
   }
 
   // 2. Symbols and the histogram of their bit widths.

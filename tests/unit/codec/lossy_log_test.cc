@@ -207,6 +207,56 @@ TEST(LossyLog, FiftyVersionChainDoesNotDriftAndDeltasAreSmall) {
   EXPECT_LT(mean_delta, 0.5 * static_cast<double>(key_bytes)) << "key " << key_bytes << " delta " << mean_delta;
 }
 
+// Hysteresis (LOSSY.md section 9, "Hysteresis"): an element whose base
+// level is still within the bound keeps it (symbol 0), even past the
+// midpoint to the next level; one that left the bound moves. Levels of
+// ratio 2 (max_rel 0.4): the base sits on powers of two, each element then
+// moves by a factor in [0.72, 1.65] (its base within 0.39 of it; past the
+// midpoints to the neighbouring levels, 0.75 and 1.5, for a fifth) or, one
+// element in 16, by 1.8 (0.44 away).
+TEST(LossyLog, ElementsKeepTheirLevelWhileItIsWithinTheBound) {
+  const size_t n = 1 << 14;
+  const double max_rel = 0.4;
+  std::mt19937_64 rng(21);
+  std::uniform_int_distribution<int> octave(-30, -5);
+  std::uniform_real_distribution<float> drift(0.72f, 1.65f);
+  std::vector<float> v0(n), v1(n);
+  for (size_t i = 0; i < n; ++i) {
+    v0[i] = std::ldexp(1.0f, octave(rng));
+    v1[i] = v0[i] * (i % 16 == 0 ? 1.8f : drift(rng));
+  }
+  Scratch scratch;
+  const Budget budget{0, 0, max_rel};
+  const std::vector<std::byte> key_values = testing::ToElements(ElementType::kF32, v0);
+  Result<EncodedChunk> key = EncodeChunk(ElementType::kF32, key_values, {}, budget, &scratch);
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  ASSERT_TRUE(key->reconstruction == key_values) << "powers of two are on the grid";
+  const std::vector<std::byte> values = testing::ToElements(ElementType::kF32, v1);
+  Result<EncodedChunk> delta = EncodeChunk(ElementType::kF32, values, key->reconstruction, budget, &scratch);
+  ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+  ASSERT_EQ(delta->stats.mode, static_cast<uint8_t>(StreamMode::kLog));
+  CheckElements(ElementType::kF32, values, delta->reconstruction, max_rel);
+  size_t kept = 0, past_midpoint = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float y = testing::ElementAt(ElementType::kF32, delta->reconstruction, i);
+    if (i % 16 == 0) {
+      EXPECT_NE(y, v0[i]) << "element " << i << " left the bound of its base level";
+      continue;
+    }
+    kept += y == v0[i];
+    past_midpoint += v1[i] > v0[i] * 1.5f || v1[i] < v0[i] * 0.75f;
+  }
+  EXPECT_EQ(kept, n - n / 16) << "every element within the bound of its base level keeps it";
+  EXPECT_GT(past_midpoint, n / 16) << "the test must move elements past the midpoint";
+  std::vector<std::byte> out(values.size());
+  Status st = testing::DecodeBothWays(ElementType::kF32, delta->bytes, key->reconstruction, out, &scratch);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(out == delta->reconstruction);
+  // The error sums are those of the levels kept: the largest relative error
+  // is the one of an element that drifted furthest from its level.
+  EXPECT_GT(delta->stats.max_rel, 1.0 / 3.0) << "kept levels beyond the nearest one's 1/3";
+}
+
 // A delta frame carries the base's zeros (kFlagZeroCarry): a zero over a
 // zero costs symbol 0, so an unchanged zero mask costs almost nothing;
 // zeros that appear or disappear still decode exactly.
