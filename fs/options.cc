@@ -75,6 +75,8 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
       // on the step of a first moment that stays lossy: refuse it.
       if (o->momentum_budget == 0)
         return Status::InvalidArgument("-o momentum_budget: want a number in (0, 1] have '0'");
+    } else if (key == "denominator_budget") {
+      RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->denominator_budget));
     }
     else if (key == "budget") {
       RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, 1.0, &o->budget));
@@ -124,6 +126,7 @@ Result<std::shared_ptr<const policy::Policy>> BuildLossyPolicy(const MountOption
     if (o.opt_budget >= 0) p.SetOptimizerBudget(o.opt_budget);
   }
   if (o.momentum_budget >= 0) p.SetMomentumStepBudget(o.momentum_budget);
+  if (o.denominator_budget >= 0) p.SetDenominatorBudget(o.denominator_budget);
   return std::make_shared<const policy::Policy>(std::move(p));
 }
 

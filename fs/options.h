@@ -71,6 +71,10 @@ struct MountOptions {
   // momentum_budget=REL_L2: that budget on the step; < 0: the policy's
   // default (policy::kMomentumStepBudgetFactor times the optimizer budget).
   double momentum_budget = -1.0;
+  // denominator_budget=MAX_REL: the per-element bound of update
+  // denominators (exp_avg_sq, ...); < 0: the policy's default
+  // (policy::kDenominatorBudgetFactor times the optimizer budget).
+  double denominator_budget = -1.0;
   std::vector<std::string> fuse_options;  // passed to libfuse (-o ...)
   // Built from lossy/budget/opt_budget/policy by BuildLossyPolicy (RunDaemon).
   std::shared_ptr<const policy::Policy> policy;

@@ -1,7 +1,7 @@
 // encode / decode / inspect: the codec on single files, without a store.
 //   ckptfs encode IN BLOB [--base BASE_BLOB] [--zstd-level N] [--threads N]
 //                 [--budget REL_L2 [--opt-budget REL_L2] [--schedule off|dsq] [--predict on|off]
-//                  [--momentum plain|step] [--momentum-budget REL_L2]]
+//                  [--momentum plain|step] [--momentum-budget REL_L2] [--denominator-budget MAX_REL]]
 //   ckptfs decode BLOB OUT [--base BASE_BLOB ...]
 //   ckptfs inspect-blob BLOB [--json] [--chunks] [--base BASE_BLOB ...]
 // (`ckptfs inspect` also accepts a bare blob and forwards it here.)
@@ -70,6 +70,7 @@ struct BlobArgs {
   std::string predict = "on";    // the mount's default
   std::string momentum = "step";   // the mount's default
   double momentum_budget = -1.0;   // < 0: the mount's default (2.5x the optimizer budget)
+  double denominator_budget = -1.0;  // < 0: the mount's default (2x the optimizer budget)
 };
 
 Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, FileListResolver* resolver) {
@@ -112,6 +113,7 @@ int RunEncode(const BlobArgs& a) {
     auto policy = std::make_shared<policy::Policy>(
         policy::Policy::Defaults(a.budget, a.opt_budget >= 0 ? std::optional<double>(a.opt_budget) : std::nullopt));
     if (a.momentum_budget >= 0) policy->SetMomentumStepBudget(a.momentum_budget);
+    if (a.denominator_budget >= 0) policy->SetDenominatorBudget(a.denominator_budget);
     options.lossy_budget = [policy](FileFormat format, const TensorInfo& t) {
       return policy->BudgetFor("", format, t);
     };
@@ -189,6 +191,10 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
                   "lossy: rel_l2 budget on the step of exp_avg in step space (default 2.5x the optimizer budget, "
                   "at most 1)")
       ->check(CLI::PositiveNumber & CLI::Range(0.0, 1.0));
+  enc->add_option("--denominator-budget", args->denominator_budget,
+                  "lossy: per-element max_rel of exp_avg_sq and other update denominators (log mode; default 2x "
+                  "the optimizer budget, at most 1; 0 = lossless)")
+      ->check(CLI::Range(0.0, 1.0));
   enc->callback([args, exit_code] { *exit_code = RunEncode(*args); });
 
   CLI::App* dec = app.add_subcommand("decode", "Decode a blob back into the file");

@@ -102,6 +102,9 @@ Result<Policy> Policy::FromToml(std::string_view text, std::string_view source) 
           ASSIGN_OR_RETURN(double budget, ReadBudgetValue(source, v, "momentum_step_rel_l2"));
           if (budget == 0) return Bad(source, v.source(), "momentum_step_rel_l2 must be > 0");
           p.momentum_step_rel_l2_ = budget;
+        } else if (k == "denominator_max_rel") {
+          ASSIGN_OR_RETURN(double bound, ReadBudgetValue(source, v, "denominator_max_rel"));
+          p.denominator_max_rel_ = bound;
         } else {
           return Bad(source, v.source(), fmt::format("unknown key '{}' in [defaults]", k.str()));
         }
@@ -164,10 +167,10 @@ lossy::Budget Policy::BudgetFor(std::string_view path, FileFormat format, const 
   // denominator such as Adam's sqrt(exp_avg_sq) + eps that turns the next
   // update into m / eps and training diverges after a restore (measured:
   // NaN loss). Denominators therefore get the log mode, which bounds every
-  // element's relative error (zeros stay zeros): max_rel = the optimizer
-  // budget, so each element's step size m / sqrt(v) moves by at most about
-  // half of it.
-  if (IsOptimizerDenominator(t.name)) return lossy::Budget{0, 0, optimizer_rel_l2()};
+  // element's relative error (zeros stay zeros): max_rel =
+  // denominator_max_rel(), so each element's step size m / sqrt(v) moves by
+  // at most about half of it. (0 keeps them lossless with the rest.)
+  if (IsOptimizerDenominator(t.name)) return lossy::Budget{0, 0, optimizer_rel_l2() > 0 ? denominator_max_rel() : 0};
   if (IsFirstMoment(t.name) && optimizer_rel_l2() > 0)
     return lossy::Budget{optimizer_rel_l2(), 0, 0, momentum_step_rel_l2()};
   return lossy::Budget{IsOptimizerState(t.name) ? optimizer_rel_l2() : default_rel_l2_, 0};

@@ -26,7 +26,8 @@ using testing::RandomBytes;
 TEST(ContainerLog, SecondMomentChainKeepsEveryElementWithinItsBound) {
   constexpr size_t kN = 20000;
   constexpr double kBudget = 1e-2;
-  const policy::Policy policy = policy::Policy::Defaults(kBudget, kBudget);
+  policy::Policy policy = policy::Policy::Defaults(kBudget, kBudget);
+  policy.SetDenominatorBudget(kBudget);
   EncodeOptions options;
   options.chunk_bytes = 64 << 10;
   options.lossy_budget = [&policy](FileFormat, const TensorInfo& t) {

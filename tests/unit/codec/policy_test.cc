@@ -1,6 +1,8 @@
 // Lossy policies: defaults, TOML rules, and the tensors never made lossy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "codec/policy/policy.h"
 
 namespace ckptfs::policy {
@@ -26,7 +28,9 @@ TEST(Policy, OptimizerStateDefaultsToTheBudgetButAtLeastTheFloor) {
   auto check = [&](const Policy& p, double weights, double optimizer, const char* what) {
     EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T("model.w")).rel_l2, weights) << what;
     EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, m).rel_l2, optimizer) << what;
-    EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, optimizer) << what;
+    EXPECT_DOUBLE_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel,
+                     std::min(1.0, kDenominatorBudgetFactor * optimizer))
+        << what;
     EXPECT_EQ(p.optimizer_rel_l2(), optimizer) << what;
   };
   check(Policy::Defaults(), kDefaultRelL2, kDefaultOptimizerRelL2, "no budgets given");
@@ -47,6 +51,36 @@ TEST(Policy, OptimizerStateDefaultsToTheBudgetButAtLeastTheFloor) {
   Result<Policy> empty = Policy::FromToml("");
   ASSERT_TRUE(empty.ok()) << empty.status().ToString();
   check(*empty, kDefaultRelL2, kDefaultOptimizerRelL2, "an empty policy file");
+}
+
+// Update denominators get kDenominatorBudgetFactor times the optimizer
+// budget as their per-element bound (at most 1), unless set (mount option,
+// [defaults] key); a rule's max_rel applies either way; 0 is lossless.
+TEST(Policy, DenominatorsGetTheirOwnBound) {
+  const TensorInfo v = T("optimizer.state.0.exp_avg_sq"), m = T("optimizer.state.0.exp_avg");
+  Policy p = Policy::Defaults();
+  EXPECT_DOUBLE_EQ(p.denominator_max_rel(), 0.4);
+  EXPECT_DOUBLE_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.4);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).rel_l2, 0.0);
+  p.SetDenominatorBudget(0.25);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.25);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, m).rel_l2, kDefaultOptimizerRelL2) << "m keeps its budget";
+  p.SetDenominatorBudget(0);
+  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.0) << "0: lossless";
+  EXPECT_EQ(Policy::Defaults(0).BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.0) << "all lossless";
+  Result<Policy> file = Policy::FromToml(R"(
+[defaults]
+denominator_max_rel = 0.1
+
+[[rule]]
+tensors = "optimizer.state.1.exp_avg_sq"
+mode = "lossy"
+max_rel = 0.3
+)");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.1);
+  EXPECT_EQ(file->BudgetFor("a.pt", FileFormat::kTorchZip, T("optimizer.state.1.exp_avg_sq")).max_rel, 0.3);
+  EXPECT_FALSE(Policy::FromToml("[defaults]\ndenominator_max_rel = -0.1\n").ok());
 }
 
 // Adam's first moment also carries the budget it gets when the container
@@ -109,10 +143,10 @@ max_abs = 0.5
   EXPECT_EQ(b.max_abs, 0.5);
   EXPECT_EQ(p->BudgetFor("other/x.pt", FileFormat::kTorchZip, T("layer.0.bias")).rel_l2, 0.02);
   EXPECT_EQ(p->BudgetFor("x.pt", FileFormat::kTorchZip, T("optimizer.state.3.exp_avg")).rel_l2, 0.1);
-  // Update denominators get the log mode with the optimizer budget, never an L2 budget.
+  // Update denominators get the log mode with twice the optimizer budget, never an L2 budget.
   lossy::Budget d = p->BudgetFor("x.pt", FileFormat::kTorchZip, T("optimizer.state.3.exp_avg_sq"));
   EXPECT_EQ(d.rel_l2, 0.0);
-  EXPECT_EQ(d.max_rel, 0.1);
+  EXPECT_DOUBLE_EQ(d.max_rel, kDenominatorBudgetFactor * 0.1);
   // Integer tensors stay lossless even when a rule says lossy.
   EXPECT_EQ(p->BudgetFor("ckpt/x.pt", FileFormat::kTorchZip, T("a.bias", DType::kI32)).rel_l2, 0.0);
 }
@@ -124,7 +158,7 @@ TEST(Policy, OptimizerDenominatorsGetTheLogModeUnlessARuleNamesThem) {
     lossy::Budget b = p.BudgetFor("a.pt", FileFormat::kTorchZip, T(name));
     EXPECT_EQ(b.rel_l2, 0.0) << name;
     EXPECT_EQ(b.max_abs, 0.0) << name;
-    EXPECT_EQ(b.max_rel, 5e-2) << name;
+    EXPECT_DOUBLE_EQ(b.max_rel, kDenominatorBudgetFactor * 5e-2) << name;
   }
   // Defaults with a zero optimizer budget: lossless.
   EXPECT_FALSE(Policy::Defaults(1e-2, 0).BudgetFor("a.pt", FileFormat::kTorchZip, T("state.0.exp_avg_sq")).lossy());

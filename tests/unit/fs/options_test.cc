@@ -66,12 +66,20 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   EXPECT_EQ(ParseMountOptionList("momentum_budget=0", &o).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(ParseMountOptionList("momentum_budget=0.3", &o).ok());
   EXPECT_EQ(o.momentum_budget, 0.3);
+  EXPECT_EQ(ParseMountOptionList("denominator_budget=1.5", &o).code(), StatusCode::kInvalidArgument);
   Result<std::shared_ptr<const policy::Policy>> p = BuildLossyPolicy(o);
   ASSERT_TRUE(p.ok());
   TensorInfo w{"model.w", DType::kF32, {4}, false};
   TensorInfo m{"optimizer.state.0.exp_avg", DType::kF32, {4}, false};
+  TensorInfo v{"optimizer.state.0.exp_avg_sq", DType::kF32, {4}, false};
   EXPECT_EQ((*p)->BudgetFor("a.pt", FileFormat::kTorchZip, w).rel_l2, 0.02);
   EXPECT_EQ((*p)->BudgetFor("a.pt", FileFormat::kTorchZip, m).rel_l2, 0.1);
+  EXPECT_DOUBLE_EQ((*p)->BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.2) << "twice opt_budget";
+  ASSERT_TRUE(ParseMountOptionList("denominator_budget=0.3", &o).ok());
+  EXPECT_EQ(o.denominator_budget, 0.3);
+  p = BuildLossyPolicy(o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.3);
 
   ASSERT_TRUE(ParseMountOptionList("lossy=off", &o).ok());
   p = BuildLossyPolicy(o);
