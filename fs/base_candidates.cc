@@ -71,10 +71,11 @@ BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat f
     if (has_room(c) && score >= best_room_score) best_room = &c, best_room_score = score;
   }
   if (best != nullptr && has_room(*best)) return BaseChoice{best, false};
-  // A full anchor chain ends in a key frame; an older anchor or version
-  // would only restart it from further back.
-  if (anchor != nullptr) return has_room(*anchor) ? BaseChoice{anchor, true} : BaseChoice{};
-  return BaseChoice{best_room, false};
+  // (An anchor chosen here is one: this version is then an anchor frame.)
+  if (best_room != nullptr) return BaseChoice{best_room, best_room->anchor};
+  // A full anchor chain ends in a key frame.
+  if (anchor != nullptr && has_room(*anchor)) return BaseChoice{anchor, true};
+  return BaseChoice{};
 }
 
 void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candidate, size_t max_count) {

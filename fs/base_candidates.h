@@ -32,16 +32,18 @@ struct BaseChoice {
 //     files without tensors: the newest of the same format and of a similar
 //     size), the newest among ties, when its chain leaves room for one more
 //     link (chain_depth + 1 < keyframe);
-//  2. else, when an anchor (a key frame or anchor frame) sharing any tensor
-//     is known, the one sharing the most (the newest among ties) if it
-//     leaves room: an anchor frame; if it does not, none: a key frame. Anchors chain, each one link deeper than
-//     the last, so the chains stay shorter than `keyframe` while a key frame
-//     comes only about every keyframe^2/2 versions, not every `keyframe`: a
-//     key frame costs several delta versions (the whole of each tensor at
-//     its budget), an anchor frame one delta over the versions since the
-//     previous anchor;
-//  3. else (no anchor known, as after a remount) the best match that
-//     leaves room, as in 1, or none: a key frame.
+//  2. else the best such match among the candidates whose chains leave
+//     room: an older version (a delta over two or three versions costs
+//     less than either of the next two choices);
+//  3. else the known anchor (a key frame or anchor frame) sharing the most
+//     tensors, the newest among ties, if it leaves room: an anchor frame.
+//     Anchors chain, each one link deeper than the last, so the chains stay
+//     shorter than `keyframe` while a key frame comes only about every
+//     keyframe^2/2 versions, not every `keyframe`: a key frame costs
+//     several delta versions (the whole of each tensor at its budget), an
+//     anchor frame one delta over the versions since the previous anchor;
+//  4. else none: a key frame (none known after a remount, where which
+//     versions were anchor frames is not known).
 BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat format,
                       const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe);
 

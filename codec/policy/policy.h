@@ -72,7 +72,7 @@ class Policy {
   // `rel_l2`, optimizer state (names "optimizer.state.*" or "state.*" in
   // a file whose name says optim) with `optimizer_rel_l2`, update
   // denominators (IsOptimizerDenominator) in log mode with max_rel =
-  // `optimizer_rel_l2`, all else lossless. Without `optimizer_rel_l2` the
+  // denominator_max_rel(), all else lossless. Without `optimizer_rel_l2` the
   // optimizer state gets DefaultOptimizerBudget(rel_l2), also after
   // SetDefaultBudget.
   // REQUIRES: both >= 0 (0 = lossless).

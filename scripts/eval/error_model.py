@@ -19,7 +19,9 @@ quantizer searched for the smallest entropy within the budget (L2 budgets),
 and a geometric grid with ratio 1 + 1.9 max_rel (the log mode of
 exp_avg_sq). At every restore point the live state is replaced by the
 reconstructions, as a resume from the mount would (--uninterrupted: neither,
-the run to compare with). The defaults are the mount's (docs/policy.md).
+the run to compare with). The defaults are the mount's of 2026-11-30
+(docs/policy.md has today's: exp_avg_sq at max_rel 0.4, exp_avg at 0.5 on
+Adam's step, a finer-spaced log grid, since 2026-12-01).
 Prints one JSON line: the
 final metric and the modelled ratio of weights, exp_avg and exp_avg_sq
 (entropy bound plus 8 bytes per tensor; the real codec's ratio is lower,

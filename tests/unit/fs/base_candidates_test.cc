@@ -58,26 +58,30 @@ std::vector<Version> Commit(size_t count, uint32_t keyframe, std::deque<BaseCand
 TEST(BaseChoice, AnchorFramesChainAndKeyFramesComeAboutEveryKeyframeSquaredOverTwo) {
   const uint32_t keyframe = 5;
   const std::vector<Version> versions = Commit(40, keyframe);
-  std::vector<size_t> keys, anchors;
-  size_t last_anchor = 0;
+  std::vector<size_t> keys, first_anchors;
   for (size_t v = 0; v < versions.size(); ++v) {
     const Version& x = versions[v];
     EXPECT_LT(x.depth, keyframe) << "version " << v;
     if (x.base == SIZE_MAX) {
       EXPECT_EQ(x.depth, 0u);
       keys.push_back(v);
-    } else if (x.anchor) {
-      anchors.push_back(v);
-      EXPECT_EQ(x.base, last_anchor) << "an anchor frame deltas against the previous anchor, version " << v;
+    } else if (x.anchor && !versions[x.base].anchor) {
+      ADD_FAILURE() << "an anchor frame against a version that is no anchor, version " << v;
+    } else if (x.anchor && x.depth == versions[x.base].depth + 1 && x.base + 1 < v && x.base + 4 < v) {
+      first_anchors.push_back(v);  // against an anchor beyond the newest four versions
     } else {
-      EXPECT_EQ(x.base, v - 1) << "a delta frame against the previous version, version " << v;
+      EXPECT_GE(x.base + 4, v) << "a delta frame against one of the newest four versions, version " << v;
     }
-    if (x.anchor) last_anchor = v;
   }
-  // Segments of 5, 4, 3, 2, 1 versions after the key frame and each anchor:
-  // 0 (key), 5, 9, 12, 14 (anchors at depths 1-4), 15 (key), 20, ...
-  EXPECT_EQ(keys, (std::vector<size_t>{0, 15, 30})) << "one key frame per 15 versions, not per 5";
-  EXPECT_EQ(anchors, (std::vector<size_t>{5, 9, 12, 14, 20, 24, 27, 29, 35, 39}));
+  // Key frame 0, versions 1-4 (depths 1-4), 5-7 against version 3 (the
+  // newest with room), then anchor frame 8 against the key frame (depth 1),
+  // 9-11, 12-14 against 10, anchor 15 against 8 (depth 2), ..., anchor 21
+  // against 15 (depth 3), 22-25 against 21 (depth 4, full), key frame 26.
+  EXPECT_EQ(keys, (std::vector<size_t>{0, 26})) << "one key frame per 26 versions, not per 8";
+  EXPECT_EQ(first_anchors, (std::vector<size_t>{8, 15, 21, 34}));
+  EXPECT_EQ(versions[8].base, 0u);
+  EXPECT_EQ(versions[15].base, 8u);
+  EXPECT_EQ(versions[21].base, 15u);
 }
 
 // A directory with two checkpoint files per step (a torch.save file and a
@@ -108,7 +112,9 @@ TEST(BaseChoice, EachKindOfFileKeepsItsAnchors) {
                             kListSize);
     }
   }
-  EXPECT_EQ(torch_keyframes, (std::vector<size_t>{0, 15, 30})) << "as with the file alone";
+  // Fewer older versions of its kind with room than alone (the list of
+  // four holds two of each), so the anchors come sooner: every 18 steps.
+  EXPECT_EQ(torch_keyframes, (std::vector<size_t>{0, 18, 36}));
 }
 
 TEST(BaseChoice, KeyframeOneAndTwo) {
@@ -117,9 +123,11 @@ TEST(BaseChoice, KeyframeOneAndTwo) {
   for (const Version& x : two) EXPECT_LT(x.depth, 2u);
   EXPECT_EQ(two[0].base, SIZE_MAX);
   EXPECT_EQ(two[1].base, 0u);
-  EXPECT_EQ(two[2].base, 0u) << "an anchor frame against the key frame";
-  EXPECT_TRUE(two[2].anchor);
-  EXPECT_EQ(two[3].base, SIZE_MAX) << "the anchor at depth 1 leaves no room";
+  for (size_t v = 2; v <= 4; ++v) {
+    EXPECT_EQ(two[v].base, 0u) << "against the key frame while it is among the newest four, version " << v;
+    EXPECT_TRUE(two[v].anchor);
+  }
+  EXPECT_EQ(two[5].base, SIZE_MAX) << "the anchors at depth 1 leave no room";
 }
 
 // After a remount the list is scanned from the store: a key frame among the
