@@ -59,45 +59,69 @@ bool Older(const Found& a, const Found& b) {
 BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat format,
                       const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe) {
   auto has_room = [keyframe](const BaseCandidate& c) { return c.chain_depth + 1 < keyframe; };
-  const BaseCandidate* best = nullptr;       // 1: best match
-  const BaseCandidate* anchor = nullptr;     // 2: newest anchor
-  const BaseCandidate* best_room = nullptr;  // 3: best match with room
-  size_t best_score = 0, best_room_score = 0, anchor_score = 0;
+  const BaseCandidate* best = nullptr;       // the best match
+  const BaseCandidate* best_room = nullptr;  // the best match with room
+  size_t best_score = 0, best_room_score = 0;
   for (const BaseCandidate& c : candidates) {  // oldest first: ties go to the newest
     const size_t score = MatchScore(c, format, keys, size);
     if (score == 0) continue;
     if (score >= best_score) best = &c, best_score = score;
-    if (c.anchor && score >= anchor_score) anchor = &c, anchor_score = score;
     if (has_room(c) && score >= best_room_score) best_room = &c, best_room_score = score;
   }
   if (best != nullptr && has_room(*best)) return BaseChoice{best, false};
-  // (An anchor chosen here is one: this version is then an anchor frame.)
+  // The best match's chain is full: an older version with room, or the
+  // anchor the list keeps for this (then this version is an anchor frame);
+  // none with room (the anchors' chain is full too): a key frame.
   if (best_room != nullptr) return BaseChoice{best_room, best_room->anchor};
-  // A full anchor chain ends in a key frame.
-  if (anchor != nullptr && has_room(*anchor)) return BaseChoice{anchor, true};
   return BaseChoice{};
+}
+
+namespace {
+
+// Whether `a` and `b` are versions of the same kind of file: what an
+// anchor is kept for (a directory may hold several checkpoint files per
+// step, say a torch.save file and a safetensors file of the weights).
+bool SameKind(const BaseCandidate& a, const BaseCandidate& b) {
+  return a.format == b.format && a.tensor_keys == b.tensor_keys &&
+         (!a.tensor_keys.empty() || MatchScore(a, b.format, b.tensor_keys, b.logical_size) > 0);
+}
+
+}  // namespace
+
+void TrimBaseCandidates(std::deque<BaseCandidate>* list, size_t max_count) {
+  // Kept: the newest max_count versions, and older anchors that are the
+  // newest anchor of a kind still written (one of the newest max_count is of
+  // its kind), at most max_count of them. An anchor of a kind no longer
+  // written goes, so the list does not hold its chain for ever.
+  const size_t n = list->size();
+  if (n <= max_count) return;
+  const size_t first_new = n - max_count;
+  std::vector<bool> keep(n, false);
+  size_t kept_anchors = 0;
+  for (size_t i = n; i-- > 0;) {
+    if (i >= first_new) {
+      keep[i] = true;
+      continue;
+    }
+    const BaseCandidate& c = (*list)[i];
+    if (!c.anchor || kept_anchors >= max_count) continue;
+    bool newer_anchor = false, written = false;
+    for (size_t j = i + 1; j < n; ++j) {
+      if (!SameKind(c, (*list)[j])) continue;
+      newer_anchor = newer_anchor || (*list)[j].anchor;
+      written = written || j >= first_new;
+    }
+    if (!newer_anchor && written) keep[i] = true, ++kept_anchors;
+  }
+  std::deque<BaseCandidate> out;
+  for (size_t i = 0; i < n; ++i)
+    if (keep[i]) out.push_back(std::move((*list)[i]));
+  *list = std::move(out);
 }
 
 void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candidate, size_t max_count) {
   list->push_back(std::move(candidate));
-  // An anchor is kept while it is the newest of its kind (format and
-  // tensors: a directory may hold several checkpoint files per step, say a
-  // torch.save file and a safetensors file), up to max_count of them.
-  auto newest_of_kind = [&](size_t i) {
-    const BaseCandidate& c = (*list)[i];
-    if (!c.anchor) return false;
-    for (size_t j = i + 1; j < list->size(); ++j) {
-      const BaseCandidate& d = (*list)[j];
-      if (d.anchor && d.format == c.format && d.tensor_keys == c.tensor_keys) return false;
-    }
-    return true;
-  };
-  size_t kept_anchors = 0;  // protected anchors older than the newest max_count
-  for (size_t i = list->size(); i-- > 0;) {
-    const bool newest = list->size() - i <= max_count;
-    if (newest || (newest_of_kind(i) && kept_anchors++ < max_count)) continue;
-    list->erase(list->begin() + static_cast<ptrdiff_t>(i));
-  }
+  TrimBaseCandidates(list, max_count);
 }
 
 std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,

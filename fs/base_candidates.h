@@ -33,25 +33,30 @@ struct BaseChoice {
 //     size), the newest among ties, when its chain leaves room for one more
 //     link (chain_depth + 1 < keyframe);
 //  2. else the best such match among the candidates whose chains leave
-//     room: an older version (a delta over two or three versions costs
-//     less than either of the next two choices);
-//  3. else the known anchor (a key frame or anchor frame) sharing the most
-//     tensors, the newest among ties, if it leaves room: an anchor frame.
-//     Anchors chain, each one link deeper than the last, so the chains stay
-//     shorter than `keyframe` while a key frame comes only about every
-//     keyframe^2/2 versions, not every `keyframe`: a key frame costs
-//     several delta versions (the whole of each tensor at its budget), an
-//     anchor frame one delta over the versions since the previous anchor;
-//  4. else none: a key frame (none known after a remount, where which
-//     versions were anchor frames is not known).
+//     room: an older version among the newest few (a delta over two or
+//     three versions), and once their chains are full too, the anchor (a
+//     key frame or anchor frame) the list keeps for this kind of file: then
+//     the new version is an *anchor frame*. Anchors chain, each one link
+//     deeper than the last, so the chains stay shorter than `keyframe`
+//     while a key frame comes only about every keyframe^2/2 versions or
+//     more, not every `keyframe`: a key frame costs several delta versions
+//     (the whole of each tensor at its budget), an anchor frame one delta
+//     over the versions since the previous anchor;
+//  3. else none: a key frame (the anchors' chain is full, or no anchor is
+//     known, as after a remount, where which versions were anchor frames is
+//     not known).
 BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat format,
                       const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe);
 
-// Appends a committed version to a directory's candidate list (oldest
-// first) and drops the versions older than the newest `max_count`, except
-// the newest anchor of each kind (format and tensor keys; at most
-// `max_count` of them): an anchor frame needs it after the versions since
-// have been dropped.
+// Drops from a directory's candidate list (oldest first) the versions older
+// than the newest `max_count`, except the newest anchor of each kind of
+// file still written (format and tensor keys, for files without tensors
+// also a similar size; written: one of the newest `max_count` is of that
+// kind), at most `max_count` of them: an anchor frame needs its anchor after
+// the versions since have been dropped.
+void TrimBaseCandidates(std::deque<BaseCandidate>* list, size_t max_count);
+
+// Appends a committed version to the list and trims it.
 void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candidate, size_t max_count);
 
 // The delta-base candidates of the file at `rel_path` (relative to the

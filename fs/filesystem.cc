@@ -198,7 +198,7 @@ std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir, const std::s
       bool known = std::any_of(list.begin(), list.end(), [&](const BaseCandidate& c) { return c.id == it->id; });
       if (!known) list.push_front(std::move(*it));
     }
-    while (list.size() > kMaxBaseCandidates) list.pop_front();
+    TrimBaseCandidates(&list, kMaxBaseCandidates);
     if (!scanned.empty()) log_->Debug("delta bases for {}: {} found in the store", rel_path, scanned.size());
   }
   return {list.begin(), list.end()};

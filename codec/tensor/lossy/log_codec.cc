@@ -50,13 +50,22 @@ typename E::Bits GridElement(const LogGrid& grid, int64_t q) {
   return E::FromFloat(grid.FloatValue(q));
 }
 
+// Hysteresis never keeps a level further than this from the value, however
+// loose the bound: nearest-level rounding keeps every element within 1/3
+// on the coarsest grid, and a kept level is a second moment's (an update's
+// denominator's) error; at max_rel = 1 a level at 1/1000 of the value, or
+// one that underflowed to 0, would pass the bound's check (a step 30 times
+// too large, or m / eps).
+constexpr double kMaxHysteresisRel = 0.5;
+
 // Step 1b: every quantized element whose predicted level is another than
 // its nearest one takes the predicted level when its reconstruction there
-// passes the element's bound (the same check as IndexElement's). Returns
-// whether any element changed (its index and reconstruction).
+// is positive and within min(max_rel, kMaxHysteresisRel) of the value.
+// Returns whether any element changed (its index and reconstruction).
 template <typename E>
 bool KeepPredictedLevels(const LogGrid& grid, const std::byte* values, const int32_t* base_index, int64_t origin,
                          int64_t shift, double max_rel, uint64_t n, int32_t* index, std::byte* recon) {
+  const double bound = std::min(max_rel, kMaxHysteresisRel);
   bool changed = false;
   for (uint64_t i = 0; i < n; ++i) {
     const int32_t q = index[i];
@@ -67,8 +76,9 @@ bool KeepPredictedLevels(const LogGrid& grid, const std::byte* values, const int
       continue;
     const float x = E::ToFloat(LoadLogBits<E>(values, i));
     const typename E::Bits r = GridElement<E>(grid, predicted);
-    const double e = static_cast<double>(E::ToFloat(r)) - x;
-    if (!(std::fabs(e) <= max_rel * static_cast<double>(x))) continue;
+    const float y = E::ToFloat(r);
+    const double e = static_cast<double>(y) - x;
+    if (!(y > 0 && std::fabs(e) <= bound * static_cast<double>(x))) continue;
     index[i] = static_cast<int32_t>(predicted);
     StoreLogBits<E>(recon, i, r);
     changed = true;

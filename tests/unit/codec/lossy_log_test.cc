@@ -257,6 +257,43 @@ TEST(LossyLog, ElementsKeepTheirLevelWhileItIsWithinTheBound) {
   EXPECT_GT(delta->stats.max_rel, 1.0 / 3.0) << "kept levels beyond the nearest one's 1/3";
 }
 
+// However loose the bound, hysteresis keeps no level further than 0.5 from
+// the value: at max_rel = 1 an element that grew 2.5-fold (its old level 0.6
+// away) or shrank to 0.6 (0.67 away) moves, one that grew 1.9-fold (0.47)
+// or shrank to 0.7 (0.43) keeps its level. (Most elements do not move, so
+// the shift stays 0.) f32 and f16.
+TEST(LossyLog, HysteresisKeepsNoLevelFurtherThanHalfTheValue) {
+  const size_t n = 7 << 11;
+  const double max_rel = 1.0;
+  const float factors[] = {1.0f, 1.9f, 1.0f, 2.5f, 1.0f, 0.6f, 0.7f};
+  for (ElementType type : {ElementType::kF32, ElementType::kF16}) {
+    std::vector<float> v0(n), v1(n);
+    for (size_t i = 0; i < n; ++i) {
+      v0[i] = std::ldexp(1.0f, -static_cast<int>(i % 8) - 2);
+      v1[i] = v0[i] * factors[(i / 8) % 7];
+    }
+    Scratch scratch;
+    const Budget budget{0, 0, max_rel};
+    const std::vector<std::byte> key_values = testing::ToElements(type, v0);
+    Result<EncodedChunk> key = EncodeChunk(type, key_values, {}, budget, &scratch);
+    ASSERT_TRUE(key.ok()) << key.status().ToString();
+    ASSERT_TRUE(key->reconstruction == key_values) << "powers of two are on the grid";
+    const std::vector<std::byte> values = testing::ToElements(type, v1);
+    Result<EncodedChunk> delta = EncodeChunk(type, values, key->reconstruction, budget, &scratch);
+    ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+    CheckElements(type, values, delta->reconstruction, 0.5);
+    for (size_t i = 0; i < n; ++i) {
+      const float f = factors[(i / 8) % 7];
+      const bool kept = testing::ElementAt(type, delta->reconstruction, i) == v0[i];
+      EXPECT_EQ(kept, f == 1.0f || f == 1.9f || f == 0.7f) << "factor " << f << " element " << i;
+    }
+    std::vector<std::byte> out(values.size());
+    Status st = testing::DecodeBothWays(type, delta->bytes, key->reconstruction, out, &scratch);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(out == delta->reconstruction);
+  }
+}
+
 // A delta frame carries the base's zeros (kFlagZeroCarry): a zero over a
 // zero costs symbol 0, so an unchanged zero mask costs almost nothing;
 // zeros that appear or disappear still decode exactly.

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include "codec/policy/policy.h"
 
@@ -9,6 +12,14 @@ namespace ckptfs::policy {
 namespace {
 
 TensorInfo T(std::string name, DType dtype = DType::kF32) { return TensorInfo{std::move(name), dtype, {4}, false}; }
+
+// A policy file that sets one [defaults] key and has one lossy rule for
+// the tensors named `rule_tensors` with `rule_budget` (a "key = value" line).
+Result<Policy> DefaultAndRule(std::string_view default_key_value, std::string_view rule_tensors,
+                              std::string_view rule_budget) {
+  return Policy::FromToml(fmt::format("[defaults]\n{}\n\n[[rule]]\ntensors = \"{}\"\nmode = \"lossy\"\n{}\n",
+                                      default_key_value, rule_tensors, rule_budget));
+}
 
 TEST(Policy, DefaultsAreLossyForCheckpointFloatsOnly) {
   Policy p = Policy::Defaults(1e-2, 5e-2);
@@ -68,15 +79,7 @@ TEST(Policy, DenominatorsGetTheirOwnBound) {
   p.SetDenominatorBudget(0);
   EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.0) << "0: lossless";
   EXPECT_EQ(Policy::Defaults(0).BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.0) << "all lossless";
-  Result<Policy> file = Policy::FromToml(R"(
-[defaults]
-denominator_max_rel = 0.1
-
-[[rule]]
-tensors = "optimizer.state.1.exp_avg_sq"
-mode = "lossy"
-max_rel = 0.3
-)");
+  Result<Policy> file = DefaultAndRule("denominator_max_rel = 0.1", "optimizer.state.1.exp_avg_sq", "max_rel = 0.3");
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   EXPECT_EQ(file->BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.1);
   EXPECT_EQ(file->BudgetFor("a.pt", FileFormat::kTorchZip, T("optimizer.state.1.exp_avg_sq")).max_rel, 0.3);
@@ -101,15 +104,7 @@ TEST(Policy, FirstMomentsGetABudgetOnTheStep) {
   EXPECT_EQ(Policy::Defaults(0).BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 0.0);
   p.SetMomentumStepBudget(0.3);
   EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 0.3);
-  Result<Policy> file = Policy::FromToml(R"(
-[defaults]
-momentum_step_rel_l2 = 0.4
-
-[[rule]]
-tensors = "optimizer.state.1.exp_avg"
-mode = "lossy"
-rel_l2 = 0.25
-)");
+  Result<Policy> file = DefaultAndRule("momentum_step_rel_l2 = 0.4", "optimizer.state.1.exp_avg", "rel_l2 = 0.25");
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   EXPECT_EQ(file->BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 0.4);
   b = file->BudgetFor("a.pt", FileFormat::kTorchZip, T("optimizer.state.1.exp_avg"));

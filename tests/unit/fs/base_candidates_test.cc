@@ -186,6 +186,26 @@ TEST(BaseChoice, TheListKeepsTheNewestAnchorBesideTheNewestVersions) {
   kept.clear();
   for (const BaseCandidate& c : list) kept.push_back(VersionOf(c.id));
   EXPECT_EQ(kept, (std::vector<size_t>{5, 6, 7, 8}));
+  // Another kind of file only from now on: the old kind's anchor (7) goes
+  // once none of the newest four is of its kind, and does not hold its
+  // chain for ever.
+  for (size_t v = 9; v <= 12; ++v)
+    RememberBaseCandidate(&list, BaseCandidate{IdOf(v), 0, FileFormat::kTorchZip, 1, {"other|f32|4"}, v == 9},
+                          kListSize);
+  kept.clear();
+  for (const BaseCandidate& c : list) kept.push_back(VersionOf(c.id));
+  EXPECT_EQ(kept, (std::vector<size_t>{9, 10, 11, 12}));
+  // Files without tensors are of one kind only at a similar size: a small
+  // file's anchor does not push out a large one's.
+  std::deque<BaseCandidate> opaque;
+  RememberBaseCandidate(&opaque, BaseCandidate{IdOf(20), 0, FileFormat::kOpaque, 1 << 20, {}, true}, kListSize);
+  for (size_t v = 21; v <= 26; ++v)
+    RememberBaseCandidate(&opaque,
+                          BaseCandidate{IdOf(v), 0, FileFormat::kOpaque, v % 2 ? 1000u : (1u << 20), {}, v == 21},
+                          kListSize);
+  kept.clear();
+  for (const BaseCandidate& c : opaque) kept.push_back(VersionOf(c.id));
+  EXPECT_EQ(kept, (std::vector<size_t>{20, 21, 23, 24, 25, 26})) << "both sizes' anchors (20, 21) stay";
 }
 
 }  // namespace
