@@ -82,8 +82,8 @@ namespace {
 // anchor is kept for (a directory may hold several checkpoint files per
 // step, say a torch.save file and a safetensors file of the weights).
 bool SameKind(const BaseCandidate& a, const BaseCandidate& b) {
-  return a.format == b.format && a.tensor_keys == b.tensor_keys &&
-         (!a.tensor_keys.empty() || MatchScore(a, b.format, b.tensor_keys, b.logical_size) > 0);
+  // Equal keys match (for files without tensors: the format and a similar size).
+  return a.tensor_keys == b.tensor_keys && MatchScore(a, b.format, b.tensor_keys, b.logical_size) > 0;
 }
 
 }  // namespace

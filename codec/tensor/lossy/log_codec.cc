@@ -136,7 +136,8 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   //    the key frame's index range (its origin is the middle, so symbols
   //    stay small) and, in a delta frame, the base's indices and the votes
   //    for the shift; then the error sums. The sums assume that no quantized
-  //    element is escaped in step 3 (else they are redone).
+  //    element is escaped in step 3 or keeps another level in step 1b (else
+  //    step 4 redoes them).
   EnsureSize(&s.log_index, n);
   std::span<int32_t> index(s.log_index.data(), n);
   std::span<int32_t> base_index;
@@ -188,13 +189,9 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   //     percent per version, element by element, so most of a delta frame's
   //     nonzero symbols were such crossings while the base's level was still
   //     well within the bound. The decoder is unchanged: it never sees why
-  //     a symbol is 0.
-  if (delta && KeepPredictedLevels<E>(grid, values.data(), base_index.data(), origin, shift, max_rel, n,
-                                      index.data(), recon.data())) {
-    sums.err2 = sums.max_abs = sums.achieved_rel = 0;
-    sums.quantized = 0;
-    for (uint64_t i = 0; i < n; ++i) AddQuantizedError<E>(values.data(), recon.data(), index.data(), i, &sums);
-  }
+  //     a symbol is 0. (The error sums are redone in step 4.)
+  const bool kept_levels = delta && KeepPredictedLevels<E>(grid, values.data(), base_index.data(), origin, shift,
+                                                           max_rel, n, index.data(), recon.data());
 
   // 2. Symbols and the histogram of their bit widths.
   EnsureSize(&s.log_symbols, n);
@@ -298,9 +295,10 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
     }
     writer.Finish();
   }
-  if (escaped_quantized > 0) {
+  if (escaped_quantized > 0 || kept_levels) {
     // Escaped quantized elements are exact, so their errors leave the sums
-    // (common in delta frames: an element that moved far from its base).
+    // (common in delta frames: an element that moved far from its base);
+    // kept levels changed their elements' errors (step 1b).
     sums.err2 = sums.max_abs = sums.achieved_rel = 0;
     sums.quantized = 0;
     if (simd && std::is_same_v<E, F32Elem>) {

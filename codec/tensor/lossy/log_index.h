@@ -104,28 +104,20 @@ template <typename E, bool kDelta>
   }
 }
 
-// Element i's share of the error sums when it is quantized (has an index),
-// for sums the caller has reset and redoes: after the encoder moved elements
-// to their predicted levels (step 1b), or escaped some (step 4). Called for
-// every i in order.
+// Step 4 for element i when some quantized elements were escaped or kept
+// their predicted level (step 1b): the error sums over the elements that
+// stay quantized (an index, symbol <= limit), which the caller has reset.
+// Called for every i in order.
 template <typename E>
-inline void AddQuantizedError(const std::byte* values, const std::byte* recon, const int32_t* index, uint64_t i,
-                              LogIndexSums* sums) {
-  if (index[i] == kNoIndex || index[i] == kZeroIndex) return;
+inline void AddEscapedErrors(const std::byte* values, const std::byte* recon, const int32_t* index,
+                             const uint32_t* symbols, uint32_t limit, uint64_t i, LogIndexSums* sums) {
+  if (symbols[i] > limit || index[i] == kNoIndex || index[i] == kZeroIndex) return;
   const float x = E::ToFloat(LoadLogBits<E>(values, i));
   const double e = static_cast<double>(E::ToFloat(LoadLogBits<E>(recon, i))) - x;
   sums->err2 += e * e;
   sums->max_abs = std::max(sums->max_abs, std::fabs(e));
   sums->achieved_rel = std::max(sums->achieved_rel, std::fabs(e) / x);
   ++sums->quantized;
-}
-
-// Step 4 for element i when some quantized elements were escaped: the sums
-// over the elements that stay quantized (an index, symbol <= limit).
-template <typename E>
-inline void AddEscapedErrors(const std::byte* values, const std::byte* recon, const int32_t* index,
-                             const uint32_t* symbols, uint32_t limit, uint64_t i, LogIndexSums* sums) {
-  if (symbols[i] <= limit) AddQuantizedError<E>(values, recon, index, i, sums);
 }
 
 // Branch-free: 0 -> 0, -1 -> 1, 1 -> 2, -2 -> 3 (|d| < 2^31).
