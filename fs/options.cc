@@ -92,7 +92,14 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     } else if (key == "schedule") {
       Result<lossy::BudgetSchedule> schedule = lossy::ParseBudgetSchedule(value);
       if (!schedule.ok()) return Status::InvalidArgument(fmt::format("-o schedule: want off|dsq have '{}'", value));
+      const double fraction = o->schedule.update_fraction;  // update_fraction= may come first
       o->schedule = *schedule;
+      o->schedule.update_fraction = fraction;
+    } else if (key == "update_fraction") {
+      RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, lossy::kMaxUpdateFraction, &o->schedule.update_fraction));
+      if (o->schedule.update_fraction == 0)
+        return Status::InvalidArgument(
+            fmt::format("-o update_fraction: want a number in (0, {}] have '0'", lossy::kMaxUpdateFraction));
     }
     else if (key == "loglevel") {
       if (!ParseLogLevel(value, &o->log_level))

@@ -67,6 +67,7 @@ struct BlobArgs {
   double budget = 0.0;       // 0: lossless (the default of a single-file encode)
   double opt_budget = -1.0;  // < 0: the mount's default (policy::DefaultOptimizerBudget)
   std::string schedule = "dsq";  // the mount's default
+  double update_fraction = -1.0;  // < 0: the mount's default (lossy::BudgetSchedule)
   std::string predict = "on";    // the mount's default
   std::string momentum = "step";   // the mount's default
   double momentum_budget = -1.0;   // < 0: the mount's default (2.5x the optimizer budget)
@@ -106,6 +107,7 @@ int RunEncode(const BlobArgs& a) {
   Result<lossy::BudgetSchedule> schedule = lossy::ParseBudgetSchedule(a.schedule);
   if (!schedule.ok()) return ReportStatus(schedule.status(), "encode: --schedule");
   options.budget_schedule = *schedule;
+  if (a.update_fraction > 0) options.budget_schedule.update_fraction = a.update_fraction;
   options.step_prediction = a.predict == "on";
   options.momentum_step_space = a.momentum == "step";
   if (a.budget > 0 || a.opt_budget > 0) {
@@ -179,6 +181,10 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.0, 1.0));
   enc->add_option("--schedule", args->schedule, "lossy: budget schedule of delta frames, off or dsq (default dsq)")
       ->check(CLI::IsMember({"off", "dsq"}));
+  enc->add_option("--update-fraction", args->update_fraction,
+                  "lossy: with the dsq schedule, a delta frame's error at most this fraction of its update "
+                  "(default: the mount's)")
+      ->check(CLI::Range(1e-6, lossy::kMaxUpdateFraction));
   enc->add_option("--predict", args->predict,
                   "lossy: code weights against a prediction from their optimizer state when smaller, on or off "
                   "(default on)")

@@ -16,6 +16,11 @@
 
 namespace ckptfs::lossy {
 
+// The loosest update_fraction the options accept: at 1 a delta frame may be
+// as far from its version as that version is from the previous one; above
+// a few times that, the schedule would only ever hit the configured budget.
+inline constexpr double kMaxUpdateFraction = 4.0;
+
 struct BudgetSchedule {
   enum class Kind { kOff, kDsq };
   Kind kind = Kind::kOff;

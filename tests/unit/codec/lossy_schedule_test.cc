@@ -1,6 +1,7 @@
 // The dynamic-precision budget schedule: the pure budget function, the
 // encoder following it on a converging sequence (tighter error as the
 // updates shrink), and the container recording the applied budget.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,6 +79,17 @@ TEST(BudgetSchedule, FollowsTheUpdateBetweenFloorAndConfigured) {
   const Budget both{1e-2, 0.4};
   const Budget got = EffectiveBudget(s, both, r);
   EXPECT_DOUBLE_EQ(got.max_abs / both.max_abs, got.rel_l2 / both.rel_l2);
+}
+
+TEST(BudgetSchedule, TheFractionScalesTheBudgetWithinTheSameBounds) {
+  const Budget b{1e-2, 0.0};
+  for (double fraction : {0.25, 0.5, 1.0, 2.0}) {
+    BudgetSchedule s = Dsq();
+    s.update_fraction = fraction;
+    EXPECT_DOUBLE_EQ(EffectiveBudget(s, b, 4e-3).rel_l2, std::min(fraction * 4e-3, 1e-2)) << fraction;
+    EXPECT_EQ(EffectiveBudget(s, b, 5e-2).rel_l2, 1e-2) << fraction;  // never looser than configured
+    EXPECT_DOUBLE_EQ(EffectiveBudget(s, b, 1e-5).rel_l2, s.min_fraction * 1e-2) << fraction;
+  }
 }
 
 // A converging sequence: weights drift with steps that halve every version

@@ -51,6 +51,16 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   EXPECT_FALSE(o.schedule.enabled());
   ASSERT_TRUE(ParseMountOptionList("schedule=dsq", &o).ok());
   EXPECT_EQ(o.schedule.kind, lossy::BudgetSchedule::Kind::kDsq);
+  EXPECT_EQ(o.schedule.update_fraction, lossy::BudgetSchedule{}.update_fraction);
+  // update_fraction= holds whichever side of schedule= it is given.
+  ASSERT_TRUE(ParseMountOptionList("update_fraction=0.7,schedule=dsq", &o).ok());
+  EXPECT_EQ(o.schedule.update_fraction, 0.7);
+  ASSERT_TRUE(ParseMountOptionList("schedule=dsq,update_fraction=1.5", &o).ok());
+  EXPECT_EQ(o.schedule.update_fraction, 1.5);
+  for (const char* bad : {"update_fraction=0", "update_fraction=-1", "update_fraction=5", "update_fraction=x"}) {
+    MountOptions b;
+    EXPECT_EQ(ParseMountOptionList(bad, &b).code(), StatusCode::kInvalidArgument) << bad;
+  }
   EXPECT_TRUE(o.step_prediction);  // on by default
   ASSERT_TRUE(ParseMountOptionList("predict=off", &o).ok());
   EXPECT_FALSE(o.step_prediction);
