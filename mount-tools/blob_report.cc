@@ -77,6 +77,10 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
                                       {"budget_rel_l2", l.budget_rel_l2}, {"update_rel", l.update_rel}};
       if (l.predicted_chunks > 0) j["tensors"].back()["lossy"]["predicted_chunks"] = l.predicted_chunks;
       if (l.step_space_chunks > 0) j["tensors"].back()["lossy"]["step_space_chunks"] = l.step_space_chunks;
+      if (l.low_rank_chunks > 0) {
+        j["tensors"].back()["lossy"]["low_rank_chunks"] = l.low_rank_chunks;
+        j["tensors"].back()["lossy"]["low_rank"] = l.max_low_rank;
+      }
       if (l.log_chunks > 0) {
         j["tensors"].back()["lossy"]["max_rel"] = l.max_rel;
         j["tensors"].back()["lossy"]["log_chunks"] = l.log_chunks;
@@ -119,6 +123,7 @@ void PrintBlobReport(const std::string& title, const nlohmann::json& j) {
       // Step-space chunks measure their error, budget and update on Adam's
       // step m / (sqrt(v) + eps), not on the tensor's values.
       if (l.contains("step_space_chunks")) lossy += " (on the step)";
+      if (l.contains("low_rank")) lossy += fmt::format(" rank {}", l["low_rank"].get<int>());
     }
     std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}  {}{}\n", t["name"].get<std::string>(),
                              t["dtype"].get<std::string>(),

@@ -86,6 +86,10 @@ struct EncodeOptions {
   // space: its budget applies to m / (sqrt(v) + eps) instead of m
   // (step_space.h, FORMAT.md "Step space").
   bool momentum_step_space = false;  // the mount and `ckptfs encode` turn it on by default
+  // A first moment in step space with a base (and step_prediction on) is
+  // also tried against its prediction plus a low-rank term, kept when
+  // smaller (codec/tensor/lossy/low_rank.h, FORMAT.md "Low-rank term").
+  bool low_rank_moments = true;
   // Blob format version to write (FORMAT.md): 2 stores the index as a zstd
   // frame; 1 stores it as it is, for readers from before 2026-12-01.
   uint16_t blob_version = 2;

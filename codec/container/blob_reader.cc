@@ -13,6 +13,7 @@
 
 #include "codec/container/blob_format.h"
 #include "codec/container/step_space.h"
+#include "codec/tensor/lossy/low_rank.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/chunk_codec.h"
 #include "codec/tensor/scratch_pool.h"
@@ -337,6 +338,14 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
       // A step-predicted chunk is a delta frame against its prediction.
       MutableByteSpan prediction(scratch.prediction.Reserve(out.size()), out.size());
       RETURN_IF_ERROR(Predict(c, *params->prediction, ctx.base, scratch, prediction, depth));
+      if (params->low_rank) {
+        // The factor block leads the stored bytes (its size checked at Open).
+        const LowRankTerm& t = *params->low_rank;
+        const ByteSpan block = stored.subspan(0, t.block_bytes);
+        stored = stored.subspan(t.block_bytes);
+        if (!lossy::AddLowRank(block, out.size() / 4 / t.columns, t.columns, t.rank, prediction))
+          return ChunkError(StatusCode::kCorruption, c, "low-rank factor scale not finite");
+      }
       ctx.base = prediction;
     }
   }

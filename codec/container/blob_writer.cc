@@ -14,6 +14,7 @@
 #include "codec/common/hash.h"
 #include "codec/container/blob_format.h"
 #include "codec/container/step_sources.h"
+#include "codec/container/low_rank_candidate.h"
 #include "codec/container/step_space.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/chunk_encoder.h"
@@ -285,6 +286,39 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   return Status::Ok();
 }
 
+// A step-space first moment encoded again against a prediction with a
+// low-rank term (low_rank_candidate.h), kept when its factors and stream
+// are smaller than `result` (the chunk encoded without one, whose
+// reconstruction is in `recon`); otherwise `result` and `recon` stay.
+Status TryLowRank(ByteSpan file, const PlannedChunk& plan, const Layout& layout, const StepStates& states,
+                  ByteSpan base_bytes, const SourceMatch& source, const EncodeOptions& options, CodecScratch& scratch,
+                  MutableByteSpan recon, LossyResult* result, const StepSpaceInput& space) {
+  const std::optional<uint64_t> tensor_offset = states.tensor_offset[plan.tensor];
+  if (!tensor_offset || plan.offset < *tensor_offset || !(result->params.budget_rel_l2 > 0)) return Status::Ok();
+  const std::optional<uint64_t> columns =
+      ChunkColumns(layout.tensors[plan.tensor], (plan.offset - *tensor_offset) / 4, plan.length / 4);
+  if (!columns) return Status::Ok();
+  std::optional<LowRankCandidate> candidate =
+      PredictLowRank(space.x, space.base_x, *columns, result->params.budget_rel_l2, scratch);
+  if (!candidate) return Status::Ok();
+  MutableByteSpan range = recon.subspan(plan.offset, plan.length);
+  std::byte* kept = scratch.step_inputs[3].Reserve(plan.length);  // unused by this pass otherwise
+  std::copy(range.begin(), range.end(), kept);
+  LossyResult low_rank;
+  RETURN_IF_ERROR(EncodeLossy(file, plan, base_bytes, source, &candidate->prediction, options, options.lossy_kernels,
+                              scratch, recon.data(), &low_rank, &space));
+  // Only a delta frame against the prediction reads the term.
+  if (low_rank.used && low_rank.params.prediction &&
+      low_rank.stored.size() + candidate->block.size() < result->stored.size()) {
+    low_rank.stored.insert(low_rank.stored.begin(), candidate->block.begin(), candidate->block.end());
+    low_rank.params.low_rank = candidate->term;
+    *result = std::move(low_rank);
+  } else {
+    std::copy(kept, kept + plan.length, range.begin());
+  }
+  return Status::Ok();
+}
+
 // Rewrites, in the reconstructed file, the CRC-32 of every zip entry whose
 // payload holds a lossy chunk (the central and local headers both carry it).
 void RewriteZipCrcs(const Layout& layout, const std::vector<PlannedChunk>& plan,
@@ -530,6 +564,10 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       }
       statuses[i] = EncodeLossy(file, in_space, base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i], &space);
+      if (statuses[i].ok() && predict && options.low_rank_moments && !source.unchanged && !space.base_x.empty() &&
+          lossy_results[i].used)
+        statuses[i] = TryLowRank(file, in_space, layout, states, base_bytes, source, options, scratch, recon,
+                                 &lossy_results[i], space);
     });
     std::vector<size_t> second;
     for (size_t i = 0; i < plan.size(); ++i)

@@ -24,6 +24,10 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
     ++r.lossy_chunks;
     if (p.predicted()) ++r.predicted_chunks;
     if (p.step_space) ++r.step_space_chunks;
+    if (p.low_rank) {
+      ++r.low_rank_chunks;
+      r.max_low_rank = std::max(r.max_low_rank, p.low_rank->rank);
+    }
     err2[t] += p.err2_sum;
     ref2[t] += p.ref2_sum;
     budget2[t] += p.budget_rel_l2 * p.budget_rel_l2 * p.ref2_sum;

@@ -9,6 +9,7 @@
 
 #include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/low_rank.h"
 
 namespace ckptfs {
 namespace {
@@ -27,9 +28,10 @@ float ElementAt(DType dtype, const std::byte* p, size_t i) {
 }  // namespace
 
 void LossyChunkParams::EncodeTo(ByteWriter& w) const {
-  w.U8(step_space ? kVersionStepSpace : prediction ? kVersionPredicted : kVersion);
-  w.U8(static_cast<uint8_t>((flags & ~(kFlagPredicted | kFlagStepSpace)) | (prediction ? kFlagPredicted : 0) |
-                            (step_space ? kFlagStepSpace : 0)));
+  w.U8(low_rank ? kVersionLowRank : step_space ? kVersionStepSpace : prediction ? kVersionPredicted : kVersion);
+  w.U8(static_cast<uint8_t>((flags & ~(kFlagPredicted | kFlagStepSpace | kFlagLowRank)) |
+                            (prediction ? kFlagPredicted : 0) | (step_space ? kFlagStepSpace : 0) |
+                            (low_rank ? kFlagLowRank : 0)));
   w.U8(bits);
   w.U8(mode);
   w.U32(std::bit_cast<uint32_t>(update_rel));
@@ -62,14 +64,22 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   w.U64(step_space->v_offset);
   w.U32(std::bit_cast<uint32_t>(step_space->eps));
   w.U32(0);
+  if (!low_rank) return;
+  w.U32(low_rank->columns);
+  w.U32(low_rank->rank);
+  w.U64(low_rank->block_bytes);
+  w.U64(0);
+  w.U64(0);
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
-  if (bytes.size() != kEncodedSizeV5 && bytes.size() != kEncodedSizeV4 && bytes.size() != kEncodedSize &&
-      bytes.size() != kEncodedSizeV2)
-    return Status::Corruption(fmt::format("lossy params: {} bytes, want {}, {}, {} or {}", bytes.size(),
-                                          kEncodedSizeV5, kEncodedSizeV4, kEncodedSize, kEncodedSizeV2));
-  const bool has_step_space = bytes.size() == kEncodedSizeV5;
+  if (bytes.size() != kEncodedSizeV6 && bytes.size() != kEncodedSizeV5 && bytes.size() != kEncodedSizeV4 &&
+      bytes.size() != kEncodedSize && bytes.size() != kEncodedSizeV2)
+    return Status::Corruption(fmt::format("lossy params: {} bytes, want {}, {}, {}, {} or {}", bytes.size(),
+                                          kEncodedSizeV6, kEncodedSizeV5, kEncodedSizeV4, kEncodedSize,
+                                          kEncodedSizeV2));
+  const bool has_low_rank = bytes.size() == kEncodedSizeV6;
+  const bool has_step_space = bytes.size() >= kEncodedSizeV5;
   const bool has_prediction_area = bytes.size() >= kEncodedSizeV4;
   const bool has_digest = bytes.size() >= kEncodedSize;
   ByteReader r(bytes, "lossy params");
@@ -109,6 +119,14 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
     space.eps = std::bit_cast<float>(r.U32());
     reserved_space = r.U32();
   }
+  LowRankTerm low_rank;
+  uint64_t reserved_low_rank = 0;
+  if (has_low_rank) {
+    low_rank.columns = r.U32();
+    low_rank.rank = r.U32();
+    low_rank.block_bytes = r.U64();
+    reserved_low_rank = r.U64() | r.U64();
+  }
   RETURN_IF_ERROR(r.status());
   // Version 5's prediction area is version 4's, all zero when the chunk is
   // not predicted.
@@ -118,20 +136,22 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
     return Status::Corruption("lossy params: version 5 without a prediction has a non-zero prediction area");
   // The size tells the version: 64 bytes are versions 1 and 2, 72 bytes 3,
   // 144 bytes 4, 160 bytes 5.
-  const bool version_ok = has_step_space       ? version == kVersionStepSpace
+  const bool version_ok = has_low_rank          ? version == kVersionLowRank
+                          : has_step_space       ? version == kVersionStepSpace
                           : has_prediction_area ? version == kVersionPredicted
                           : has_digest          ? version == kVersion
                                                 : (version == 1 || version == 2);
   if (!version_ok)
     return Status::Corruption(fmt::format(
-        "lossy params: version {} in {} bytes, want 5 in {}, 4 in {}, 3 in {} or 1-2 in {}", version, bytes.size(),
-        kEncodedSizeV5, kEncodedSizeV4, kEncodedSize, kEncodedSizeV2));
+        "lossy params: version {} in {} bytes, want 6 in {}, 5 in {}, 4 in {}, 3 in {} or 1-2 in {}", version,
+        bytes.size(), kEncodedSizeV6, kEncodedSizeV5, kEncodedSizeV4, kEncodedSize, kEncodedSizeV2));
   // Version 1 reserved the fields that version 2 fills.
-  const uint8_t known_flags = has_step_space        ? (kFlagDelta | kFlagPredicted | kFlagStepSpace)
+  const uint8_t known_flags = has_low_rank          ? (kFlagDelta | kFlagPredicted | kFlagStepSpace | kFlagLowRank)
+                              : has_step_space        ? (kFlagDelta | kFlagPredicted | kFlagStepSpace)
                               : has_prediction_area ? (kFlagDelta | kFlagPredicted)
                                                     : kFlagDelta;
   if ((p.flags & ~known_flags) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)) ||
-      reserved_tail != 0 || (inputs & ~7u) != 0 || reserved_space != 0)
+      reserved_tail != 0 || (inputs & ~7u) != 0 || reserved_space != 0 || reserved_low_rank != 0)
     return Status::Corruption("lossy params: reserved bits set");
   if (has_step_space) {
     if ((p.flags & kFlagStepSpace) == 0)
@@ -167,6 +187,16 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
     // step term (which would read this file's first moments in turn).
     if (p.step_space && step.has_step)
       return Status::Corruption("lossy params: a step-space chunk with a step term");
+  }
+  if (has_low_rank) {
+    // A term of a first moment's prediction in step space: all four flags.
+    if (!p.prediction || !p.step_space || (p.flags & kFlagLowRank) == 0)
+      return Status::Corruption("lossy params: version 6 without the low-rank, step-space and prediction flags");
+    if (low_rank.rank < 1 || low_rank.rank > lossy::kMaxLowRank || low_rank.columns == 0 ||
+        low_rank.block_bytes == 0)
+      return Status::Corruption(fmt::format("lossy params: low-rank term of rank {} over {} columns in {} bytes",
+                                            low_rank.rank, low_rank.columns, low_rank.block_bytes));
+    p.low_rank = low_rank;
   }
   p.mode = version == 1 ? (p.bits == 0 ? 0 : 1) : reserved8;
   p.update_rel = std::bit_cast<float>(update_bits);

@@ -40,8 +40,18 @@ struct StepSpace {
   float eps = 0;
 };
 
+// A step-space chunk whose prediction has a low-rank term
+// (codec/tensor/lossy/low_rank.h; FORMAT.md "Low-rank term"): the chunk is a
+// block of rows of `columns` elements, and its stored bytes start with the
+// factor block of `rank` components (`block_bytes` long; the stream follows).
+struct LowRankTerm {
+  uint32_t columns = 0;
+  uint32_t rank = 0;
+  uint64_t block_bytes = 0;
+};
+
 // The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), little-endian:
-// 160 bytes (version 5, step-space chunks), 144 (version 4, predicted
+// 192 bytes (version 6, chunks with a low-rank term), 160 bytes (version 5, step-space chunks), 144 (version 4, predicted
 // chunks), 72 (version 3) or 64 (versions 1 and 2).
 struct LossyChunkParams {
   // Version 4 appends the step prediction (144 bytes) and is written only
@@ -53,6 +63,9 @@ struct LossyChunkParams {
   // Version 5 appends the step space (160 bytes), written only for
   // step-space chunks; its bytes 72-143 are version 4's prediction, all zero
   // when the chunk is not predicted.
+  // Version 6 appends the low-rank term (192 bytes), written only for
+  // chunks that have one; it requires the step space and the prediction.
+  static constexpr size_t kEncodedSizeV6 = 192;
   static constexpr size_t kEncodedSizeV5 = 160;
   static constexpr size_t kEncodedSizeV4 = 144;
   static constexpr size_t kEncodedSize = 72;
@@ -60,9 +73,11 @@ struct LossyChunkParams {
   static constexpr uint8_t kVersion = 3;
   static constexpr uint8_t kVersionPredicted = 4;
   static constexpr uint8_t kVersionStepSpace = 5;
+  static constexpr uint8_t kVersionLowRank = 6;
   static constexpr uint8_t kFlagDelta = 1;      // the stream reads the base at base_offset
   static constexpr uint8_t kFlagPredicted = 2;  // ... plus the step prediction (version 4)
   static constexpr uint8_t kFlagStepSpace = 4;  // the stream holds m / s (version 5)
+  static constexpr uint8_t kFlagLowRank = 8;    // the prediction has a low-rank term (version 6)
 
   uint8_t flags = 0;
   uint8_t bits = 0;           // symbol width, 0 = lossless mode
@@ -86,12 +101,14 @@ struct LossyChunkParams {
   std::optional<StepPrediction> prediction;
   // Set exactly when flags has kFlagStepSpace.
   std::optional<StepSpace> step_space;
+  // Set exactly when flags has kFlagLowRank (which requires the other three).
+  std::optional<LowRankTerm> low_rank;
 
   bool delta() const { return (flags & kFlagDelta) != 0; }
   bool predicted() const { return (flags & kFlagPredicted) != 0; }
   void EncodeTo(ByteWriter& w) const;
   // Rejects a wrong size or version, reserved bits, negative or non-finite sums.
-  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes), 4 (144 bytes) and 5 (160 bytes).
+  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes), 4 (144 bytes), 5 (160 bytes) and 6 (192 bytes).
   static Result<LossyChunkParams> DecodeFrom(ByteSpan bytes);
 };
 

@@ -151,6 +151,17 @@ inline void ExpectCachedReadEquals(const std::vector<std::byte>& bytes, const Ob
   for (uint32_t c = 0; c < (*cached)->chunks().size(); ++c) EXPECT_TRUE((*cached)->VerifyChunk(c).ok()) << c;
 }
 
+// The newest blob of a chain (`ids`, `blobs`) read through a chunk cache
+// equals its plain whole-file decode.
+inline void ExpectCachedReadOfNewest(MapResolver* resolver, const std::vector<ObjectId>& ids,
+                                     const std::vector<std::vector<std::byte>>& blobs) {
+  Result<std::shared_ptr<const BlobReader>> plain = resolver->OpenBlob(ids.back());
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  Result<std::vector<std::byte>> want = DecodeAll(**plain);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  ExpectCachedReadEquals(blobs.back(), ids.back(), resolver, *want);
+}
+
 // Appends version `version` of a chain: encodes `f` against the newest blob
 // (`*previous`, the last of `ids`; none for a key frame), adds it to
 // `resolver` and `ids` (and `blobs`), opens it as the new `*previous` and
