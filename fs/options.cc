@@ -65,6 +65,7 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     else if (key == "log") o->log_file = std::string(value);
     else if (key == "lossy") RETURN_IF_ERROR(ParseOnOff(key, value, &o->lossy));
     else if (key == "predict") RETURN_IF_ERROR(ParseOnOff(key, value, &o->step_prediction));
+    else if (key == "low_rank") RETURN_IF_ERROR(ParseOnOff(key, value, &o->low_rank_moments));
     else if (key == "momentum") {
       if (value != "plain" && value != "step")
         return Status::InvalidArgument(fmt::format("-o momentum: want plain|step have '{}'", value));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codec/common/status.h"
+#include "codec/container/blob.h"
 #include "codec/policy/policy.h"
 #include "codec/tensor/lossy/kernels.h"
 #include "codec/tensor/lossy/schedule.h"
@@ -65,6 +66,9 @@ struct MountOptions {
   // predict=on|off: weights coded against a prediction from their optimizer
   // state when smaller (codec/tensor/lossy/step_predictor.h).
   bool step_prediction = true;
+  // low_rank=on|off: Adam's exp_avg matrices in step space also tried with
+  // a low-rank term in their prediction (codec/FORMAT.md "Low-rank term").
+  bool low_rank_moments = kLowRankMomentsByDefault;
   // momentum=plain|step: Adam's exp_avg coded as it is, or in step space
   // (its budget on m / (sqrt(v) + eps); codec/container/step_space.h).
   bool momentum_step_space = true;

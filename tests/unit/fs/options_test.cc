@@ -61,6 +61,12 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
     MountOptions b;
     EXPECT_EQ(ParseMountOptionList(bad, &b).code(), StatusCode::kInvalidArgument) << bad;
   }
+  EXPECT_EQ(o.low_rank_moments, kLowRankMomentsByDefault);
+  ASSERT_TRUE(ParseMountOptionList("low_rank=off", &o).ok());
+  EXPECT_FALSE(o.low_rank_moments);
+  ASSERT_TRUE(ParseMountOptionList("low_rank=on", &o).ok());
+  EXPECT_TRUE(o.low_rank_moments);
+  EXPECT_FALSE(ParseMountOptionList("low_rank=2", &o).ok());
   EXPECT_TRUE(o.step_prediction);  // on by default
   ASSERT_TRUE(ParseMountOptionList("predict=off", &o).ok());
   EXPECT_FALSE(o.step_prediction);
