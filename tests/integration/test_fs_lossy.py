@@ -351,3 +351,27 @@ def test_adam_weights_are_predicted_from_their_optimizer_state(store):
     stored = sum(tensors[n]["stored_bytes"] for n in weights)
     stored_plain = sum(plain[n]["stored_bytes"] for n in weights)
     assert stored < 0.9 * stored_plain, (stored, stored_plain)
+
+
+def test_low_rank_first_moments_through_the_mount(store):
+    """With low_rank=on the matrices' exp_avg of a real Adam run are coded
+    with a low-rank term (FORMAT.md "Low-rank term"): inspect shows a rank,
+    the checkpoints load with torch.load after a remount within their
+    budgets on the step, and the same checkpoints under the default mount
+    (low_rank off) have no term."""
+    states = adam_checkpoints(4)
+    plain, tensors = save_both_ways(store, states, "low_rank=on", "run-plain")
+    got = torch.load(store.path("run", "ckpt-3.pt"))
+    want = states[-1]["optimizer"]["state"]
+    ranked = [n for n in tensors if n.endswith(".exp_avg") and "low_rank" in tensors[n].get("lossy", {})]
+    assert ranked, {n: t.get("lossy") for n, t in tensors.items() if n.endswith(".exp_avg")}
+    for n in ranked:
+        assert 1 <= tensors[n]["lossy"]["low_rank"] <= 8, tensors[n]
+        assert "low_rank" not in plain[n].get("lossy", {}), plain[n]
+        i = int(n.split(".")[2])
+        on_step = step_space_error(got["optimizer"]["state"][i]["exp_avg"], want[i]["exp_avg"],
+                                   got["optimizer"]["state"][i]["exp_avg_sq"])
+        assert on_step <= MOMENTUM_STEP_FACTOR * DEFAULT_OPT_BUDGET + EPS, (n, on_step)
+    check_within(got, states[-1], 0.01, DEFAULT_OPT_BUDGET)
+    text = store.cli("inspect", os.path.join(store.backing, "run", "ckpt-3.pt")).stdout
+    assert any("exp_avg " in line and " rank " in line for line in text.splitlines()), text
