@@ -288,11 +288,13 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
 
 // A step-space first moment encoded again against a prediction with a
 // low-rank term (low_rank_candidate.h), kept when its factors and stream
-// are smaller than `result` (the chunk encoded without one, whose
-// reconstruction is in `recon`); otherwise `result` and `recon` stay.
+// are smaller than `result` (the chunk encoded lossily without one, whose
+// reconstruction is in `recon`); otherwise `result` and `recon` stay. Only
+// with options.low_rank_moments, a base, and a range that changed.
 Status TryLowRank(ByteSpan file, const PlannedChunk& plan, const Layout& layout, const StepStates& states,
                   ByteSpan base_bytes, const SourceMatch& source, const EncodeOptions& options, CodecScratch& scratch,
                   MutableByteSpan recon, LossyResult* result, const StepSpaceInput& space) {
+  if (!options.low_rank_moments || source.unchanged || space.base_x.empty() || !result->used) return Status::Ok();
   const std::optional<uint64_t> tensor_offset = states.tensor_offset[plan.tensor];
   if (!tensor_offset || plan.offset < *tensor_offset || !(result->params.budget_rel_l2 > 0)) return Status::Ok();
   const std::optional<uint64_t> columns =
@@ -564,8 +566,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       }
       statuses[i] = EncodeLossy(file, in_space, base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i], &space);
-      if (statuses[i].ok() && predict && options.low_rank_moments && !source.unchanged && !space.base_x.empty() &&
-          lossy_results[i].used)
+      if (statuses[i].ok() && predict)
         statuses[i] = TryLowRank(file, in_space, layout, states, base_bytes, source, options, scratch, recon,
                                  &lossy_results[i], space);
     });

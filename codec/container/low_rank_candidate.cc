@@ -5,6 +5,7 @@
 
 #include "codec/tensor/lossy/low_rank.h"
 #include "codec/tensor/lossy/step_predictor.h"
+#include "codec/tensor/lossy_chunk_codec.h"
 
 namespace ckptfs {
 namespace {
@@ -39,23 +40,20 @@ std::optional<LowRankCandidate> PredictLowRank(ByteSpan x, ByteSpan base_x, uint
   // computes it, and what it leaves.
   LowRankCandidate out;
   out.prediction.step.predictor.scale = lossy::FitScale(lossy::ElementType::kF32, x, base_x).value_or(0.0);
-  lossy::StepSources sources;
-  sources.weight_type = lossy::ElementType::kF32;
-  sources.weight_base = base_x;
-  MutableByteSpan prediction(scratch.prediction.Reserve(x.size()), x.size());
-  lossy::PredictWeights(out.prediction.step.predictor, sources, prediction);
+  const MutableByteSpan prediction =
+      WriteScaledBase(lossy::ElementType::kF32, base_x, out.prediction.step.predictor, scratch);
   auto* residual = reinterpret_cast<double*>(scratch.low_rank.Reserve(8 * n));
-  double x2 = 0, update2 = 0;
   for (uint64_t i = 0; i < n; ++i) {
     const double v = std::bit_cast<float>(LoadLE32(x.data() + 4 * i));
     const double p = std::bit_cast<float>(LoadLE32(prediction.data() + 4 * i));
-    const double b = std::bit_cast<float>(LoadLE32(base_x.data() + 4 * i));
-    if (!std::isfinite(v) || !std::isfinite(p) || !std::isfinite(b)) return std::nullopt;
+    if (!std::isfinite(v) || !std::isfinite(p)) return std::nullopt;
     residual[i] = v - p;
-    x2 += v * v;
-    update2 += (v - b) * (v - b);
   }
-  if (!(x2 > 0) || !std::isfinite(x2) || !std::isfinite(update2)) return std::nullopt;
+  // The update as the other predictions measure it (over finite elements:
+  // all of x, checked above).
+  const ErrorSums update = MeasureError(DType::kF32, x, base_x);
+  const double x2 = update.ref2;
+  if (!(x2 > 0) || !std::isfinite(x2) || !std::isfinite(update.err2)) return std::nullopt;
   const lossy::LowRankFit fit = lossy::FitLowRank(residual, rows, columns, lossy::kMaxLowRank);
   // The rank whose factors plus modelled stream cost least, if any beats none.
   const double target = 0.85 * budget_rel_l2 * budget_rel_l2 * x2;
@@ -70,7 +68,7 @@ std::optional<LowRankCandidate> PredictLowRank(ByteSpan x, ByteSpan base_x, uint
   out.block = lossy::TruncateLowRank(fit, rows, columns, best);
   if (!lossy::AddLowRank(out.block, rows, columns, best, prediction)) return std::nullopt;
   out.prediction.prediction = prediction;
-  out.prediction.update_rel = std::sqrt(update2 / x2);
+  out.prediction.update_rel = std::sqrt(update.err2 / x2);
   out.term = LowRankTerm{static_cast<uint32_t>(columns), best, out.block.size()};
   return out;
 }

@@ -166,12 +166,18 @@ std::optional<ChunkPrediction> PredictScaledBase(lossy::ElementType type, ByteSp
   if (!scale) return std::nullopt;
   StepPrediction step;
   step.predictor.scale = *scale;
+  const MutableByteSpan prediction = WriteScaledBase(type, base, step.predictor, scratch);
+  return KeepIfItHelps(type, values, base, prediction, step);
+}
+
+MutableByteSpan WriteScaledBase(lossy::ElementType type, ByteSpan base, const lossy::StepPredictor& predictor,
+                                CodecScratch& scratch) {
   lossy::StepSources sources;
   sources.weight_type = type;
   sources.weight_base = base;
-  MutableByteSpan prediction(scratch.prediction.Reserve(values.size()), values.size());
-  lossy::PredictWeights(step.predictor, sources, prediction);
-  return KeepIfItHelps(type, values, base, prediction, step);
+  MutableByteSpan prediction(scratch.prediction.Reserve(base.size()), base.size());
+  lossy::PredictWeights(predictor, sources, prediction);
+  return prediction;
 }
 
 }  // namespace ckptfs

@@ -88,4 +88,9 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
 std::optional<ChunkPrediction> PredictScaledBase(lossy::ElementType type, ByteSpan values, ByteSpan base,
                                                  CodecScratch& scratch);
 
+// predictor.scale * base (no step term), as a decoder computes it, into
+// scratch.prediction: the prediction a scaled base gives, kept or not.
+MutableByteSpan WriteScaledBase(lossy::ElementType type, ByteSpan base, const lossy::StepPredictor& predictor,
+                                CodecScratch& scratch);
+
 }  // namespace ckptfs

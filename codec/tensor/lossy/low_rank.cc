@@ -54,6 +54,16 @@ double SumSquares(const double* x, uint64_t n) {
 
 double SumSquares(const std::vector<double>& x) { return SumSquares(x.data(), x.size()); }
 
+// res += sign * (sa * ka) (sb * kb)^T, as the decoder dequantizes a component.
+void AddComponent(double* res, uint64_t rows, uint64_t columns, double sign, float sa, const int8_t* ka, float sb,
+                  const int8_t* kb) {
+  for (uint64_t i = 0; i < rows; ++i) {
+    const double ai = sign * (static_cast<double>(sa) * static_cast<double>(ka[i]));
+    double* row = res + i * columns;
+    for (uint64_t j = 0; j < columns; ++j) row[j] += ai * (static_cast<double>(sb) * static_cast<double>(kb[j]));
+  }
+}
+
 }  // namespace
 
 uint64_t LowRankBlockSize(uint64_t rows, uint64_t columns, uint32_t rank) {
@@ -82,8 +92,6 @@ LowRankFit FitLowRank(double* res, uint64_t rows, uint64_t columns, uint32_t max
   LowRankFit fit;
   max_rank = std::min<uint32_t>(max_rank, kMaxLowRank);
   fit.energy_left.push_back(SumSquares(res, rows * columns));
-  std::vector<float> scale_a, scale_b;
-  std::vector<int8_t> qa, qb;
   std::vector<double> u(rows), v(columns);
   for (uint32_t k = 0; k < max_rank; ++k) {
     // Power iteration for the top singular pair of what is left, from a
@@ -117,36 +125,20 @@ LowRankFit FitLowRank(double* res, uint64_t rows, uint64_t columns, uint32_t max
     const float sa = QuantizeFactor(u, ka.data());
     const float sb = QuantizeFactor(v, kb.data());
     if (!(sa > 0) || !(sb > 0)) break;
-    // What is left after the quantized component, as the decoder adds it.
-    for (uint64_t i = 0; i < rows; ++i) {
-      const double ai = static_cast<double>(sa) * static_cast<double>(ka[i]);
-      double* row = res + i * columns;
-      for (uint64_t j = 0; j < columns; ++j) row[j] -= ai * (static_cast<double>(sb) * static_cast<double>(kb[j]));
-    }
+    // What is left after the quantized component; put back (and stop) when
+    // the quantized component does not help.
+    AddComponent(res, rows, columns, -1.0, sa, ka.data(), sb, kb.data());
     const double left = SumSquares(res, rows * columns);
     if (!(left < fit.energy_left.back())) {
-      // The quantized component does not help: put it back and stop.
-      for (uint64_t i = 0; i < rows; ++i) {
-        const double ai = static_cast<double>(sa) * static_cast<double>(ka[i]);
-        double* row = res + i * columns;
-        for (uint64_t j = 0; j < columns; ++j) row[j] += ai * (static_cast<double>(sb) * static_cast<double>(kb[j]));
-      }
+      AddComponent(res, rows, columns, 1.0, sa, ka.data(), sb, kb.data());
       break;
     }
     fit.energy_left.push_back(left);
-    scale_a.push_back(sa);
-    scale_b.push_back(sb);
-    qa.insert(qa.end(), ka.begin(), ka.end());
-    qb.insert(qb.end(), kb.begin(), kb.end());
+    fit.scale_a.push_back(sa);
+    fit.scale_b.push_back(sb);
+    fit.a.insert(fit.a.end(), ka.begin(), ka.end());
+    fit.b.insert(fit.b.end(), kb.begin(), kb.end());
     ++fit.rank;
-  }
-  fit.block.resize(fit.rank == 0 ? 0 : LowRankBlockSize(rows, columns, fit.rank));
-  std::byte* p = fit.block.data();
-  for (uint32_t k = 0; k < fit.rank; ++k) StoreLE32(p + 4 * k, std::bit_cast<uint32_t>(scale_a[k]));
-  for (uint32_t k = 0; k < fit.rank; ++k) StoreLE32(p + 4 * (fit.rank + k), std::bit_cast<uint32_t>(scale_b[k]));
-  if (fit.rank > 0) {
-    std::memcpy(p + 8 * uint64_t{fit.rank}, qa.data(), qa.size());
-    std::memcpy(p + 8 * uint64_t{fit.rank} + qa.size(), qb.data(), qb.size());
   }
   return fit;
 }
@@ -155,14 +147,13 @@ std::vector<std::byte> TruncateLowRank(const LowRankFit& fit, uint64_t rows, uin
   rank = std::min(rank, fit.rank);
   std::vector<std::byte> out(rank == 0 ? 0 : LowRankBlockSize(rows, columns, rank));
   if (rank == 0) return out;
-  const std::byte* in = fit.block.data();
   std::byte* p = out.data();
-  std::memcpy(p, in, 4 * uint64_t{rank});                                           // scale_a
-  std::memcpy(p + 4 * uint64_t{rank}, in + 4 * uint64_t{fit.rank}, 4 * uint64_t{rank});  // scale_b
-  const std::byte* a = in + 8 * uint64_t{fit.rank};
-  const std::byte* b = a + uint64_t{fit.rank} * rows;
-  std::memcpy(p + 8 * uint64_t{rank}, a, rank * rows);
-  std::memcpy(p + 8 * uint64_t{rank} + rank * rows, b, rank * columns);
+  for (uint32_t k = 0; k < rank; ++k) {
+    StoreLE32(p + 4 * k, std::bit_cast<uint32_t>(fit.scale_a[k]));
+    StoreLE32(p + 4 * (rank + k), std::bit_cast<uint32_t>(fit.scale_b[k]));
+  }
+  std::memcpy(p + 8 * uint64_t{rank}, fit.a.data(), rank * rows);
+  std::memcpy(p + 8 * uint64_t{rank} + rank * rows, fit.b.data(), rank * columns);
   return out;
 }
 

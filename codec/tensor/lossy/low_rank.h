@@ -48,12 +48,13 @@ bool AddLowRank(ByteSpan block, uint64_t rows, uint64_t columns, uint32_t rank, 
 // residual's own energy). Deterministic: a fixed start vector.
 struct LowRankFit {
   uint32_t rank = 0;
-  std::vector<std::byte> block;      // the factor block of all `rank` components
-  std::vector<double> energy_left;   // rank + 1 entries
+  std::vector<float> scale_a, scale_b;  // per component
+  std::vector<int8_t> a, b;             // component-major: a[k * rows + i], b[k * columns + j]
+  std::vector<double> energy_left;      // rank + 1 entries
 };
 LowRankFit FitLowRank(double* r, uint64_t rows, uint64_t columns, uint32_t max_rank);
 
-// The block of the first `rank` components of `fit` (rank <= fit.rank).
+// The factor block of the first `rank` components of `fit` (rank <= fit.rank).
 std::vector<std::byte> TruncateLowRank(const LowRankFit& fit, uint64_t rows, uint64_t columns, uint32_t rank);
 
 }  // namespace ckptfs::lossy

@@ -72,12 +72,14 @@ TEST(LowRank, TheFitFindsAPlantedRankAndIsDeterministic) {
   ASSERT_GE(fit.rank, 2u);
   ASSERT_EQ(fit.energy_left.size(), fit.rank + 1);
   EXPECT_LT(fit.energy_left[2], 0.01 * fit.energy_left[0]) << "two components hold the planted matrix";
-  EXPECT_EQ(fit.block.size(), lossy::LowRankBlockSize(rows, columns, fit.rank));
+  const std::vector<std::byte> block = lossy::TruncateLowRank(fit, rows, columns, fit.rank);
+  EXPECT_EQ(block.size(), lossy::LowRankBlockSize(rows, columns, fit.rank));
   EXPECT_NEAR(std::inner_product(work.begin(), work.end(), work.begin(), 0.0), fit.energy_left.back(),
               1e-9 * fit.energy_left[0])
       << "r is left holding what the components leave";
   work = r;
-  EXPECT_TRUE(lossy::FitLowRank(work.data(), rows, columns, 4).block == fit.block);
+  const lossy::LowRankFit again = lossy::FitLowRank(work.data(), rows, columns, 4);
+  EXPECT_TRUE(lossy::TruncateLowRank(again, rows, columns, again.rank) == block);
   // The first component alone, as the decoder reads it.
   const std::vector<std::byte> one = lossy::TruncateLowRank(fit, rows, columns, 1);
   std::vector<std::byte> p = F32Zeros(rows * columns);
