@@ -170,7 +170,10 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   SearchTarget target{allowed_sq * kEstimateSafety, allowed_abs * kEstimateSafety};
 
   const uint32_t width32 = static_cast<uint32_t>(width);
-  std::optional<SearchResult> found = SearchConfig(s.histogram, n, width32, target);
+  const bool uniform = options.uniform_step > 0.0f && !base.empty();
+  float uniform_step = options.uniform_step;
+  std::optional<SearchResult> found = uniform ? UniformGridConfig(s.histogram, uniform_step)
+                                              : SearchConfig(s.histogram, n, width32, target);
 
   // 2c. Unchanged within the budget: a delta frame whose whole residual
   // fits is first tried with every element pruned (the base's values, a
@@ -178,12 +181,12 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   // safety margin does not apply: a version equal to its base costs nothing
   // whenever the base met the budget, however close to it.
   std::optional<SearchResult> unchanged;
-  if (!base.empty() && EstimateEnergy(s.histogram) <= allowed_sq * kUnchangedGate)
+  if (!uniform && !base.empty() && EstimateEnergy(s.histogram) <= allowed_sq * kUnchangedGate)
     unchanged = AllPrunedConfig(s.histogram, allowed_abs);
 
   // 2a'. The caller's alternative base: is its residual cheaper?
   bool on_alternative = false;
-  if (!unchanged && !base.empty() && options.alternative_base.size() == base.size()) {
+  if (!uniform && !unchanged && !base.empty() && options.alternative_base.size() == base.size()) {
     EnsureSize(&s.residual_alt, n);
     s.histogram_alt.resize(kHistogramBins);
     std::span<float> alt_residual(s.residual_alt.data(), n);
@@ -201,7 +204,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   }
 
   // 2b. A delta frame with a large residual: is a key frame cheaper?
-  if (!unchanged && !base.empty() && EstimateEnergy(s.histogram) >= kTryKeyFrameEnergyShare * norm_sq) {
+  if (!uniform && !unchanged && !base.empty() && EstimateEnergy(s.histogram) >= kTryKeyFrameEnergyShare * norm_sq) {
     EnsureSize(&s.residual_alt, n);
     s.histogram_alt.resize(kHistogramBins);
     std::span<float> key_residual(s.residual_alt.data(), n);
@@ -227,7 +230,8 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   // Attempt -1 is the unchanged candidate; then the search's choice, and
   // searches at tightened targets.
   for (int attempt = unchanged ? -1 : 0; attempt < kMaxAttempts; ++attempt) {
-    if (attempt > 0) found = SearchConfig(s.histogram, n, width32, target);
+    if (attempt > 0)
+      found = uniform ? UniformGridConfig(s.histogram, uniform_step) : SearchConfig(s.histogram, n, width32, target);
     if (attempt >= 0 && !found) break;
     const QuantizeTable& table = attempt < 0 ? unchanged->table : found->table;
 
@@ -253,6 +257,8 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
           max_abs > 0 && std::isfinite(max_abs) ? std::min(kRetryScale, allowed_abs / max_abs * kRetryScale) : 0.5;
       if (error_sq > allowed_sq) target.max_error_sq *= scale_sq;
       if (max_abs > allowed_abs) target.max_abs *= scale_abs;
+      // A grid's error scales with its step squared.
+      if (uniform) uniform_step *= static_cast<float>(std::sqrt(std::min(scale_sq, scale_abs * scale_abs)));
       continue;
     }
 

@@ -135,6 +135,13 @@ struct EncodeOptions {
   // residual with less energy is not always cheaper (at a tight budget its
   // shape matters more than its size).
   ByteSpan alternative_base;
+  // When > 0 (a delta frame only): quantize the residual to the uniform
+  // grid of this step (UniformGridConfig) instead of searching, with no
+  // other base tried. The container's dithered first moments pass a
+  // prediction with the dither already subtracted, so that the error is
+  // uniform and independent of the values. On a budget miss the step
+  // shrinks to fit.
+  float uniform_step = 0.0f;
 };
 
 // Encodes one chunk. `values` holds n elements of `type`; `base` is empty for

@@ -3,6 +3,7 @@
 #include "codec/tensor/lossy/search.h"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -188,6 +189,34 @@ std::optional<SearchResult> AllPrunedConfig(std::span<const uint32_t> counts, do
   FillBounds(&r.table);
   r.est_error_sq = profile.prune_error[exact_key];
   r.est_exact = profile.non_finite;
+  return r;
+}
+
+std::optional<SearchResult> UniformGridConfig(std::span<const uint32_t> counts, float step) {
+  if (!(step > 0.0f) || !std::isfinite(step)) return std::nullopt;
+  double largest = 0.0;
+  for (uint32_t k = kFiniteKeys; k-- > 0;)
+    if (counts[k] != 0 || counts[k + kMagnitudeBins] != 0) {
+      largest = Geometry(k).hi;
+      break;
+    }
+  constexpr uint32_t kMaxK = (kMaxLevels - 1) / 2;  // 127: 2K levels fit 8-bit symbols
+  const double wanted = std::ceil(largest / step + 0.5);
+  const uint32_t levels_per_side = static_cast<uint32_t>(std::clamp(wanted, 1.0, static_cast<double>(kMaxK)));
+  const float edge = static_cast<float>((levels_per_side + 0.5) * static_cast<double>(step));
+  if (!std::isfinite(edge)) return std::nullopt;
+  SearchResult r;
+  QuantizeTable& t = r.table;
+  t.num_levels = 2 * levels_per_side;
+  for (uint32_t j = 0; j < levels_per_side; ++j) {
+    const float level = static_cast<float>(static_cast<double>(levels_per_side - j) * step);
+    t.levels[j] = -level;
+    t.levels[t.num_levels - 1 - j] = level;
+  }
+  t.bits = static_cast<uint32_t>(std::bit_width(t.num_levels));
+  t.prune_below = FloatBits(step * 0.5f);
+  t.exact_from = std::min(FloatBits(edge), kNonFiniteBits);
+  FillBounds(&t);
   return r;
 }
 

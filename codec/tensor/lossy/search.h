@@ -41,6 +41,13 @@ std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint6
 // Nothing when a pruned magnitude could exceed max_abs.
 std::optional<SearchResult> AllPrunedConfig(std::span<const uint32_t> counts, double max_abs);
 
+// The grid of a subtractively dithered chunk (the container's dither.h):
+// levels k * step for k = -K..-1, 1..K, |r| < step / 2 pruned (level 0),
+// nearest level otherwise, and beyond (K + 1/2) * step exact; K the
+// smallest that covers the largest finite residual in `counts`, at most
+// 127. Nothing when step is not a positive finite float whose grid fits.
+std::optional<SearchResult> UniformGridConfig(std::span<const uint32_t> counts, float step);
+
 // Estimated sum of squares of the finite values counted in `counts` (from
 // the bin centres; within a few percent).
 double EstimateEnergy(std::span<const uint32_t> counts);
