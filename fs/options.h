@@ -69,6 +69,10 @@ struct MountOptions {
   // low_rank=on|off: Adam's exp_avg matrices in step space also tried with
   // a low-rank term in their prediction (codec/FORMAT.md "Low-rank term").
   bool low_rank_moments = kLowRankMomentsByDefault;
+  // momentum_dither=REL: Adam's exp_avg in step space with a base coded
+  // with a subtractive dither, its error noise of this relative size on the
+  // step (0 = off; codec/FORMAT.md "Dither").
+  double momentum_dither = kMomentumDitherByDefault;
   // momentum=plain|step: Adam's exp_avg coded as it is, or in step space
   // (its budget on m / (sqrt(v) + eps); codec/container/step_space.h).
   bool momentum_step_space = true;

@@ -77,6 +77,7 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
                                       {"budget_rel_l2", l.budget_rel_l2}, {"update_rel", l.update_rel}};
       if (l.predicted_chunks > 0) j["tensors"].back()["lossy"]["predicted_chunks"] = l.predicted_chunks;
       if (l.step_space_chunks > 0) j["tensors"].back()["lossy"]["step_space_chunks"] = l.step_space_chunks;
+      if (l.dithered_chunks > 0) j["tensors"].back()["lossy"]["dithered_chunks"] = l.dithered_chunks;
       if (l.low_rank_chunks > 0) {
         j["tensors"].back()["lossy"]["low_rank_chunks"] = l.low_rank_chunks;
         j["tensors"].back()["lossy"]["low_rank"] = l.max_low_rank;
@@ -124,6 +125,7 @@ void PrintBlobReport(const std::string& title, const nlohmann::json& j) {
       // step m / (sqrt(v) + eps), not on the tensor's values.
       if (l.contains("step_space_chunks")) lossy += " (on the step)";
       if (l.contains("low_rank")) lossy += fmt::format(" rank {}", l["low_rank"].get<int>());
+      if (l.contains("dithered_chunks")) lossy += " dithered";
     }
     std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}  {}{}\n", t["name"].get<std::string>(),
                              t["dtype"].get<std::string>(),

@@ -66,6 +66,12 @@ class VectorSink final : public ByteSink {
 // shrinking the largest steps by about a tenth.
 inline constexpr bool kLowRankMomentsByDefault = false;
 
+// The relative error on the step of a dithered first moment unless told
+// (EncodeOptions::momentum_dither; 0 = not dithered), and the largest one
+// accepted.
+inline constexpr double kMomentumDitherByDefault = 0.0;
+inline constexpr double kMaxMomentumDither = 2.0;
+
 struct EncodeOptions {
   int zstd_level = 3;
   // Target uncompressed chunk size; tensors are cut at element boundaries.
@@ -98,6 +104,13 @@ struct EncodeOptions {
   // smaller (codec/tensor/lossy/low_rank.h, FORMAT.md "Low-rank term");
   // mount option low_rank=on, `ckptfs encode --low-rank on`.
   bool low_rank_moments = kLowRankMomentsByDefault;
+  // When > 0, a first moment in step space with a base (and step_prediction
+  // on) is coded with a subtractive dither instead: its error is uniform
+  // noise, independent of the step, of this relative size on the step
+  // (codec/tensor/lossy/dither.h, FORMAT.md "Dither"); it replaces the
+  // momentum budget and the schedule for those chunks. Mount option
+  // momentum_dither=REL, `ckptfs encode --momentum-dither REL`.
+  double momentum_dither = kMomentumDitherByDefault;
   // Blob format version to write (FORMAT.md): 2 stores the index as a zstd
   // frame; 1 stores it as it is, for readers from before 2026-12-01.
   uint16_t blob_version = 2;

@@ -13,6 +13,7 @@
 
 #include "codec/container/blob_format.h"
 #include "codec/container/step_space.h"
+#include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/low_rank.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/chunk_codec.h"
@@ -346,6 +347,7 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
         if (!lossy::AddLowRank(block, out.size() / 4 / t.columns, t.columns, t.rank, prediction))
           return ChunkError(StatusCode::kCorruption, c, "low-rank factor scale not finite");
       }
+      if (params->dither) lossy::SubtractDither(params->dither->step, params->dither->seed, prediction);
       ctx.base = prediction;
     }
   }

@@ -14,6 +14,7 @@
 #include "codec/common/hash.h"
 #include "codec/container/blob_format.h"
 #include "codec/container/step_sources.h"
+#include "codec/container/dither_candidate.h"
 #include "codec/container/low_rank_candidate.h"
 #include "codec/container/step_space.h"
 #include "codec/tensor/lossy/stream.h"
@@ -210,6 +211,9 @@ struct StepSpaceInput {
   ByteSpan base_x;         // the base's reconstruction / s (empty: none)
   const std::byte* scales; // s, f32
   StepSpace params;
+  // A dithered chunk (dither_candidate.h): the grid of its stream, no
+  // schedule and no other base; its prediction holds the dither.
+  std::optional<DitheredPrediction> dithered;
 };
 Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes, const SourceMatch& source,
                    const ChunkPrediction* prediction, const EncodeOptions& options, lossy::LossyKernels* kernels,
@@ -241,6 +245,12 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   if (prediction != nullptr) {
     lossy_options.measured_update = prediction->update_rel;
     lossy_options.alternative_base = codec_base;
+  }
+  const bool dithered = space != nullptr && space->dithered && prediction != nullptr;
+  if (dithered) {
+    lossy_options.uniform_step = space->dithered->grid_step;
+    lossy_options.schedule = nullptr;
+    lossy_options.alternative_base = {};
   }
   ASSIGN_OR_RETURN(lossy::EncodedChunk encoded,
                    lossy::EncodeChunk(type, values, prediction != nullptr ? prediction->prediction : codec_base,
@@ -281,6 +291,7 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   // A key frame (chosen when smaller) reads neither base nor prediction.
   if (prediction != nullptr && p.delta() && !encoded.stats.used_alternative_base) p.prediction = prediction->step;
   if (space != nullptr) p.step_space = space->params;
+  if (dithered && p.prediction) p.dither = space->dithered->dither;
   result->stored = std::move(encoded.bytes);
   result->used = true;
   return Status::Ok();
@@ -561,12 +572,18 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         std::byte* base_x = scratch.step_inputs[2].Reserve(length);
         DivideByScales(base_bytes, scales, base_x);  // any values: the codec keeps non-finite ones
         space.base_x = ByteSpan(base_x, length);
-        if (predict && !source.unchanged)
+        if (predict && !source.unchanged && options.momentum_dither > 0)
+          space.dithered = PredictDithered(space.x, space.base_x, options.momentum_dither, scratch);
+        if (space.dithered) {
+          scaled = space.dithered->prediction;
+          in_space.budget.rel_l2 = options.momentum_dither * kDitherBudgetSlack;
+        } else if (predict && !source.unchanged) {
           scaled = PredictScaledBase(lossy::ElementType::kF32, space.x, space.base_x, scratch);
+        }
       }
       statuses[i] = EncodeLossy(file, in_space, base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i], &space);
-      if (statuses[i].ok() && predict)
+      if (statuses[i].ok() && predict && !space.dithered)
         statuses[i] = TryLowRank(file, in_space, layout, states, base_bytes, source, options, scratch, recon,
                                  &lossy_results[i], space);
     });

@@ -24,6 +24,7 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
     ++r.lossy_chunks;
     if (p.predicted()) ++r.predicted_chunks;
     if (p.step_space) ++r.step_space_chunks;
+    if (p.dither) ++r.dithered_chunks;
     if (p.low_rank) {
       ++r.low_rank_chunks;
       r.max_low_rank = std::max(r.max_low_rank, p.low_rank->rank);

@@ -28,10 +28,14 @@ float ElementAt(DType dtype, const std::byte* p, size_t i) {
 }  // namespace
 
 void LossyChunkParams::EncodeTo(ByteWriter& w) const {
-  w.U8(low_rank ? kVersionLowRank : step_space ? kVersionStepSpace : prediction ? kVersionPredicted : kVersion);
-  w.U8(static_cast<uint8_t>((flags & ~(kFlagPredicted | kFlagStepSpace | kFlagLowRank)) |
+  w.U8(dither       ? kVersionDither
+       : low_rank   ? kVersionLowRank
+       : step_space ? kVersionStepSpace
+       : prediction ? kVersionPredicted
+                    : kVersion);
+  w.U8(static_cast<uint8_t>((flags & ~(kFlagPredicted | kFlagStepSpace | kFlagLowRank | kFlagDither)) |
                             (prediction ? kFlagPredicted : 0) | (step_space ? kFlagStepSpace : 0) |
-                            (low_rank ? kFlagLowRank : 0)));
+                            (low_rank ? kFlagLowRank : 0) | (dither ? kFlagDither : 0)));
   w.U8(bits);
   w.U8(mode);
   w.U32(std::bit_cast<uint32_t>(update_rel));
@@ -64,21 +68,26 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   w.U64(step_space->v_offset);
   w.U32(std::bit_cast<uint32_t>(step_space->eps));
   w.U32(0);
-  if (!low_rank) return;
-  w.U32(low_rank->columns);
-  w.U32(low_rank->rank);
-  w.U64(low_rank->block_bytes);
+  if (!low_rank && !dither) return;
+  const LowRankTerm term = low_rank.value_or(LowRankTerm{});
+  w.U32(term.columns);
+  w.U32(term.rank);
+  w.U64(term.block_bytes);
   w.U64(0);
   w.U64(0);
+  if (!dither) return;
+  w.U64(std::bit_cast<uint64_t>(dither->step));
+  w.U64(dither->seed);
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
-  if (bytes.size() != kEncodedSizeV6 && bytes.size() != kEncodedSizeV5 && bytes.size() != kEncodedSizeV4 &&
-      bytes.size() != kEncodedSize && bytes.size() != kEncodedSizeV2)
-    return Status::Corruption(fmt::format("lossy params: {} bytes, want {}, {}, {}, {} or {}", bytes.size(),
-                                          kEncodedSizeV6, kEncodedSizeV5, kEncodedSizeV4, kEncodedSize,
-                                          kEncodedSizeV2));
-  const bool has_low_rank = bytes.size() == kEncodedSizeV6;
+  if (bytes.size() != kEncodedSizeV7 && bytes.size() != kEncodedSizeV6 && bytes.size() != kEncodedSizeV5 &&
+      bytes.size() != kEncodedSizeV4 && bytes.size() != kEncodedSize && bytes.size() != kEncodedSizeV2)
+    return Status::Corruption(fmt::format("lossy params: {} bytes, want {}, {}, {}, {}, {} or {}", bytes.size(),
+                                          kEncodedSizeV7, kEncodedSizeV6, kEncodedSizeV5, kEncodedSizeV4,
+                                          kEncodedSize, kEncodedSizeV2));
+  const bool has_dither = bytes.size() == kEncodedSizeV7;
+  const bool has_low_rank_area = bytes.size() >= kEncodedSizeV6;
   const bool has_step_space = bytes.size() >= kEncodedSizeV5;
   const bool has_prediction_area = bytes.size() >= kEncodedSizeV4;
   const bool has_digest = bytes.size() >= kEncodedSize;
@@ -121,13 +130,23 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
   }
   LowRankTerm low_rank;
   uint64_t reserved_low_rank = 0;
-  if (has_low_rank) {
+  if (has_low_rank_area) {
     low_rank.columns = r.U32();
     low_rank.rank = r.U32();
     low_rank.block_bytes = r.U64();
     reserved_low_rank = r.U64() | r.U64();
   }
+  DitherTerm dither;
+  if (has_dither) {
+    dither.step = LoadF64(r);
+    dither.seed = r.U64();
+  }
   RETURN_IF_ERROR(r.status());
+  // Version 7's low-rank area is version 6's, all zero without a term.
+  const bool has_low_rank = has_dither ? (p.flags & kFlagLowRank) != 0 : has_low_rank_area;
+  if (has_dither && !has_low_rank &&
+      std::any_of(bytes.begin() + kEncodedSizeV5, bytes.begin() + kEncodedSizeV6, [](std::byte b) { return b != std::byte{0}; }))
+    return Status::Corruption("lossy params: version 7 without a low-rank term has a non-zero term area");
   // Version 5's prediction area is version 4's, all zero when the chunk is
   // not predicted.
   const bool has_prediction = has_step_space ? (p.flags & kFlagPredicted) != 0 : has_prediction_area;
@@ -136,17 +155,20 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
     return Status::Corruption("lossy params: version 5 without a prediction has a non-zero prediction area");
   // The size tells the version: 64 bytes are versions 1 and 2, 72 bytes 3,
   // 144 bytes 4, 160 bytes 5.
-  const bool version_ok = has_low_rank          ? version == kVersionLowRank
+  const bool version_ok = has_dither            ? version == kVersionDither
+                          : has_low_rank_area     ? version == kVersionLowRank
                           : has_step_space       ? version == kVersionStepSpace
                           : has_prediction_area ? version == kVersionPredicted
                           : has_digest          ? version == kVersion
                                                 : (version == 1 || version == 2);
   if (!version_ok)
     return Status::Corruption(fmt::format(
-        "lossy params: version {} in {} bytes, want 6 in {}, 5 in {}, 4 in {}, 3 in {} or 1-2 in {}", version,
-        bytes.size(), kEncodedSizeV6, kEncodedSizeV5, kEncodedSizeV4, kEncodedSize, kEncodedSizeV2));
+        "lossy params: version {} in {} bytes, want 7 in {}, 6 in {}, 5 in {}, 4 in {}, 3 in {} or 1-2 in {}",
+        version, bytes.size(), kEncodedSizeV7, kEncodedSizeV6, kEncodedSizeV5, kEncodedSizeV4, kEncodedSize,
+        kEncodedSizeV2));
   // Version 1 reserved the fields that version 2 fills.
-  const uint8_t known_flags = has_low_rank          ? (kFlagDelta | kFlagPredicted | kFlagStepSpace | kFlagLowRank)
+  const uint8_t known_flags = has_dither ? (kFlagDelta | kFlagPredicted | kFlagStepSpace | kFlagLowRank | kFlagDither)
+                              : has_low_rank_area   ? (kFlagDelta | kFlagPredicted | kFlagStepSpace | kFlagLowRank)
                               : has_step_space        ? (kFlagDelta | kFlagPredicted | kFlagStepSpace)
                               : has_prediction_area ? (kFlagDelta | kFlagPredicted)
                                                     : kFlagDelta;
@@ -197,6 +219,14 @@ Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
       return Status::Corruption(fmt::format("lossy params: low-rank term of rank {} over {} columns in {} bytes",
                                             low_rank.rank, low_rank.columns, low_rank.block_bytes));
     p.low_rank = low_rank;
+  }
+  if (has_dither) {
+    // A dither of a first moment's prediction in step space.
+    if (!p.prediction || !p.step_space || (p.flags & kFlagDither) == 0)
+      return Status::Corruption("lossy params: version 7 without the dither, step-space and prediction flags");
+    if (!std::isfinite(dither.step) || !(dither.step > 0))
+      return Status::Corruption(fmt::format("lossy params: dither step {}, want finite and > 0", dither.step));
+    p.dither = dither;
   }
   p.mode = version == 1 ? (p.bits == 0 ? 0 : 1) : reserved8;
   p.update_rel = std::bit_cast<float>(update_bits);

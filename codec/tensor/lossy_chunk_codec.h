@@ -50,8 +50,16 @@ struct LowRankTerm {
   uint64_t block_bytes = 0;
 };
 
+// A subtractive dither of a first moment's prediction (codec/tensor/lossy/
+// dither.h, FORMAT.md "Dither"): the grid step and the seed of the
+// pseudo-random offsets.
+struct DitherTerm {
+  double step = 0.0;
+  uint64_t seed = 0;
+};
+
 // The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), little-endian:
-// 192 bytes (version 6, chunks with a low-rank term), 160 bytes (version 5, step-space chunks), 144 (version 4, predicted
+// 208 bytes (version 7, dithered chunks), 192 bytes (version 6, chunks with a low-rank term), 160 bytes (version 5, step-space chunks), 144 (version 4, predicted
 // chunks), 72 (version 3) or 64 (versions 1 and 2).
 struct LossyChunkParams {
   // Version 4 appends the step prediction (144 bytes) and is written only
@@ -65,6 +73,10 @@ struct LossyChunkParams {
   // when the chunk is not predicted.
   // Version 6 appends the low-rank term (192 bytes), written only for
   // chunks that have one; it requires the step space and the prediction.
+  // Version 7 appends the dither (208 bytes), written only for dithered
+  // chunks, which need the step space and the prediction too; its bytes
+  // 160-191 are version 6's term, all zero when the chunk has none.
+  static constexpr size_t kEncodedSizeV7 = 208;
   static constexpr size_t kEncodedSizeV6 = 192;
   static constexpr size_t kEncodedSizeV5 = 160;
   static constexpr size_t kEncodedSizeV4 = 144;
@@ -74,10 +86,12 @@ struct LossyChunkParams {
   static constexpr uint8_t kVersionPredicted = 4;
   static constexpr uint8_t kVersionStepSpace = 5;
   static constexpr uint8_t kVersionLowRank = 6;
+  static constexpr uint8_t kVersionDither = 7;
   static constexpr uint8_t kFlagDelta = 1;      // the stream reads the base at base_offset
   static constexpr uint8_t kFlagPredicted = 2;  // ... plus the step prediction (version 4)
   static constexpr uint8_t kFlagStepSpace = 4;  // the stream holds m / s (version 5)
   static constexpr uint8_t kFlagLowRank = 8;    // the prediction has a low-rank term (version 6)
+  static constexpr uint8_t kFlagDither = 16;    // the prediction has a dither (version 7)
 
   uint8_t flags = 0;
   uint8_t bits = 0;           // symbol width, 0 = lossless mode
@@ -103,12 +117,15 @@ struct LossyChunkParams {
   std::optional<StepSpace> step_space;
   // Set exactly when flags has kFlagLowRank (which requires the other three).
   std::optional<LowRankTerm> low_rank;
+  // Set exactly when flags has kFlagDither (which requires kFlagDelta,
+  // kFlagPredicted and kFlagStepSpace).
+  std::optional<DitherTerm> dither;
 
   bool delta() const { return (flags & kFlagDelta) != 0; }
   bool predicted() const { return (flags & kFlagPredicted) != 0; }
   void EncodeTo(ByteWriter& w) const;
   // Rejects a wrong size or version, reserved bits, negative or non-finite sums.
-  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes), 4 (144 bytes), 5 (160 bytes) and 6 (192 bytes).
+  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes), 4 (144 bytes), 5 (160 bytes), 6 (192 bytes) and 7 (208 bytes).
   static Result<LossyChunkParams> DecodeFrom(ByteSpan bytes);
 };
 

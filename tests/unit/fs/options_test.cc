@@ -67,6 +67,15 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   ASSERT_TRUE(ParseMountOptionList("low_rank=on", &o).ok());
   EXPECT_TRUE(o.low_rank_moments);
   EXPECT_FALSE(ParseMountOptionList("low_rank=2", &o).ok());
+  EXPECT_EQ(o.momentum_dither, kMomentumDitherByDefault);
+  ASSERT_TRUE(ParseMountOptionList("momentum_dither=0.9", &o).ok());
+  EXPECT_EQ(o.momentum_dither, 0.9);
+  ASSERT_TRUE(ParseMountOptionList("momentum_dither=0", &o).ok());
+  EXPECT_EQ(o.momentum_dither, 0.0);
+  for (const char* bad : {"momentum_dither=-0.1", "momentum_dither=2.5", "momentum_dither=x"}) {
+    MountOptions b;
+    EXPECT_EQ(ParseMountOptionList(bad, &b).code(), StatusCode::kInvalidArgument) << bad;
+  }
   EXPECT_TRUE(o.step_prediction);  // on by default
   ASSERT_TRUE(ParseMountOptionList("predict=off", &o).ok());
   EXPECT_FALSE(o.step_prediction);
