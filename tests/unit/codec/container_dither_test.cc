@@ -141,6 +141,13 @@ TEST(Dither, TheErrorIsUniformAndIndependentOfTheValues) {
     pe2 += e * e;
   }
   EXPECT_LT(pe / pe2, -0.3) << "undithered, the error is the pruned residual's negative";
+  // A budget the grid misses: the step shrinks until it fits (or the chunk
+  // is stored losslessly); the budget always holds.
+  Result<lossy::EncodedChunk> tight =
+      lossy::EncodeChunk(lossy::ElementType::kF32, xb, prediction, lossy::Budget{0.6}, &lossy_scratch, options);
+  ASSERT_TRUE(tight.ok());
+  EXPECT_LE(tight->stats.err2_sum, 0.36 * tight->stats.ref2_sum);
+  EXPECT_EQ(tight->stats.mode, 1) << "a finer grid fits within the retries";
 }
 
 LossyChunkParams DitherParams() {
