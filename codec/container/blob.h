@@ -62,8 +62,8 @@ class VectorSink final : public ByteSink {
 // Whether the mount and `ckptfs encode` try low-rank terms unless told
 // (EncodeOptions::low_rank_moments). Off: at the same budget on the step
 // the character LM of docs/eval.md ended further from its uninterrupted run
-// (+0.95 % of the loss against +0.32 %, three seeds), the term's residual
-// shrinking the largest steps by about a tenth.
+// (+0.95 % of the loss against +0.32 %, three seeds): the term's coarse
+// residual leaves its error in the directions the steps take.
 inline constexpr bool kLowRankMomentsByDefault = false;
 
 // The relative error on the step of a dithered first moment unless told
