@@ -347,7 +347,8 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
         if (!lossy::AddLowRank(block, out.size() / 4 / t.columns, t.columns, t.rank, prediction))
           return ChunkError(StatusCode::kCorruption, c, "low-rank factor scale not finite");
       }
-      if (params->dither) lossy::SubtractDither(params->dither->step, params->dither->seed, prediction);
+      if (params->dither && !lossy::SubtractDither(params->dither->step, params->dither->seed, prediction))
+        return ChunkError(StatusCode::kCorruption, c, "dither step not finite and > 0");
       ctx.base = prediction;
     }
   }

@@ -433,7 +433,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         DivideByScales(base_bytes, scales, base_x);  // any values: the codec keeps non-finite ones
         space.base_x = ByteSpan(base_x, length);
         if (predict && !source.unchanged && options.momentum_dither > 0)
-          space.dithered = PredictDithered(space.x, space.base_x, options.momentum_dither, scratch);
+          space.dithered = PredictDithered(space.x, space.base_x, options.momentum_dither, source.digest, scratch);
         if (space.dithered) {
           scaled = space.dithered->prediction;
           in_space.budget.rel_l2 = options.momentum_dither * kDitherBudgetSlack;

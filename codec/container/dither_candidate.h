@@ -29,8 +29,11 @@ struct DitheredPrediction {
 
 // x and base_x: the chunk and its base in step space (f32, same size);
 // rel: the relative error ||x_hat - x|| / ||x|| to aim at, the grid step
-// being rel * sqrt(12 * sum x^2 / n). nullopt when a value is not finite or
-// x is all zero. Uses scratch.prediction.
-std::optional<DitheredPrediction> PredictDithered(ByteSpan x, ByteSpan base_x, double rel, CodecScratch& scratch);
+// being rel * sqrt(12 * sum x^2 / n); seed: of the dither's offsets (the
+// writer passes the chunk's source digest, distinct per version). nullopt
+// as FitScaledBase, or for a step that is not a positive float. Uses
+// scratch.prediction.
+std::optional<DitheredPrediction> PredictDithered(ByteSpan x, ByteSpan base_x, double rel, uint64_t seed,
+                                                  CodecScratch& scratch);
 
 }  // namespace ckptfs

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "codec/tensor/lossy/low_rank.h"
-#include "codec/tensor/lossy/step_predictor.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 
 namespace ckptfs {
@@ -36,12 +35,10 @@ std::optional<LowRankCandidate> PredictLowRank(ByteSpan x, ByteSpan base_x, uint
   const uint64_t n = x.size() / 4;
   if (base_x.size() != x.size() || n == 0 || columns == 0 || n % columns != 0 || !(budget_rel_l2 > 0)) return std::nullopt;
   const uint64_t rows = n / columns;
-  // The present prediction (a fitted fraction of the base), as the decoder
-  // computes it, and what it leaves.
-  LowRankCandidate out;
-  out.prediction.step.predictor.scale = lossy::FitScale(lossy::ElementType::kF32, x, base_x).value_or(0.0);
-  const MutableByteSpan prediction =
-      WriteScaledBase(lossy::ElementType::kF32, base_x, out.prediction.step.predictor, scratch);
+  // The present prediction (a fitted fraction of the base) and what it leaves.
+  std::optional<ScaledBase> scaled = FitScaledBase(x, base_x, scratch);
+  if (!scaled) return std::nullopt;
+  const MutableByteSpan prediction = scaled->values;
   auto* residual = reinterpret_cast<double*>(scratch.low_rank.Reserve(8 * n));
   for (uint64_t i = 0; i < n; ++i) {
     const double v = std::bit_cast<float>(LoadLE32(x.data() + 4 * i));
@@ -49,11 +46,7 @@ std::optional<LowRankCandidate> PredictLowRank(ByteSpan x, ByteSpan base_x, uint
     if (!std::isfinite(v) || !std::isfinite(p)) return std::nullopt;
     residual[i] = v - p;
   }
-  // The update as the other predictions measure it (over finite elements:
-  // all of x, checked above).
-  const ErrorSums update = MeasureError(DType::kF32, x, base_x);
-  const double x2 = update.ref2;
-  if (!(x2 > 0) || !std::isfinite(x2) || !std::isfinite(update.err2)) return std::nullopt;
+  const double x2 = scaled->x2;
   const lossy::LowRankFit fit = lossy::FitLowRank(residual, rows, columns, lossy::kMaxLowRank);
   // The rank whose factors plus modelled stream cost least, if any beats none.
   const double target = 0.85 * budget_rel_l2 * budget_rel_l2 * x2;
@@ -65,10 +58,10 @@ std::optional<LowRankCandidate> PredictLowRank(ByteSpan x, ByteSpan base_x, uint
   for (uint32_t k = 1; k <= fit.rank; ++k)
     if (cost(k) < cost(best)) best = k;
   if (best == 0) return std::nullopt;
+  LowRankCandidate out;
+  out.prediction = scaled->prediction;
   out.block = lossy::TruncateLowRank(fit, rows, columns, best);
   if (!lossy::AddLowRank(out.block, rows, columns, best, prediction)) return std::nullopt;
-  out.prediction.prediction = prediction;
-  out.prediction.update_rel = std::sqrt(update.err2 / x2);
   out.term = LowRankTerm{static_cast<uint32_t>(columns), best, out.block.size()};
   return out;
 }

@@ -24,6 +24,18 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 // The prediction, when it leaves at most kMaxPredictedEnergy of the update's
 // energy (measured as the codec measures errors), with the update's size
 // for the budget schedule.
+// predictor.scale * base (no step term), as a decoder computes it, into
+// scratch.prediction.
+MutableByteSpan WriteScaledBase(lossy::ElementType type, ByteSpan base, const lossy::StepPredictor& predictor,
+                                CodecScratch& scratch) {
+  lossy::StepSources sources;
+  sources.weight_type = type;
+  sources.weight_base = base;
+  MutableByteSpan prediction(scratch.prediction.Reserve(base.size()), base.size());
+  lossy::PredictWeights(predictor, sources, prediction);
+  return prediction;
+}
+
 std::optional<ChunkPrediction> KeepIfItHelps(lossy::ElementType type, ByteSpan values, ByteSpan base,
                                              ByteSpan prediction, const StepPrediction& step) {
   const DType dtype = type == lossy::ElementType::kF32   ? DType::kF32
@@ -170,14 +182,18 @@ std::optional<ChunkPrediction> PredictScaledBase(lossy::ElementType type, ByteSp
   return KeepIfItHelps(type, values, base, prediction, step);
 }
 
-MutableByteSpan WriteScaledBase(lossy::ElementType type, ByteSpan base, const lossy::StepPredictor& predictor,
-                                CodecScratch& scratch) {
-  lossy::StepSources sources;
-  sources.weight_type = type;
-  sources.weight_base = base;
-  MutableByteSpan prediction(scratch.prediction.Reserve(base.size()), base.size());
-  lossy::PredictWeights(predictor, sources, prediction);
-  return prediction;
+
+std::optional<ScaledBase> FitScaledBase(ByteSpan x, ByteSpan base_x, CodecScratch& scratch) {
+  if (base_x.size() != x.size() || x.empty()) return std::nullopt;
+  const ErrorSums update = MeasureError(DType::kF32, x, base_x);
+  if (!(update.ref2 > 0) || !std::isfinite(update.ref2) || !std::isfinite(update.err2)) return std::nullopt;
+  ScaledBase out;
+  out.x2 = update.ref2;
+  out.prediction.step.predictor.scale = lossy::FitScale(lossy::ElementType::kF32, x, base_x).value_or(0.0);
+  out.values = WriteScaledBase(lossy::ElementType::kF32, base_x, out.prediction.step.predictor, scratch);
+  out.prediction.prediction = out.values;
+  out.prediction.update_rel = std::sqrt(update.err2 / update.ref2);
+  return out;
 }
 
 }  // namespace ckptfs

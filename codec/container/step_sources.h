@@ -88,9 +88,17 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
 std::optional<ChunkPrediction> PredictScaledBase(lossy::ElementType type, ByteSpan values, ByteSpan base,
                                                  CodecScratch& scratch);
 
-// predictor.scale * base (no step term), as a decoder computes it, into
-// scratch.prediction: the prediction a scaled base gives, kept or not.
-MutableByteSpan WriteScaledBase(lossy::ElementType type, ByteSpan base, const lossy::StepPredictor& predictor,
-                                CodecScratch& scratch);
+// The scaled base of a step-space first moment that a term is added to
+// (a low-rank term, a dither): scale * base_x with the scale fitted by least
+// squares (0 when none fits), as a decoder computes it, in
+// scratch.prediction, kept whether or not it helps; with the update
+// ||x - base_x|| / ||x|| and ||x||^2. nullopt when x is zero or a sum is not
+// finite (a base holding Inf). x and base_x: f32, the same size.
+struct ScaledBase {
+  ChunkPrediction prediction;  // prediction.prediction is `values`
+  MutableByteSpan values;
+  double x2 = 0.0;
+};
+std::optional<ScaledBase> FitScaledBase(ByteSpan x, ByteSpan base_x, CodecScratch& scratch);
 
 }  // namespace ckptfs

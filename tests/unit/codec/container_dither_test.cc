@@ -97,7 +97,7 @@ TEST(Dither, TheErrorIsUniformAndIndependentOfTheValues) {
   const std::vector<std::byte> xb = F32Bytes(x), bb = F32Bytes(base);
   CodecScratch scratch;
   const double rel = 0.9;
-  std::optional<DitheredPrediction> d = PredictDithered(xb, bb, rel, scratch);
+  std::optional<DitheredPrediction> d = PredictDithered(xb, bb, rel, /*seed=*/5, scratch);
   ASSERT_TRUE(d);
   const std::vector<std::byte> prediction(d->prediction.prediction.begin(), d->prediction.prediction.end());
   lossy::Scratch lossy_scratch;
