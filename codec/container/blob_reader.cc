@@ -347,8 +347,14 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
         if (!lossy::AddLowRank(block, out.size() / 4 / t.columns, t.columns, t.rank, prediction))
           return ChunkError(StatusCode::kCorruption, c, "low-rank factor scale not finite");
       }
-      if (params->dither && !lossy::SubtractDither(params->dither->step, params->dither->seed, prediction))
-        return ChunkError(StatusCode::kCorruption, c, "dither step not finite and > 0");
+      if (params->dither) {
+        if (!lossy::SubtractDither(params->dither->step, params->dither->seed, prediction))
+          return ChunkError(StatusCode::kCorruption, c, "dither step not finite and > 0");
+        const uint64_t n = out.size() / 4;
+        auto* ids = reinterpret_cast<uint8_t*>(scratch.symbol_contexts.Reserve(n));
+        lossy::DitherContexts(params->dither->seed, n, ids);
+        ctx.symbol_contexts = ByteContexts{ids, lossy::kDitherContexts};
+      }
       ctx.base = prediction;
     }
   }

@@ -18,6 +18,7 @@
 #include "codec/container/dither_candidate.h"
 #include "codec/container/low_rank_candidate.h"
 #include "codec/container/step_space.h"
+#include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/chunk_encoder.h"
 #include "codec/tensor/lossy_chunk_codec.h"
@@ -111,6 +112,10 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
     lossy_options.uniform_step = space->dithered->grid_step;
     lossy_options.schedule = nullptr;
     lossy_options.alternative_base = {};
+    const uint64_t n = values.size() / 4;
+    auto* ids = reinterpret_cast<uint8_t*>(scratch.symbol_contexts.Reserve(n));
+    lossy::DitherContexts(space->dithered->dither.seed, n, ids);
+    lossy_options.symbol_contexts = ByteContexts{ids, lossy::kDitherContexts};
   }
   ASSIGN_OR_RETURN(lossy::EncodedChunk encoded,
                    lossy::EncodeChunk(type, values, prediction != nullptr ? prediction->prediction : codec_base,

@@ -14,6 +14,7 @@
 #include "codec/common/status.h"
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
+#include "codec/tensor/rans_context.h"
 #include "codec/tensor/scratch.h"
 
 namespace ckptfs {
@@ -25,6 +26,9 @@ struct ChunkContext {
   // Delta codecs: the base version's bytes of the same tensor range, as
   // long as the chunk. Empty for key-frame codecs.
   ByteSpan base;
+  // Decode only: the symbol contexts a lossy chunk was encoded with (a
+  // dithered first moment's, codec/tensor/lossy/dither.h); empty: none.
+  ByteContexts symbol_contexts;
 };
 
 // Thread safety: codecs are immutable; Encode/Decode may run concurrently

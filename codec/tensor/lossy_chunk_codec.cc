@@ -272,9 +272,11 @@ Status LossyChunkCodec::DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx
     std::copy(base.begin(), base.end(), copy);
     base = ByteSpan(copy, base.size());
   }
-  if (!misaligned(out.data())) return lossy::DecodeChunk(type, stored, base, out, &scratch.lossy(), nullptr, checksum);
+  if (!misaligned(out.data()))
+    return lossy::DecodeChunk(type, stored, base, out, &scratch.lossy(), nullptr, checksum, ctx.symbol_contexts);
   MutableByteSpan aligned(scratch.planes.Reserve(out.size()), out.size());
-  RETURN_IF_ERROR(lossy::DecodeChunk(type, stored, base, aligned, &scratch.lossy(), nullptr, checksum));
+  RETURN_IF_ERROR(
+      lossy::DecodeChunk(type, stored, base, aligned, &scratch.lossy(), nullptr, checksum, ctx.symbol_contexts));
   std::copy(aligned.begin(), aligned.end(), out.begin());
   return Status::Ok();
 }

@@ -135,6 +135,38 @@ struct IfmaEncodeTables {
 std::byte* EncodeGroupsAvx512Ifma(const uint8_t* in, size_t whole, const IfmaEncodeTables& tables, uint32_t* states,
                                   std::byte* w, const std::byte* lowest);
 
+// What the encoder needs per symbol to avoid a division: with
+// q = floor(x / freq) computed as ((x * rcp >> 32) + x) >> shift, the step
+// x -> (q << kProbBits) + x % freq + start is x + start + q * (kProbScale -
+// freq). rcp and shift are the Granlund-Montgomery multiplier for 32-bit
+// dividends: m = ceil(2^(32 + shift) / freq), shift = ceil(log2(freq)),
+// rcp = m - 2^32 (which fits 32 bits because freq > 2^(shift - 1)).
+struct EncodeSymbol {
+  uint32_t rcp;
+  uint32_t shift;
+  uint32_t limit;  // renormalise while x > limit (freq << 20, minus 1)
+  uint16_t start;
+  uint16_t complement;
+};
+
+inline EncodeSymbol MakeEncodeSymbol(uint32_t freq, uint32_t start) {
+  EncodeSymbol e{};
+  uint32_t shift = 0;
+  while ((1u << shift) < freq) ++shift;
+  const uint64_t m = ((uint64_t{1} << (32 + shift)) + freq - 1) / freq;
+  e.rcp = static_cast<uint32_t>(m - (uint64_t{1} << 32));
+  e.shift = shift;
+  e.limit = static_cast<uint32_t>((uint64_t{freq} << (32 - kProbBits)) - 1);
+  e.start = static_cast<uint16_t>(start);
+  e.complement = static_cast<uint16_t>(kProbScale - freq);
+  return e;
+}
+
+inline uint32_t EncodeStep(uint32_t x, const EncodeSymbol& e) {
+  const uint32_t q = static_cast<uint32_t>(((static_cast<uint64_t>(x) * e.rcp >> 32) + x) >> e.shift);
+  return x + e.start + q * e.complement;
+}
+
 // The ByteRanges (rans.h) of p[0, n).
 ByteRanges FindByteRanges(const uint8_t* p, size_t n);
 // Its AVX2 path. REQUIRES: CpuHasSimd(SimdLevel::kAvx2).

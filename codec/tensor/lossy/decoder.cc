@@ -24,7 +24,7 @@ Status Corrupt(const std::string& what, uint64_t want, uint64_t have) {
 }  // namespace
 
 Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
-                   LossyKernels* kernels, std::optional<uint64_t>* checksum) {
+                   LossyKernels* kernels, std::optional<uint64_t>* checksum, ByteContexts contexts) {
   if (checksum != nullptr) checksum->reset();
   const size_t width = ElementSize(type);
   if (encoded.size() < StreamHeader::kEncodedSize + kTrailerSize)
@@ -94,8 +94,11 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
 
   const uint64_t packed_bytes = PackedBytes(n, h.bits);
   EnsureSize(&s.packed, packed_bytes);
+  if (h.SymbolsHaveContexts() && contexts.empty())
+    return Status::Corruption("lossy chunk: symbols coded in contexts that only a dithered chunk has");
   RETURN_IF_ERROR(DecompressSymbols(s, h.SymbolsAreRans(), main, h.bits, n,
-                                    MutableByteSpan(s.packed.data(), packed_bytes), "symbols"));
+                                    MutableByteSpan(s.packed.data(), packed_bytes), "symbols",
+                                    h.SymbolsHaveContexts() ? &contexts : nullptr));
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, width, &s.exact_list));
   uint32_t max_symbol = 0;
   auto dequantize = [&](uint64_t first, uint64_t count) {

@@ -5,12 +5,24 @@
 
 namespace ckptfs::lossy {
 
-double DitherOffset(uint64_t seed, uint64_t i) {
+namespace {
+
+uint64_t SplitMix64(uint64_t seed, uint64_t i) {
   uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1p-53 - 0.5;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+double DitherOffset(uint64_t seed, uint64_t i) {
+  return static_cast<double>(SplitMix64(seed, i) >> 11) * 0x1p-53 - 0.5;
+}
+
+void DitherContexts(uint64_t seed, uint64_t n, uint8_t* out) {
+  static_assert(kDitherContexts == 16, "the top four bits of the offset");
+  for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(SplitMix64(seed, i) >> 60);
 }
 
 bool SubtractDither(double step, uint64_t seed, MutableByteSpan p) {

@@ -22,6 +22,15 @@ namespace ckptfs::lossy {
 // output of seed + (i + 1) * 0x9E3779B97F4A7C15, exact in binary64.
 double DitherOffset(uint64_t seed, uint64_t i);
 
+// The symbols of a dithered stream are coded in the context of their
+// element's offset (codec/tensor/rans_context.h): given d_i the residual's
+// symbol is mostly one of two neighbours with odds that follow d_i, so a
+// frequency table per bucket of d_i codes it in fewer bits than one table.
+// Element i's context is floor((d_i + 1/2) * kDitherContexts), the top four
+// bits of its SplitMix64 output; out[0, n) receives them.
+inline constexpr uint32_t kDitherContexts = 16;
+void DitherContexts(uint64_t seed, uint64_t n, uint8_t* out);
+
 // p[i] = f32(double(p[i]) - step * DitherOffset(seed, i)) for the f32
 // prediction `p`, in place; an element whose result is not finite keeps its
 // value. Binary64, round to nearest, no fused operations: writer and reader

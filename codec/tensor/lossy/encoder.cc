@@ -285,9 +285,10 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     h.element_count = n;
     h.exact_count = exact;
     h.exact_raw_size = exact == 0 ? 0 : s.exact_list.size();
-    ASSIGN_OR_RETURN(SymbolStream symbols, CompressSymbols(s, options.zstd_level, packed, table.bits, n));
+    ASSIGN_OR_RETURN(SymbolStream symbols,
+                     CompressSymbols(s, options.zstd_level, packed, table.bits, n, options.symbol_contexts));
     const ByteSpan main = symbols.bytes;
-    h.version = StreamHeader::VersionFor(h.mode, symbols.rans);
+    h.version = StreamHeader::VersionFor(h.mode, symbols.rans, symbols.contexts);
     ByteSpan exact_z;
     if (exact > 0) {
       ASSIGN_OR_RETURN(exact_z, CompressZstd(s.cctx.get(), options.zstd_level, s.exact_list, &s.zstd_exact));

@@ -19,6 +19,7 @@
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
 #include "codec/format/layout.h"
+#include "codec/tensor/rans_context.h"
 
 namespace ckptfs::lossy {
 
@@ -142,6 +143,12 @@ struct EncodeOptions {
   // uniform and independent of the values. On a budget miss the step
   // shrinks to fit.
   float uniform_step = 0.0f;
+  // Contexts of the elements' symbols (n ids; empty: none): a quantized
+  // stream may then code its symbols in a context rANS plane (stream
+  // version 4), which DecodeChunk can only read with the same contexts. A
+  // dithered chunk passes its offsets' buckets (dither.h): its symbols'
+  // odds depend on them.
+  ByteContexts symbol_contexts;
 };
 
 // Encodes one chunk. `values` holds n elements of `type`; `base` is empty for
@@ -167,7 +174,10 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
 // leave it empty.
 // REQUIRES: out.size() is the chunk's byte size.
 // Thread safety: reentrant; concurrent calls need distinct scratch/kernels.
+// `contexts`: the EncodeOptions::symbol_contexts the chunk was encoded with
+// (a stream in version 4 without them is Corruption).
 Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
-                   LossyKernels* kernels = nullptr, std::optional<uint64_t>* checksum = nullptr);
+                   LossyKernels* kernels = nullptr, std::optional<uint64_t>* checksum = nullptr,
+                   ByteContexts contexts = {});
 
 }  // namespace ckptfs::lossy

@@ -44,6 +44,8 @@ struct Scratch::Buffers {
   std::vector<std::byte> zstd_exact;
   std::vector<uint8_t> symbols;       // one byte per symbol, for the rANS main stream
   std::vector<std::byte> rans_main;  // the rANS alternative of the main stream
+  std::vector<std::byte> rans_contexts;      // the context rANS alternative (dithered chunks)
+  std::vector<uint32_t> rans_context_tables;  // its decode tables
   std::unique_ptr<ZSTD_CCtx, ZstdCDeleter> cctx;
   std::unique_ptr<ZSTD_DCtx, ZstdDDeleter> dctx;
   std::unique_ptr<LossyKernels> cpu_kernels;

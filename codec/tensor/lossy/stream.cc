@@ -43,13 +43,17 @@ Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {
     return Status::Corruption("lossy chunk header: " + what + ", want=" + std::to_string(want) +
                               " have=" + std::to_string(have));
   };
-  if (h.version < kStreamVersion || h.version > kStreamVersionRans) {
-    return Status::Unsupported("lossy chunk header: unsupported version, want<=" + std::to_string(kStreamVersionRans) +
+  if (h.version < kStreamVersion || h.version > kStreamVersionRansContexts) {
+    return Status::Unsupported("lossy chunk header: unsupported version, want<=" +
+                               std::to_string(kStreamVersionRansContexts) +
                                " have=" + std::to_string(h.version));
   }
   if (mode > 2) return bad("mode <= 2", 2, mode);
   if (h.version == kStreamVersionRans) {
     if (mode == 0) return bad("rANS symbols only in modes 1 and 2", 1, mode);
+    if (h.bits > kMaxRansBits) return bad("rANS symbol bits", kMaxRansBits, h.bits);
+  } else if (h.version == kStreamVersionRansContexts) {
+    if (mode != 1) return bad("context rANS symbols only in mode 1", 1, mode);
     if (h.bits > kMaxRansBits) return bad("rANS symbol bits", kMaxRansBits, h.bits);
   } else if ((mode == 2) != (h.version == kStreamVersionLog)) {
     return bad("version of mode", mode == 2 ? 2 : 1, h.version);

@@ -25,6 +25,10 @@ namespace ckptfs::lossy {
 inline constexpr uint8_t kStreamVersion = 1;
 inline constexpr uint8_t kStreamVersionLog = 2;
 inline constexpr uint8_t kStreamVersionRans = 3;
+// Version 4 is mode 1 with the symbols in a context rANS plane (FORMAT.md
+// "Context rANS plane"): its decoder needs per-element contexts from the
+// caller (a dithered chunk's offsets, dither.h).
+inline constexpr uint8_t kStreamVersionRansContexts = 4;
 
 // How the chunk is stored. Stored: never renumber.
 enum class StreamMode : uint8_t {
@@ -67,9 +71,12 @@ struct StreamHeader {
   uint64_t exact_size = 0;      // zstd bytes of the exact list (0 when empty)
 
   // Version 3: the main stream is rANS-coded symbols, not a zstd frame.
-  bool SymbolsAreRans() const { return version == kStreamVersionRans; }
+  bool SymbolsAreRans() const { return version == kStreamVersionRans || version == kStreamVersionRansContexts; }
+  // Version 4: the rANS plane codes each symbol in its element's context.
+  bool SymbolsHaveContexts() const { return version == kStreamVersionRansContexts; }
   // The version for a quantized or log stream whose symbols are coded so.
-  static uint8_t VersionFor(StreamMode mode, bool rans) {
+  static uint8_t VersionFor(StreamMode mode, bool rans, bool contexts = false) {
+    if (contexts) return kStreamVersionRansContexts;
     return rans ? kStreamVersionRans : mode == StreamMode::kLog ? kStreamVersionLog : kStreamVersion;
   }
 

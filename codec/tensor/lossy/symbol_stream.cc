@@ -43,31 +43,43 @@ void PackSymbols(const uint8_t* in, uint64_t n, unsigned bits, MutableByteSpan p
 
 }  // namespace
 
-Result<SymbolStream> CompressSymbols(Scratch::Buffers& s, int zstd_level, ByteSpan packed, unsigned bits, uint64_t n) {
+Result<SymbolStream> CompressSymbols(Scratch::Buffers& s, int zstd_level, ByteSpan packed, unsigned bits, uint64_t n,
+                                     ByteContexts contexts) {
   ASSIGN_OR_RETURN(ByteSpan zstd, CompressZstd(s.cctx.get(), zstd_level, packed, &s.zstd_main));
   if (bits > kMaxRansBits || n == 0 || zstd.size() < 2) return SymbolStream{zstd, false};
   EnsureSize(&s.symbols, n);
   UnpackSymbols(packed, bits, n, s.symbols.data());
   // Only a plane smaller than the zstd frame is worth it; RansEncode says
   // Unsupported when it would not fit in that.
+  SymbolStream best{zstd, false};
   EnsureSize(&s.rans_main, zstd.size() - 1);
   Result<size_t> size = RansEncode(s.symbols.data(), n, CountBytes(s.symbols.data(), n), s.rans_main.data(),
                                    zstd.size() - 1);
-  if (!size.ok()) {
-    if (size.status().code() == StatusCode::kUnsupported) return SymbolStream{zstd, false};
+  if (size.ok()) {
+    best = SymbolStream{ByteSpan(s.rans_main.data(), *size), true};
+  } else if (size.status().code() != StatusCode::kUnsupported) {
     return size.status();
   }
-  return SymbolStream{ByteSpan(s.rans_main.data(), *size), true};
+  if (contexts.empty() || best.bytes.size() < 2) return best;
+  EnsureSize(&s.rans_contexts, best.bytes.size() - 1);
+  size = RansEncodeInContexts(s.symbols.data(), n, contexts, s.rans_contexts.data(), best.bytes.size() - 1);
+  if (size.ok()) return SymbolStream{ByteSpan(s.rans_contexts.data(), *size), true, true};
+  if (size.status().code() != StatusCode::kUnsupported) return size.status();
+  return best;
 }
 
 Status DecompressSymbols(Scratch::Buffers& s, bool rans, ByteSpan main, unsigned bits, uint64_t n,
-                         MutableByteSpan packed, const char* what) {
+                         MutableByteSpan packed, const char* what, const ByteContexts* contexts) {
   if (!rans) return Unzstd(s.dctx.get(), main, packed.data(), packed.size(), what);
   if (bits < 1 || bits > kMaxRansBits || (n * bits + 7) / 8 > packed.size())
     return Status::Internal(std::string("lossy chunk: ") + what + ": " + std::to_string(n) + " symbols of " +
                             std::to_string(bits) + " bits into " + std::to_string(packed.size()) + " bytes");
   EnsureSize(&s.symbols, n);
-  RETURN_IF_ERROR(RansDecode(main, s.symbols.data(), n, what));
+  if (contexts != nullptr) {
+    RETURN_IF_ERROR(RansDecodeInContexts(main, *contexts, s.symbols.data(), n, what, &s.rans_context_tables));
+  } else {
+    RETURN_IF_ERROR(RansDecode(main, s.symbols.data(), n, what));
+  }
   uint8_t ored = 0;  // a symbol wider than `bits` shows here
   for (uint64_t i = 0; i < n; ++i) ored |= s.symbols[i];
   if ((ored >> bits) != 0)

@@ -16,22 +16,27 @@
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
 #include "codec/tensor/lossy/scratch.h"
+#include "codec/tensor/rans_context.h"
 
 namespace ckptfs::lossy {
 
 struct SymbolStream {
   ByteSpan bytes;     // in a buffer of the scratch, valid until its next use
   bool rans = false;  // a rANS plane: the header's version is kStreamVersionRans
+  bool contexts = false;  // a context rANS plane (kStreamVersionRansContexts)
 };
 
 // Codes the n symbols of `bits` each in `packed` (the bit string of LOSSY.md
-// section 5.3, its length the mode's packed size).
-Result<SymbolStream> CompressSymbols(Scratch::Buffers& s, int zstd_level, ByteSpan packed, unsigned bits, uint64_t n);
+// section 5.3, its length the mode's packed size). With `contexts` (one per
+// symbol), a context rANS plane is a third candidate.
+Result<SymbolStream> CompressSymbols(Scratch::Buffers& s, int zstd_level, ByteSpan packed, unsigned bits, uint64_t n,
+                                     ByteContexts contexts = {});
 
-// Restores all of `packed` from a main stream coded as `rans` says; the bits
-// past the n symbols are zero. A rANS plane holding a symbol of more than
-// `bits` bits is Corruption.
+// Restores all of `packed` from a main stream coded as `rans` says (with
+// `contexts` not null: a context rANS plane coded in those contexts); the
+// bits past the n symbols are zero. A rANS plane holding a symbol of more
+// than `bits` bits is Corruption.
 Status DecompressSymbols(Scratch::Buffers& s, bool rans, ByteSpan main, unsigned bits, uint64_t n,
-                         MutableByteSpan packed, const char* what);
+                         MutableByteSpan packed, const char* what, const ByteContexts* contexts = nullptr);
 
 }  // namespace ckptfs::lossy

@@ -150,6 +150,63 @@ TEST(Dither, TheErrorIsUniformAndIndependentOfTheValues) {
   EXPECT_EQ(tight->stats.mode, 1) << "a finer grid fits within the retries";
 }
 
+TEST(Dither, SymbolsAreCodedInTheContextsOfTheirOffsets) {
+  // Element i's context is the top four bits of its offset's 53.
+  std::vector<uint8_t> ids(5000);
+  lossy::DitherContexts(77, ids.size(), ids.data());
+  for (size_t i = 0; i < ids.size(); ++i)
+    ASSERT_EQ(ids[i], static_cast<uint8_t>(std::floor((lossy::DitherOffset(77, i) + 0.5) * lossy::kDitherContexts)))
+        << i;
+
+  // A step whose base predicts most of it, dithered at 0.9 of it: the grid
+  // is coarse against the residual, whose symbol is then mostly one of two
+  // neighbours with odds set by the offset.
+  const size_t n = 60000;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n), base(n);
+  for (size_t i = 0; i < n; ++i) {
+    base[i] = normal(rng);
+    x[i] = base[i] + 0.5f * normal(rng);
+  }
+  const std::vector<std::byte> xb = F32Bytes(x), bb = F32Bytes(base);
+  CodecScratch scratch;
+  std::optional<DitheredPrediction> d = PredictDithered(xb, bb, 0.9, /*seed=*/21, scratch);
+  ASSERT_TRUE(d);
+  const std::vector<std::byte> prediction(d->prediction.prediction.begin(), d->prediction.prediction.end());
+  ids.resize(n);
+  lossy::DitherContexts(21, n, ids.data());
+  lossy::Scratch lossy_scratch;
+  lossy::EncodeOptions options;
+  options.uniform_step = d->grid_step;
+  const lossy::Budget budget{0.9 * kDitherBudgetSlack};
+  Result<lossy::EncodedChunk> one_table =
+      lossy::EncodeChunk(lossy::ElementType::kF32, xb, prediction, budget, &lossy_scratch, options);
+  options.symbol_contexts = ByteContexts{ids.data(), lossy::kDitherContexts};
+  Result<lossy::EncodedChunk> in_contexts =
+      lossy::EncodeChunk(lossy::ElementType::kF32, xb, prediction, budget, &lossy_scratch, options);
+  ASSERT_TRUE(one_table.ok() && in_contexts.ok());
+  EXPECT_EQ(static_cast<uint8_t>(one_table->bytes[0]), 3);
+  EXPECT_EQ(static_cast<uint8_t>(in_contexts->bytes[0]), 4) << "stream version 4: a context rANS plane";
+  EXPECT_TRUE(in_contexts->reconstruction == one_table->reconstruction) << "the same quantization";
+  EXPECT_LT(in_contexts->bytes.size(), 0.85 * one_table->bytes.size());
+
+  std::vector<std::byte> out(xb.size());
+  const ByteContexts contexts{ids.data(), lossy::kDitherContexts};
+  ASSERT_TRUE(lossy::DecodeChunk(lossy::ElementType::kF32, in_contexts->bytes, prediction, out, &lossy_scratch,
+                                 nullptr, nullptr, contexts)
+                  .ok());
+  EXPECT_TRUE(out == in_contexts->reconstruction);
+  EXPECT_EQ(lossy::DecodeChunk(lossy::ElementType::kF32, in_contexts->bytes, prediction, out, &lossy_scratch).code(),
+            StatusCode::kCorruption)
+      << "without its contexts";
+  std::vector<uint8_t> other(n);
+  lossy::DitherContexts(22, n, other.data());
+  const Status wrong = lossy::DecodeChunk(lossy::ElementType::kF32, in_contexts->bytes, prediction, out,
+                                          &lossy_scratch, nullptr, nullptr, {other.data(), lossy::kDitherContexts});
+  EXPECT_TRUE(!wrong.ok() || out != in_contexts->reconstruction) << "another seed's contexts";
+}
+
 LossyChunkParams DitherParams() {
   LossyChunkParams p = DeltaParams();
   p.flags |= LossyChunkParams::kFlagPredicted | LossyChunkParams::kFlagStepSpace | LossyChunkParams::kFlagDither;

@@ -351,7 +351,10 @@ TEST(LossyLog, CorruptLogStreamsAreRejected) {
   s[0] = std::byte{1};  // mode 2 needs version 2
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
   s = c->bytes;
-  s[0] = std::byte{4};
+  s[0] = std::byte{4};  // context rANS symbols: mode 1 only
+  EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  s = c->bytes;
+  s[0] = std::byte{5};
   EXPECT_EQ(decode(s).code(), StatusCode::kUnsupported);
   s = c->bytes;
   s[0] = std::byte{static_cast<uint8_t>(static_cast<uint8_t>(s[0]) == 2 ? 3 : 2)};  // zstd read as rANS, or back
