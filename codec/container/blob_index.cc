@@ -8,6 +8,7 @@
 
 #include "codec/container/blob_format.h"
 #include "codec/tensor/lossy/low_rank.h"
+#include "codec/tensor/lossy/row_column_base.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 
 namespace ckptfs {
@@ -58,6 +59,17 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
       Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(index.params[c]);
       if (!params.ok()) return fail(params.status().message());
       delta = params->delta();
+      if (params->row_column) {
+        // Whole rows of f32 elements, and a block the stream follows.
+        const RowColumnTerm& t = *params->row_column;
+        const uint64_t n = chunk.logical_length / 4;
+        if (dtype != DType::kF32 || n % t.columns != 0 ||
+            t.block_bytes != lossy::RowColumnBlockSize(n / t.columns, t.columns) ||
+            t.block_bytes >= chunk.stored_length)
+          return fail(fmt::format("row-column base over {} columns in {} bytes does not fit {} elements stored in "
+                                  "{} bytes",
+                                  t.columns, t.block_bytes, n, chunk.stored_length));
+      }
       if (params->low_rank) {
         // Whole rows of f32 elements, and a factor block the stream follows.
         const LowRankTerm& t = *params->low_rank;

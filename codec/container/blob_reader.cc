@@ -15,6 +15,7 @@
 #include "codec/container/step_space.h"
 #include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/low_rank.h"
+#include "codec/tensor/lossy/row_column_base.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/chunk_codec.h"
 #include "codec/tensor/scratch_pool.h"
@@ -311,8 +312,19 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   // step_inputs[1]; its base and output are m / s.
   const std::byte* scales = nullptr;
   std::optional<LossyChunkParams> params;  // parsed when a step space or prediction needs it
-  if ((lossy_flags & (LossyChunkParams::kFlagStepSpace | LossyChunkParams::kFlagPredicted)) != 0) {
+  if ((lossy_flags & (LossyChunkParams::kFlagStepSpace | LossyChunkParams::kFlagPredicted |
+                      LossyChunkParams::kFlagRowColumn)) != 0) {
     ASSIGN_OR_RETURN(params, LossyChunkParams::DecodeFrom(index_.params[c]));
+  }
+  if (params && params->row_column) {
+    // The stream is a delta frame against the base its block describes
+    // (the block leads the stored bytes, its size checked at Open).
+    const RowColumnTerm& t = *params->row_column;
+    std::byte* base = scratch.base.Reserve(out.size());
+    if (!lossy::SynthesizeRowColumnBase(stored.first(t.block_bytes), t.columns, MutableByteSpan(base, out.size())))
+      return ChunkError(StatusCode::kCorruption, c, "row-column block does not fit the chunk");
+    stored = stored.subspan(t.block_bytes);
+    ctx.base = ByteSpan(base, out.size());
   }
   if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
     MutableByteSpan v(scratch.step_inputs[1].Reserve(out.size()), out.size());

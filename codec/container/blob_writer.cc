@@ -19,6 +19,7 @@
 #include "codec/container/low_rank_candidate.h"
 #include "codec/container/step_space.h"
 #include "codec/tensor/lossy/dither.h"
+#include "codec/tensor/lossy/row_column_base.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/chunk_encoder.h"
 #include "codec/tensor/lossy_chunk_codec.h"
@@ -191,6 +192,53 @@ Status TryLowRank(ByteSpan file, const PlannedChunk& plan, const Layout& layout,
     low_rank.stored.insert(low_rank.stored.begin(), candidate->block.begin(), candidate->block.end());
     low_rank.params.low_rank = candidate->term;
     *result = std::move(low_rank);
+  } else {
+    std::copy(kept, kept + plan.length, range.begin());
+  }
+  return Status::Ok();
+}
+
+// An update denominator's log-mode chunk encoded again as a delta frame
+// against a row-column base (codec/tensor/lossy/row_column_base.h), kept
+// when its block and stream are smaller than `result` (whose reconstruction
+// is in `recon`); otherwise `result` and `recon` stay. Only for chunks of
+// whole rows of a matrix that cost more than kRowColumnFromBits per
+// element: a key frame, or a delta against a version far back (an anchor
+// frame); a near version predicts its successor better than any outer
+// product.
+constexpr double kRowColumnFromBits = 1.0;
+Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, const Layout& layout, const SourceMatch& source, const EncodeOptions& options, CodecScratch& scratch,
+                        MutableByteSpan recon, LossyResult* result) {
+  const uint64_t n = plan.length / 4;
+  if (!result->used || result->params.mode != 2 || plan.dtype != DType::kF32 || !(plan.budget.max_rel > 0) ||
+      static_cast<double>(result->stored.size()) * 8 < kRowColumnFromBits * static_cast<double>(n))
+    return Status::Ok();
+  // The tensor's one segment (a tensor split over several has no rows here).
+  std::optional<uint64_t> tensor_offset;
+  int segments = 0;
+  for (const Segment& s : layout.segments)
+    if (s.tensor == plan.tensor && ++segments == 1) tensor_offset = s.offset;
+  if (plan.tensor < 0 || segments != 1 || plan.offset < *tensor_offset) return Status::Ok();
+  const std::optional<uint64_t> columns =
+      ChunkColumns(layout.tensors[plan.tensor], (plan.offset - *tensor_offset) / 4, n);
+  if (!columns) return Status::Ok();
+  const ByteSpan data = file.subspan(plan.offset, plan.length);
+  std::optional<std::vector<std::byte>> block = lossy::FitRowColumnBase(data, *columns);
+  if (!block) return Status::Ok();
+  MutableByteSpan base(scratch.step_inputs[3].Reserve(plan.length), plan.length);
+  if (!lossy::SynthesizeRowColumnBase(*block, *columns, base)) return Status::Ok();
+  MutableByteSpan range = recon.subspan(plan.offset, plan.length);
+  std::byte* kept = scratch.step_inputs[2].Reserve(plan.length);
+  std::copy(range.begin(), range.end(), kept);
+  LossyResult candidate;
+  RETURN_IF_ERROR(EncodeLossy(file, plan, base, source, nullptr, options, options.lossy_kernels, scratch,
+                              recon.data(), &candidate));
+  if (candidate.used && candidate.params.delta() && candidate.params.mode == 2 &&
+      candidate.stored.size() + block->size() < result->stored.size()) {
+    candidate.stored.insert(candidate.stored.begin(), block->begin(), block->end());
+    candidate.params.flags &= static_cast<uint8_t>(~LossyChunkParams::kFlagDelta);
+    candidate.params.row_column = RowColumnTerm{static_cast<uint32_t>(*columns), block->size()};
+    *result = std::move(candidate);
   } else {
     std::copy(kept, kept + plan.length, range.begin());
   }
@@ -400,6 +448,9 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, scratch);
       statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
+      if (statuses[i].ok())
+        statuses[i] =
+            TryRowColumnBase(file, plan[i], layout, source, options, scratch, recon, &lossy_results[i]);
     };
     // A caller's kernel backend is one object: never used by two threads.
     parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {

@@ -28,6 +28,23 @@ float ElementAt(DType dtype, const std::byte* p, size_t i) {
 }  // namespace
 
 void LossyChunkParams::EncodeTo(ByteWriter& w) const {
+  if (row_column) {
+    // Version 3's fields under version 8's number and flag, zeros to 208.
+    LossyChunkParams head = *this;
+    head.row_column.reset();
+    head.flags &= static_cast<uint8_t>(~kFlagRowColumn);
+    std::vector<std::byte> bytes;
+    ByteWriter hw(&bytes);
+    head.EncodeTo(hw);
+    bytes[0] = std::byte{kVersionRowColumn};
+    bytes[1] |= std::byte{kFlagRowColumn};
+    bytes.resize(kEncodedSizeV7, std::byte{0});
+    w.Bytes(bytes);
+    w.U32(row_column->columns);
+    w.U32(0);
+    w.U64(row_column->block_bytes);
+    return;
+  }
   w.U8(dither       ? kVersionDither
        : low_rank   ? kVersionLowRank
        : step_space ? kVersionStepSpace
@@ -81,6 +98,37 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
 }
 
 Result<LossyChunkParams> LossyChunkParams::DecodeFrom(ByteSpan bytes) {
+  if (bytes.size() != kEncodedSizeV8) return DecodeUpToVersion7(bytes);
+  if (static_cast<uint8_t>(bytes[0]) != kVersionRowColumn)
+    return Status::Corruption(fmt::format("lossy params: version {} in {} bytes, want 8", static_cast<int>(bytes[0]),
+                                          bytes.size()));
+  const uint8_t flags = static_cast<uint8_t>(bytes[1]);
+  if ((flags & ~(kFlagRowColumn)) != 0 || (flags & kFlagRowColumn) == 0)
+    return Status::Corruption(fmt::format("lossy params: version 8 with flags {}, want the row-column flag alone",
+                                          flags));
+  if (std::any_of(bytes.begin() + kEncodedSize, bytes.begin() + kEncodedSizeV7,
+                  [](std::byte b) { return b != std::byte{0}; }))
+    return Status::Corruption("lossy params: version 8 has a non-zero area before its row-column term");
+  std::vector<std::byte> head(bytes.begin(), bytes.begin() + kEncodedSize);
+  head[0] = std::byte{kVersion};
+  head[1] = std::byte{0};
+  ASSIGN_OR_RETURN(LossyChunkParams p, DecodeUpToVersion7(head));
+  ByteReader r(bytes.subspan(kEncodedSizeV7), "lossy params");
+  RowColumnTerm term;
+  term.columns = r.U32();
+  const uint32_t reserved = r.U32();
+  term.block_bytes = r.U64();
+  RETURN_IF_ERROR(r.status());
+  if (reserved != 0) return Status::Corruption("lossy params: reserved bits set");
+  if (p.mode != 2 || term.columns == 0 || term.block_bytes == 0)
+    return Status::Corruption(fmt::format("lossy params: row-column term over {} columns in {} bytes in mode {}",
+                                          term.columns, term.block_bytes, p.mode));
+  p.flags = flags;
+  p.row_column = term;
+  return p;
+}
+
+Result<LossyChunkParams> LossyChunkParams::DecodeUpToVersion7(ByteSpan bytes) {
   if (bytes.size() != kEncodedSizeV7 && bytes.size() != kEncodedSizeV6 && bytes.size() != kEncodedSizeV5 &&
       bytes.size() != kEncodedSizeV4 && bytes.size() != kEncodedSize && bytes.size() != kEncodedSizeV2)
     return Status::Corruption(fmt::format("lossy params: {} bytes, want {}, {}, {}, {}, {} or {}", bytes.size(),

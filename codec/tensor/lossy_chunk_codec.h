@@ -58,6 +58,16 @@ struct DitherTerm {
   uint64_t seed = 0;
 };
 
+// A log-mode chunk coded as a delta frame against a row-column base
+// (codec/tensor/lossy/row_column_base.h; FORMAT.md "Row-column base")
+// instead of a base version: the chunk is rows of `columns` f32 elements,
+// and its stored bytes start with the base's block (`block_bytes` long; the
+// stream follows).
+struct RowColumnTerm {
+  uint32_t columns = 0;
+  uint64_t block_bytes = 0;
+};
+
 // The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), little-endian:
 // 208 bytes (version 7, dithered chunks), 192 bytes (version 6, chunks with a low-rank term), 160 bytes (version 5, step-space chunks), 144 (version 4, predicted
 // chunks), 72 (version 3) or 64 (versions 1 and 2).
@@ -76,6 +86,10 @@ struct LossyChunkParams {
   // Version 7 appends the dither (208 bytes), written only for dithered
   // chunks, which need the step space and the prediction too; its bytes
   // 160-191 are version 6's term, all zero when the chunk has none.
+  // Version 8 is version 3's fields, zeros where versions 4-7 put their
+  // terms, and the row-column term (224 bytes), written only for chunks
+  // coded against a row-column base; they read no base version.
+  static constexpr size_t kEncodedSizeV8 = 224;
   static constexpr size_t kEncodedSizeV7 = 208;
   static constexpr size_t kEncodedSizeV6 = 192;
   static constexpr size_t kEncodedSizeV5 = 160;
@@ -87,11 +101,13 @@ struct LossyChunkParams {
   static constexpr uint8_t kVersionStepSpace = 5;
   static constexpr uint8_t kVersionLowRank = 6;
   static constexpr uint8_t kVersionDither = 7;
+  static constexpr uint8_t kVersionRowColumn = 8;
   static constexpr uint8_t kFlagDelta = 1;      // the stream reads the base at base_offset
   static constexpr uint8_t kFlagPredicted = 2;  // ... plus the step prediction (version 4)
   static constexpr uint8_t kFlagStepSpace = 4;  // the stream holds m / s (version 5)
   static constexpr uint8_t kFlagLowRank = 8;    // the prediction has a low-rank term (version 6)
   static constexpr uint8_t kFlagDither = 16;    // the prediction has a dither (version 7)
+  static constexpr uint8_t kFlagRowColumn = 32; // the stream's base is a row-column base (version 8)
 
   uint8_t flags = 0;
   uint8_t bits = 0;           // symbol width, 0 = lossless mode
@@ -120,13 +136,20 @@ struct LossyChunkParams {
   // Set exactly when flags has kFlagDither (which requires kFlagDelta,
   // kFlagPredicted and kFlagStepSpace).
   std::optional<DitherTerm> dither;
+  // Set exactly when flags has kFlagRowColumn (log mode; no other term, and
+  // not kFlagDelta: the stream's base is the block's, not a base version's).
+  std::optional<RowColumnTerm> row_column;
 
   bool delta() const { return (flags & kFlagDelta) != 0; }
   bool predicted() const { return (flags & kFlagPredicted) != 0; }
   void EncodeTo(ByteWriter& w) const;
   // Rejects a wrong size or version, reserved bits, negative or non-finite sums.
-  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes), 4 (144 bytes), 5 (160 bytes), 6 (192 bytes) and 7 (208 bytes).
+  // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes), 4 (144 bytes), 5 (160 bytes), 6 (192 bytes), 7 (208
+  // bytes) and 8 (224 bytes).
   static Result<LossyChunkParams> DecodeFrom(ByteSpan bytes);
+
+ private:
+  static Result<LossyChunkParams> DecodeUpToVersion7(ByteSpan bytes);
 };
 
 // The registered kLossy codec: decodes only. Encoding needs a budget and goes

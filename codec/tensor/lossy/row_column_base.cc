@@ -1,0 +1,98 @@
+#include "codec/tensor/lossy/row_column_base.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace ckptfs::lossy {
+namespace {
+
+// The float nearest 2^(k / 8), k = 0..7.
+constexpr float kEighths[8] = {0x1p+0f,          0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f,
+                               0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f};
+constexpr int64_t kLowest = -126 * 8;
+constexpr int64_t kHighest = 127 * 8 + 7;
+
+// log2 x for a finite x > 0, linear between powers of two: exponent plus
+// mantissa - 1 (exact in binary64 from the bits; denormals scaled first).
+double Log2Linear(float x) {
+  uint32_t bits = std::bit_cast<uint32_t>(x);
+  double shift = 0;
+  if ((bits >> 23) == 0) {  // denormal: scale by 2^32 (exact)
+    bits = std::bit_cast<uint32_t>(x * 0x1p32f);
+    shift = 32;
+  }
+  const int exponent = static_cast<int>(bits >> 23) - 127;
+  return exponent + static_cast<double>(bits & 0x7fffff) * 0x1p-23 - shift;
+}
+
+int8_t Eighths(double octaves) { return static_cast<int8_t>(std::clamp(std::nearbyint(8 * octaves), -127.0, 127.0)); }
+
+}  // namespace
+
+std::optional<std::vector<std::byte>> FitRowColumnBase(ByteSpan values, uint64_t columns) {
+  const uint64_t n = values.size() / 4;
+  if (columns == 0 || n % columns != 0) return std::nullopt;
+  const uint64_t rows = n / columns;
+  std::vector<double> row_sum(rows), column_sum(columns);
+  std::vector<uint64_t> row_count(rows), column_count(columns);
+  auto log2_at = [&](uint64_t i, double* out) {
+    const float x = std::bit_cast<float>(LoadLE32(values.data() + 4 * i));
+    if (!std::isfinite(x) || !(x > 0)) return false;
+    *out = Log2Linear(x);
+    return true;
+  };
+  double total = 0;
+  uint64_t count = 0;
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c = 0; c < columns; ++c) {
+      double l;
+      if (!log2_at(r * columns + c, &l)) continue;
+      row_sum[r] += l;
+      ++row_count[r];
+    }
+  for (uint64_t r = 0; r < rows; ++r) {
+    total += row_sum[r];
+    count += row_count[r];
+  }
+  if (count == 0) return std::nullopt;
+  const double mean = total / static_cast<double>(count);
+  const int32_t global = static_cast<int32_t>(std::clamp(std::nearbyint(8 * mean), -2e9, 2e9));
+  std::vector<int8_t> row_eighths(rows);
+  for (uint64_t r = 0; r < rows; ++r)
+    row_eighths[r] = row_count[r] == 0 ? 0 : Eighths(row_sum[r] / static_cast<double>(row_count[r]) - global / 8.0);
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c = 0; c < columns; ++c) {
+      double l;
+      if (!log2_at(r * columns + c, &l)) continue;
+      column_sum[c] += l - (global + row_eighths[r]) / 8.0;
+      ++column_count[c];
+    }
+  std::vector<std::byte> block(RowColumnBlockSize(rows, columns));
+  StoreLE32(block.data(), static_cast<uint32_t>(global));
+  for (uint64_t r = 0; r < rows; ++r) block[4 + r] = std::byte(static_cast<uint8_t>(row_eighths[r]));
+  for (uint64_t c = 0; c < columns; ++c)
+    block[4 + rows + c] = std::byte(static_cast<uint8_t>(
+        column_count[c] == 0 ? 0 : Eighths(column_sum[c] / static_cast<double>(column_count[c]))));
+  return block;
+}
+
+bool SynthesizeRowColumnBase(ByteSpan block, uint64_t columns, MutableByteSpan out) {
+  const uint64_t n = out.size() / 4;
+  if (columns == 0 || n % columns != 0 || block.size() != RowColumnBlockSize(n / columns, columns)) return false;
+  const uint64_t rows = n / columns;
+  const int64_t global = static_cast<int32_t>(LoadLE32(block.data()));
+  const auto* row = reinterpret_cast<const int8_t*>(block.data() + 4);
+  const auto* column = row + rows;
+  for (uint64_t r = 0; r < rows; ++r) {
+    std::byte* at = out.data() + 4 * r * columns;
+    for (uint64_t c = 0; c < columns; ++c) {
+      const int64_t e = std::clamp<int64_t>(global + row[r] + column[c], kLowest, kHighest);
+      // e >> 3 is floor(e / 8) and e & 7 its remainder, negative e included.
+      StoreLE32(at + 4 * c, std::bit_cast<uint32_t>(std::ldexp(kEighths[e & 7], static_cast<int>(e >> 3))));
+    }
+  }
+  return true;
+}
+
+}  // namespace ckptfs::lossy
