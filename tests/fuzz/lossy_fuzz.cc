@@ -10,6 +10,7 @@
 
 #include "codec/common/bytes.h"
 #include "codec/common/hash.h"
+#include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/lossy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -39,5 +40,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // reader decodes; up to 2^16 elements reach several slices.
   std::optional<uint64_t> checksum;
   (void)DecodeChunk(type, stream, base, out, &scratch, nullptr, &checksum);
+  // Stream version 4 codes its symbols in contexts (a dithered chunk's).
+  std::vector<uint8_t> ids(n);
+  DitherContexts(control, n, ids.data());
+  (void)DecodeChunk(type, stream, base, out, &scratch, nullptr, &checksum, ByteContexts{ids.data(), kDitherContexts});
   return 0;
 }

@@ -4,7 +4,8 @@
 // reading out of bounds, and all must agree; so must the piece-by-piece
 // decoder (rans_stream.h), in pieces whose sizes the stream bytes pick.
 // The stream bytes are also encoded as a plane and
-// must decode back to themselves, the same from every encoder path.
+// must decode back to themselves, the same from every encoder path; so must
+// a context plane (rans_context.h) with contexts from the bytes' positions.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "codec/tensor/rans.h"
+#include "codec/tensor/rans_context.h"
 #include "codec/tensor/rans_stream.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -68,5 +70,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> back(count);
   if (!RansDecode(ByteSpan(encoded).first(*m), back.data(), count, "fuzz").ok()) std::abort();
   if (std::memcmp(back.data(), plane, count) != 0) std::abort();
+
+  // Context planes: the stream bytes decoded in 16 contexts (any status,
+  // no crash), and the plane coded in them must decode back.
+  std::vector<uint8_t> ids(count > n ? count : n);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint8_t>((i * 7 + (i >> 3)) % 16);
+  std::vector<uint32_t> tables;
+  (void)RansDecodeInContexts(stored, ByteContexts{ids.data(), 16}, slow.data(), n, "fuzz", &tables);
+  // Room for 16 full tables besides the words.
+  std::vector<std::byte> coded(2 * count + 16 * 600 + 1024);
+  Result<size_t> c = RansEncodeInContexts(plane, count, ByteContexts{ids.data(), 16}, coded.data(), coded.size());
+  if (!c.ok()) std::abort();
+  if (!RansDecodeInContexts(ByteSpan(coded).first(*c), ByteContexts{ids.data(), 16}, back.data(), count, "fuzz",
+                            &tables)
+           .ok() ||
+      std::memcmp(back.data(), plane, count) != 0)
+    std::abort();
   return 0;
 }
