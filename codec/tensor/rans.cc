@@ -124,15 +124,7 @@ Result<size_t> Encode(const uint8_t* in, size_t n, const ByteHistogram& hist, st
   // The last n % kStates bytes first, each word write checked.
   const size_t whole = n / kStates * kStates;
   for (size_t i = n; i-- > whole;) {
-    const EncodeSymbol& e = symbols[in[i]];
-    uint32_t& s = x[i % kStates];
-    if (s > e.limit) {
-      if (w - lowest < 2) return Status::Unsupported("rANS: no room");
-      w -= 2;
-      StoreLE16(w, static_cast<uint16_t>(s));
-      s >>= 16;
-    }
-    s = EncodeStep(s, e);
+    if (!rans::EncodeChecked(x[i % kStates], symbols[in[i]], w, lowest)) return Status::Unsupported("rANS: no room");
   }
   if (level == SimdLevel::kAvx512 && ifma && rans::CpuHasAvx512Ifma()) {
     rans::IfmaEncodeTables tables{};

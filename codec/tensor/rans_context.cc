@@ -141,14 +141,7 @@ Result<size_t> RansEncodeInContexts(const uint8_t* in, size_t n, ByteContexts co
   x.fill(kLower);
   for (size_t i = n; i-- > 0;) {
     const rans::EncodeSymbol& e = symbols[TableOf(contexts.ids[i], tables, contexts.count) * 256 + in[i]];
-    uint32_t& s = x[i % kStates];
-    if (s > e.limit) {
-      if (w - lowest < 2) return Status::Unsupported("context rANS: no room");
-      w -= 2;
-      StoreLE16(w, static_cast<uint16_t>(s));
-      s >>= 16;
-    }
-    s = rans::EncodeStep(s, e);
+    if (!rans::EncodeChecked(x[i % kStates], e, w, lowest)) return Status::Unsupported("context rANS: no room");
   }
   std::byte* states = out + table_size;
   for (size_t j = 0; j < kStates; ++j) StoreLE32(states + 4 * j, x[j]);

@@ -167,6 +167,20 @@ inline uint32_t EncodeStep(uint32_t x, const EncodeSymbol& e) {
   return x + e.start + q * e.complement;
 }
 
+// One encoder step of state s with every word write checked: renormalises
+// into the words written downwards from w (false when that would pass
+// `lowest`), then encodes.
+inline bool EncodeChecked(uint32_t& s, const EncodeSymbol& e, std::byte*& w, const std::byte* lowest) {
+  if (s > e.limit) {
+    if (w - lowest < 2) return false;
+    w -= 2;
+    StoreLE16(w, static_cast<uint16_t>(s));
+    s >>= 16;
+  }
+  s = EncodeStep(s, e);
+  return true;
+}
+
 // The ByteRanges (rans.h) of p[0, n).
 ByteRanges FindByteRanges(const uint8_t* p, size_t n);
 // Its AVX2 path. REQUIRES: CpuHasSimd(SimdLevel::kAvx2).
