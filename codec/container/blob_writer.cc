@@ -207,8 +207,9 @@ Status TryLowRank(ByteSpan file, const PlannedChunk& plan, const Layout& layout,
 // frame); a near version predicts its successor better than any outer
 // product.
 constexpr double kRowColumnFromBits = 1.0;
-Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, const Layout& layout, const SourceMatch& source, const EncodeOptions& options, CodecScratch& scratch,
-                        MutableByteSpan recon, LossyResult* result) {
+Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, const Layout& layout, const SourceMatch& source,
+                        const EncodeOptions& options, CodecScratch& scratch, MutableByteSpan recon,
+                        LossyResult* result) {
   const uint64_t n = plan.length / 4;
   if (!result->used || result->params.mode != 2 || plan.dtype != DType::kF32 || !(plan.budget.max_rel > 0) ||
       static_cast<double>(result->stored.size()) * 8 < kRowColumnFromBits * static_cast<double>(n))
@@ -449,8 +450,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
       if (statuses[i].ok())
-        statuses[i] =
-            TryRowColumnBase(file, plan[i], layout, source, options, scratch, recon, &lossy_results[i]);
+        statuses[i] = TryRowColumnBase(file, plan[i], layout, source, options, scratch, recon, &lossy_results[i]);
     };
     // A caller's kernel backend is one object: never used by two threads.
     parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
