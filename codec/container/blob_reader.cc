@@ -360,11 +360,9 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
           return ChunkError(StatusCode::kCorruption, c, "low-rank factor scale not finite");
       }
       if (params->dither) {
-        if (!lossy::SubtractDither(params->dither->step, params->dither->seed, prediction))
+        auto* ids = reinterpret_cast<uint8_t*>(scratch.symbol_contexts.Reserve(out.size() / 4));
+        if (!lossy::SubtractDither(params->dither->step, params->dither->seed, prediction, ids))
           return ChunkError(StatusCode::kCorruption, c, "dither step not finite and > 0");
-        const uint64_t n = out.size() / 4;
-        auto* ids = reinterpret_cast<uint8_t*>(scratch.symbol_contexts.Reserve(n));
-        lossy::DitherContexts(params->dither->seed, n, ids);
         ctx.symbol_contexts = ByteContexts{ids, lossy::kDitherContexts};
       }
       ctx.base = prediction;

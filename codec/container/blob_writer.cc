@@ -18,7 +18,6 @@
 #include "codec/container/dither_candidate.h"
 #include "codec/container/low_rank_candidate.h"
 #include "codec/container/step_space.h"
-#include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/row_column_base.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/chunk_encoder.h"
@@ -113,10 +112,7 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
     lossy_options.uniform_step = space->dithered->grid_step;
     lossy_options.schedule = nullptr;
     lossy_options.alternative_base = {};
-    const uint64_t n = values.size() / 4;
-    auto* ids = reinterpret_cast<uint8_t*>(scratch.symbol_contexts.Reserve(n));
-    lossy::DitherContexts(space->dithered->dither.seed, n, ids);
-    lossy_options.symbol_contexts = ByteContexts{ids, lossy::kDitherContexts};
+    lossy_options.symbol_contexts = space->dithered->contexts;
   }
   ASSIGN_OR_RETURN(lossy::EncodedChunk encoded,
                    lossy::EncodeChunk(type, values, prediction != nullptr ? prediction->prediction : codec_base,
@@ -207,19 +203,18 @@ Status TryLowRank(ByteSpan file, const PlannedChunk& plan, const Layout& layout,
 // frame); a near version predicts its successor better than any outer
 // product.
 constexpr double kRowColumnFromBits = 1.0;
-Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, const Layout& layout, const SourceMatch& source,
+Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, const Layout& layout,
+                        const std::vector<std::optional<uint64_t>>& tensor_offsets, const SourceMatch& source,
                         const EncodeOptions& options, CodecScratch& scratch, MutableByteSpan recon,
                         LossyResult* result) {
   const uint64_t n = plan.length / 4;
   if (!result->used || result->params.mode != 2 || plan.dtype != DType::kF32 || !(plan.budget.max_rel > 0) ||
       static_cast<double>(result->stored.size()) * 8 < kRowColumnFromBits * static_cast<double>(n))
     return Status::Ok();
-  // The tensor's one segment (a tensor split over several has no rows here).
-  std::optional<uint64_t> tensor_offset;
-  int segments = 0;
-  for (const Segment& s : layout.segments)
-    if (s.tensor == plan.tensor && ++segments == 1) tensor_offset = s.offset;
-  if (plan.tensor < 0 || segments != 1 || plan.offset < *tensor_offset) return Status::Ok();
+  // A tensor split over several segments has no rows here.
+  if (plan.tensor < 0) return Status::Ok();
+  const std::optional<uint64_t>& tensor_offset = tensor_offsets[plan.tensor];
+  if (!tensor_offset || plan.offset < *tensor_offset) return Status::Ok();
   const std::optional<uint64_t> columns =
       ChunkColumns(layout.tensors[plan.tensor], (plan.offset - *tensor_offset) / 4, n);
   if (!columns) return Status::Ok();
@@ -428,6 +423,8 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     // a second pass: their prediction reads that state's reconstruction.
     const bool predict = have_base && options.step_prediction;
     const StepStates states = predict || options.momentum_step_space ? FindStepStates(layout) : StepStates{};
+    // Second moments' rows for their row-column bases (TryRowColumnBase).
+    const std::vector<std::optional<uint64_t>> tensor_offsets = SingleSegmentOffsets(layout);
     std::vector<bool> deferred(plan.size());
     for (size_t i = 0; i < plan.size(); ++i)
       deferred[i] = predict && !states.states.empty() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&
@@ -450,7 +447,8 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
       if (statuses[i].ok())
-        statuses[i] = TryRowColumnBase(file, plan[i], layout, source, options, scratch, recon, &lossy_results[i]);
+        statuses[i] = TryRowColumnBase(file, plan[i], layout, tensor_offsets, source, options, scratch, recon,
+                                       &lossy_results[i]);
     };
     // A caller's kernel backend is one object: never used by two threads.
     parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {

@@ -19,7 +19,9 @@ std::optional<DitheredPrediction> PredictDithered(ByteSpan x, ByteSpan base_x, d
   DitheredPrediction out;
   out.grid_step = grid;
   out.dither = DitherTerm{static_cast<double>(grid), seed};
-  if (!lossy::SubtractDither(out.dither.step, out.dither.seed, scaled->values)) return std::nullopt;
+  auto* ids = reinterpret_cast<uint8_t*>(scratch.symbol_contexts.Reserve(n));
+  if (!lossy::SubtractDither(out.dither.step, out.dither.seed, scaled->values, ids)) return std::nullopt;
+  out.contexts = ByteContexts{ids, lossy::kDitherContexts};
   out.prediction = scaled->prediction;
   return out;
 }

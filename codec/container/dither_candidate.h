@@ -25,6 +25,7 @@ struct DitheredPrediction {
   ChunkPrediction prediction;  // scale * base_x - the dither, in scratch.prediction
   DitherTerm dither;
   float grid_step = 0.0f;      // the stream's grid (dither.step as a float)
+  ByteContexts contexts;       // its symbols' contexts, in scratch.symbol_contexts
 };
 
 // x and base_x: the chunk and its base in step space (f32, same size);
@@ -32,7 +33,7 @@ struct DitheredPrediction {
 // being rel * sqrt(12 * sum x^2 / n); seed: of the dither's offsets (the
 // writer passes the chunk's source digest, distinct per version). nullopt
 // as FitScaledBase, or for a step that is not a positive float. Uses
-// scratch.prediction.
+// scratch.prediction and scratch.symbol_contexts.
 std::optional<DitheredPrediction> PredictDithered(ByteSpan x, ByteSpan base_x, double rel, uint64_t seed,
                                                   CodecScratch& scratch);
 

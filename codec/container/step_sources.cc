@@ -59,21 +59,26 @@ std::optional<ChunkPrediction> KeepIfItHelps(lossy::ElementType type, ByteSpan v
 
 }  // namespace
 
+std::vector<std::optional<uint64_t>> SingleSegmentOffsets(const Layout& layout) {
+  const size_t n = layout.tensors.size();
+  std::vector<std::optional<uint64_t>> offset(n);
+  std::vector<int> segments(n, 0);
+  for (const Segment& s : layout.segments)
+    if (s.is_tensor() && ++segments[s.tensor] == 1) offset[s.tensor] = s.offset;
+  for (size_t t = 0; t < n; ++t)
+    if (segments[t] != 1) offset[t].reset();
+  return offset;
+}
+
 StepStates FindStepStates(const Layout& layout) {
   StepStates out;
   const size_t n = layout.tensors.size();
   out.is_state.assign(n, false);
   out.is_momentum.assign(n, false);
-  out.tensor_offset.assign(n, std::nullopt);
+  out.tensor_offset = SingleSegmentOffsets(layout);
   out.tensor_elements.assign(n, 0);
-  std::vector<int> segments(n, 0);
-  for (const Segment& s : layout.segments) {
-    if (!s.is_tensor()) continue;
-    if (++segments[s.tensor] == 1) out.tensor_offset[s.tensor] = s.offset;
-    out.tensor_elements[s.tensor] += s.length / DTypeSize(layout.tensors[s.tensor].dtype);
-  }
-  for (size_t t = 0; t < n; ++t)
-    if (segments[t] != 1) out.tensor_offset[t].reset();
+  for (const Segment& s : layout.segments)
+    if (s.is_tensor()) out.tensor_elements[s.tensor] += s.length / DTypeSize(layout.tensors[s.tensor].dtype);
   std::unordered_map<std::string_view, int32_t> by_name;
   for (size_t t = 0; t < n; ++t) by_name.emplace(layout.tensors[t].name, static_cast<int32_t>(t));
   auto usable = [&](int32_t t) {

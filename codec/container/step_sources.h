@@ -45,6 +45,10 @@ struct StepStates {
 };
 StepStates FindStepStates(const Layout& layout);
 
+// Per tensor of `layout`: the offset of its segment when it is stored as
+// exactly one (StepStates::tensor_offset).
+std::vector<std::optional<uint64_t>> SingleSegmentOffsets(const Layout& layout);
+
 // One candidate's inputs for a chunk: this version's m and v ranges (in the
 // reconstructed file being written) and, when the base holds the same
 // state tensors, their offsets in the base.

@@ -69,8 +69,10 @@ struct RowColumnTerm {
 };
 
 // The parameters area of a kLossy chunk (FORMAT.md "Codec 16"), little-endian:
-// 208 bytes (version 7, dithered chunks), 192 bytes (version 6, chunks with a low-rank term), 160 bytes (version 5, step-space chunks), 144 (version 4, predicted
-// chunks), 72 (version 3) or 64 (versions 1 and 2).
+// 224 bytes (version 8, chunks against a row-column base), 208 (version 7,
+// dithered chunks), 192 (version 6, chunks with a low-rank term), 160
+// (version 5, step-space chunks), 144 (version 4, predicted chunks), 72
+// (version 3) or 64 (versions 1 and 2).
 struct LossyChunkParams {
   // Version 4 appends the step prediction (144 bytes) and is written only
   // for predicted chunks; the others are written as version 3, which

@@ -27,14 +27,15 @@ double DitherOffset(uint64_t seed, uint64_t i);
 // symbol is mostly one of two neighbours with odds that follow d_i, so a
 // frequency table per bucket of d_i codes it in fewer bits than one table.
 // Element i's context is floor((d_i + 1/2) * kDitherContexts), the top four
-// bits of its SplitMix64 output; out[0, n) receives them.
+// bits of its SplitMix64 output.
 inline constexpr uint32_t kDitherContexts = 16;
-void DitherContexts(uint64_t seed, uint64_t n, uint8_t* out);
 
 // p[i] = f32(double(p[i]) - step * DitherOffset(seed, i)) for the f32
 // prediction `p`, in place; an element whose result is not finite keeps its
 // value. Binary64, round to nearest, no fused operations: writer and reader
-// compute the same bits. false when step is not finite and > 0.
-bool SubtractDither(double step, uint64_t seed, MutableByteSpan p);
+// compute the same bits. With `contexts`, element i's context goes to
+// contexts[i] in the same pass (p.size() / 4 of them). false when step is
+// not finite and > 0.
+bool SubtractDither(double step, uint64_t seed, MutableByteSpan p, uint8_t* contexts = nullptr);
 
 }  // namespace ckptfs::lossy

@@ -150,10 +150,17 @@ TEST(Dither, TheErrorIsUniformAndIndependentOfTheValues) {
   EXPECT_EQ(tight->stats.mode, 1) << "a finer grid fits within the retries";
 }
 
+// The contexts SubtractDither gives alongside the dither of `n` elements.
+std::vector<uint8_t> DitherContexts(uint64_t seed, size_t n) {
+  std::vector<std::byte> zeros(4 * n);
+  std::vector<uint8_t> ids(n);
+  EXPECT_TRUE(lossy::SubtractDither(1.0, seed, zeros, ids.data()));
+  return ids;
+}
+
 TEST(Dither, SymbolsAreCodedInTheContextsOfTheirOffsets) {
   // Element i's context is the top four bits of its offset's 53.
-  std::vector<uint8_t> ids(5000);
-  lossy::DitherContexts(77, ids.size(), ids.data());
+  std::vector<uint8_t> ids = DitherContexts(77, 5000);
   for (size_t i = 0; i < ids.size(); ++i)
     ASSERT_EQ(ids[i], static_cast<uint8_t>(std::floor((lossy::DitherOffset(77, i) + 0.5) * lossy::kDitherContexts)))
         << i;
@@ -174,8 +181,8 @@ TEST(Dither, SymbolsAreCodedInTheContextsOfTheirOffsets) {
   std::optional<DitheredPrediction> d = PredictDithered(xb, bb, 0.9, /*seed=*/21, scratch);
   ASSERT_TRUE(d);
   const std::vector<std::byte> prediction(d->prediction.prediction.begin(), d->prediction.prediction.end());
-  ids.resize(n);
-  lossy::DitherContexts(21, n, ids.data());
+  ids = DitherContexts(21, n);
+  ASSERT_TRUE(std::equal(ids.begin(), ids.end(), d->contexts.ids)) << "the candidate's own contexts";
   lossy::Scratch lossy_scratch;
   lossy::EncodeOptions options;
   options.uniform_step = d->grid_step;
@@ -200,8 +207,7 @@ TEST(Dither, SymbolsAreCodedInTheContextsOfTheirOffsets) {
   EXPECT_EQ(lossy::DecodeChunk(lossy::ElementType::kF32, in_contexts->bytes, prediction, out, &lossy_scratch).code(),
             StatusCode::kCorruption)
       << "without its contexts";
-  std::vector<uint8_t> other(n);
-  lossy::DitherContexts(22, n, other.data());
+  const std::vector<uint8_t> other = DitherContexts(22, n);
   const Status wrong = lossy::DecodeChunk(lossy::ElementType::kF32, in_contexts->bytes, prediction, out,
                                           &lossy_scratch, nullptr, nullptr, {other.data(), lossy::kDitherContexts});
   EXPECT_TRUE(!wrong.ok() || out != in_contexts->reconstruction) << "another seed's contexts";
