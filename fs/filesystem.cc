@@ -59,6 +59,7 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
   commit_options_.encode.budget_schedule = options.schedule;
   commit_options_.encode.step_prediction = options.step_prediction;
   commit_options_.encode.low_rank_moments = options.low_rank_moments;
+  commit_options_.encode.trellis = options.trellis;
   commit_options_.encode.momentum_dither = options.momentum_dither;
   commit_options_.encode.momentum_step_space = options.momentum_step_space;
   if (options.lossy && options.gpu != lossy::GpuMode::kOff) {

@@ -66,6 +66,7 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     else if (key == "lossy") RETURN_IF_ERROR(ParseOnOff(key, value, &o->lossy));
     else if (key == "predict") RETURN_IF_ERROR(ParseOnOff(key, value, &o->step_prediction));
     else if (key == "low_rank") RETURN_IF_ERROR(ParseOnOff(key, value, &o->low_rank_moments));
+    else if (key == "trellis") RETURN_IF_ERROR(ParseOnOff(key, value, &o->trellis));
     else if (key == "momentum_dither")
       RETURN_IF_ERROR(ParseNumber<double>(key, value, 0.0, kMaxMomentumDither, &o->momentum_dither));
     else if (key == "momentum") {

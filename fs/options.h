@@ -73,6 +73,9 @@ struct MountOptions {
   // with a subtractive dither, its error noise of this relative size on the
   // step (0 = off; codec/FORMAT.md "Dither").
   double momentum_dither = kMomentumDitherByDefault;
+  // trellis=on|off: chunks with an L2 budget also tried with trellis-coded
+  // quantization, kept when smaller (codec/tensor/lossy/trellis.h).
+  bool trellis = kTrellisByDefault;
   // momentum=plain|step: Adam's exp_avg coded as it is, or in step space
   // (its budget on m / (sqrt(v) + eps); codec/container/step_space.h).
   bool momentum_step_space = true;

@@ -79,6 +79,7 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
       if (l.step_space_chunks > 0) j["tensors"].back()["lossy"]["step_space_chunks"] = l.step_space_chunks;
       if (l.dithered_chunks > 0) j["tensors"].back()["lossy"]["dithered_chunks"] = l.dithered_chunks;
       if (l.row_column_chunks > 0) j["tensors"].back()["lossy"]["row_column_chunks"] = l.row_column_chunks;
+      if (l.trellis_chunks > 0) j["tensors"].back()["lossy"]["trellis_chunks"] = l.trellis_chunks;
       if (l.low_rank_chunks > 0) {
         j["tensors"].back()["lossy"]["low_rank_chunks"] = l.low_rank_chunks;
         j["tensors"].back()["lossy"]["low_rank"] = l.max_low_rank;
@@ -128,6 +129,7 @@ void PrintBlobReport(const std::string& title, const nlohmann::json& j) {
       if (l.contains("low_rank")) lossy += fmt::format(" rank {}", l["low_rank"].get<int>());
       if (l.contains("dithered_chunks")) lossy += " dithered";
       if (l.contains("row_column_chunks")) lossy += " row-column base";
+      if (l.contains("trellis_chunks")) lossy += " trellis";
     }
     std::cout << fmt::format("{:<48} {:>6} {:>18} {:>12} {:>12} {:>8.3f}  {}{}\n", t["name"].get<std::string>(),
                              t["dtype"].get<std::string>(),

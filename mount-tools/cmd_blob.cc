@@ -70,6 +70,7 @@ struct BlobArgs {
   double update_fraction = -1.0;  // < 0: the mount's default (lossy::BudgetSchedule)
   std::string predict = "on";    // the mount's default
   std::string low_rank = kLowRankMomentsByDefault ? "on" : "off";  // the mount's default
+  std::string trellis = kTrellisByDefault ? "on" : "off";           // the mount's default
   std::string momentum = "step";   // the mount's default
   double momentum_dither = kMomentumDitherByDefault;  // the mount's default
   double momentum_budget = -1.0;   // < 0: the mount's default (2.5x the optimizer budget)
@@ -112,6 +113,7 @@ int RunEncode(const BlobArgs& a) {
   if (a.update_fraction > 0) options.budget_schedule.update_fraction = a.update_fraction;
   options.step_prediction = a.predict == "on";
   options.low_rank_moments = a.low_rank == "on";
+  options.trellis = a.trellis == "on";
   options.momentum_dither = a.momentum_dither;
   options.momentum_step_space = a.momentum == "step";
   if (a.budget > 0 || a.opt_budget > 0) {
@@ -192,6 +194,10 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
   enc->add_option("--low-rank", args->low_rank,
                   "lossy: also try Adam's exp_avg matrices (in step space) with a low-rank term in their "
                   "prediction, on or off (default: the mount's)")
+      ->check(CLI::IsMember({"on", "off"}));
+  enc->add_option("--trellis", args->trellis,
+                  "lossy: also try trellis-coded quantization for chunks with an L2 budget, kept when smaller, "
+                  "on or off (default: the mount's)")
       ->check(CLI::IsMember({"on", "off"}));
   enc->add_option("--momentum-dither", args->momentum_dither,
                   "lossy: Adam's exp_avg (in step space, with a base) coded with a subtractive dither, its error "

@@ -70,6 +70,10 @@ inline constexpr bool kLowRankMomentsByDefault = false;
 // (EncodeOptions::momentum_dither; 0 = not dithered), and the largest one
 // accepted.
 inline constexpr double kMomentumDitherByDefault = 0.0;
+
+// Whether the mount and `ckptfs encode` also try trellis-coded quantization
+// for chunks with an L2 budget unless told (EncodeOptions::trellis).
+inline constexpr bool kTrellisByDefault = false;
 inline constexpr double kMaxMomentumDither = 2.0;
 
 struct EncodeOptions {
@@ -111,6 +115,10 @@ struct EncodeOptions {
   // momentum budget and the schedule for those chunks. Mount option
   // momentum_dither=REL, `ckptfs encode --momentum-dither REL`.
   double momentum_dither = kMomentumDitherByDefault;
+  // Lossy chunks with an L2 budget alone are also coded by trellis-coded
+  // quantization (codec/tensor/lossy/trellis.h), kept when smaller. Mount
+  // option trellis=on, `ckptfs encode --trellis on`.
+  bool trellis = kTrellisByDefault;
   // Blob format version to write (FORMAT.md): 2 stores the index as a zstd
   // frame; 1 stores it as it is, for readers from before 2026-12-01.
   uint16_t blob_version = 2;

@@ -103,6 +103,7 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, direct_out ? out : MutableByteSpan(),
                                      &options.budget_schedule};
   lossy_options.source_unchanged = source.unchanged;
+  lossy_options.trellis = options.trellis;
   if (prediction != nullptr) {
     lossy_options.measured_update = prediction->update_rel;
     lossy_options.alternative_base = codec_base;

@@ -26,6 +26,7 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
     if (p.step_space) ++r.step_space_chunks;
     if (p.dither) ++r.dithered_chunks;
     if (p.row_column) ++r.row_column_chunks;
+    if (p.mode == 3) ++r.trellis_chunks;
     if (p.low_rank) {
       ++r.low_rank_chunks;
       r.max_low_rank = std::max(r.max_low_rank, p.low_rank->rank);

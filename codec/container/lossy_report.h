@@ -24,6 +24,7 @@ struct TensorLossyReport {
   uint32_t max_low_rank = 0;      // the largest rank of those terms
   uint32_t dithered_chunks = 0;   // whose prediction has a dither
   uint32_t row_column_chunks = 0; // log mode against a row-column base
+  uint32_t trellis_chunks = 0;    // in trellis mode (LOSSY.md section 11)
   uint32_t chunks = 0;
   uint64_t pruned = 0, quantized = 0, exact = 0;
   // The budget the tensor was encoded to, sqrt(sum b_c^2 ref2_c / sum ref2_c)

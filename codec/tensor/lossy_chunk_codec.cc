@@ -283,13 +283,13 @@ Result<LossyChunkParams> LossyChunkParams::DecodeUpToVersion7(ByteSpan bytes) {
   if (p.mode == 2) {
     p.max_rel = std::bit_cast<double>(budget_bits);
     if (p.bits < 1 || p.bits > 24) return Status::Corruption(fmt::format("lossy params: log bits {}, want 1..24", p.bits));
-  } else if (p.mode <= 1) {
+  } else if (p.mode <= 1 || p.mode == 3) {
     p.budget_rel_l2 = std::bit_cast<double>(budget_bits);
     if (p.bits > 8) return Status::Corruption(fmt::format("lossy params: bits {}, want <= 8", p.bits));
-    if ((p.mode == 0) != (p.bits == 0))
+    if ((p.mode == 0) != (p.bits == 0) || (p.mode == 3 && p.bits != 8))
       return Status::Corruption(fmt::format("lossy params: mode {} with bits {}", p.mode, p.bits));
   } else {
-    return Status::Corruption(fmt::format("lossy params: mode {}, want 0, 1 or 2", p.mode));
+    return Status::Corruption(fmt::format("lossy params: mode {}, want 0 to 3", p.mode));
   }
   for (double v : {p.err2_sum, p.ref2_sum, p.max_abs, p.max_rel, p.budget_rel_l2})
     if (!std::isfinite(v) || v < 0) return Status::Corruption(fmt::format("lossy params: error sum {} invalid", v));

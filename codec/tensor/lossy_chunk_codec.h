@@ -113,7 +113,7 @@ struct LossyChunkParams {
 
   uint8_t flags = 0;
   uint8_t bits = 0;           // symbol width, 0 = lossless mode
-  uint8_t mode = 0;           // the stream's mode: 0 lossless, 1 quantized, 2 log
+  uint8_t mode = 0;           // the stream's mode: 0 lossless, 1 quantized, 2 log, 3 trellis
   double max_rel = 0.0;       // log mode: achieved max |w_hat - w| / |w| over its quantized elements
   double err2_sum = 0.0;      // sum over finite elements of (w_hat - w)^2
   double ref2_sum = 0.0;      // sum over finite elements of w^2
@@ -122,7 +122,7 @@ struct LossyChunkParams {
   uint64_t quantized = 0;
   uint64_t exact = 0;
   float update_rel = 0.0f;     // measured ||w - base|| / ||w|| the budget schedule saw (0 = none)
-  double budget_rel_l2 = 0.0;  // modes 0/1: the rel_l2 budget it was encoded to (0 = not recorded)
+  double budget_rel_l2 = 0.0;  // modes 0/1/3: the rel_l2 budget it was encoded to (0 = not recorded)
   // XXH3-64 of the chunk's original bytes, the values the encoder was given
   // (0 = not recorded). The next version's encoder compares it with its
   // own values: equal means this range did not change (a frozen layer), and

@@ -150,15 +150,16 @@ Result<size_t> RansEncodeInContexts(const uint8_t* in, size_t n, ByteContexts co
   return table_size + kStateBytes + words;
 }
 
-Status RansDecodeInContexts(ByteSpan stored, ByteContexts contexts, uint8_t* out, size_t n, std::string_view what,
-                            std::vector<uint32_t>* tables_out) {
+Status ContextRansReader::Open(ByteSpan stored, uint32_t count, std::string_view what,
+                               std::vector<uint32_t>* tables_out) {
+  what_ = std::string(what);
   auto corrupt = [&](const std::string& why) { return Status::Corruption(fmt::format("{}: {}", what, why)); };
-  if (contexts.empty() || contexts.count > kMaxRansContexts)
+  if (count < 1 || count > kMaxRansContexts)
     return Status::InvalidArgument(fmt::format("{}: context rANS plane needs its contexts", what));
   if (stored.size() < 1 + rans::kBitmapBytes) return corrupt("context rANS tables truncated");
   const uint32_t tables = static_cast<uint8_t>(stored[0]);
-  if (tables < 1 || tables > contexts.count)
-    return corrupt(fmt::format("context rANS: {} tables for {} contexts", tables, contexts.count));
+  if (tables < 1 || tables > count)
+    return corrupt(fmt::format("context rANS: {} tables for {} contexts", tables, count));
   std::array<bool, 256> present{};
   for (size_t s = 0; s < 256; ++s) present[s] = (static_cast<uint8_t>(stored[1 + s / 8]) >> (s % 8) & 1) != 0;
   size_t at = 1 + rans::kBitmapBytes;
@@ -184,24 +185,33 @@ Status RansDecodeInContexts(ByteSpan stored, ByteContexts contexts, uint8_t* out
     if (start != kProbScale)
       return corrupt(fmt::format("context rANS: table {} frequencies sum to {}, want {}", k, start, kProbScale));
   }
-  rans::StreamStart s;
-  RETURN_IF_ERROR(rans::ReadStreamStart(stored.subspan(at), &s, what));
+  RETURN_IF_ERROR(rans::ReadStreamStart(stored.subspan(at), &start_, what));
+  tables_ = dec.data();
+  count_ = count;
+  table_count_ = tables;
+  at_ = 0;
+  truncated_ = false;
+  return Status::Ok();
+}
+
+Status ContextRansReader::Finish() const {
+  if (truncated_) return Status::Corruption(what_ + ": context rANS stream truncated");
+  return rans::CheckStreamEnd(start_, what_);
+}
+
+Status RansDecodeInContexts(ByteSpan stored, ByteContexts contexts, uint8_t* out, size_t n, std::string_view what,
+                            std::vector<uint32_t>* tables_out) {
+  if (contexts.empty() || contexts.count > kMaxRansContexts)
+    return Status::InvalidArgument(fmt::format("{}: context rANS plane needs its contexts", what));
+  ContextRansReader reader;
+  RETURN_IF_ERROR(reader.Open(stored, contexts.count, what, tables_out));
   for (size_t i = 0; i < n; ++i) {
     if (contexts.ids[i] >= contexts.count)
       return Status::InvalidArgument(
           fmt::format("{}: context {} of byte {} not below {}", what, contexts.ids[i], i, contexts.count));
-    const uint32_t* table = dec.data() + size_t{TableOf(contexts.ids[i], tables, contexts.count)} * kProbScale;
-    uint32_t& x = s.states[i % kStates];
-    const uint32_t e = table[x & (kProbScale - 1)];
-    x = (((e >> 8) & (kProbScale - 1)) + 1) * (x >> kProbBits) + (e >> 20);
-    out[i] = static_cast<uint8_t>(e);
-    if (x < kLower) {
-      if (s.end - s.words < 2) return corrupt("context rANS stream truncated");
-      x = x << 16 | LoadLE16(s.words);
-      s.words += 2;
-    }
+    out[i] = reader.Next(contexts.ids[i]);
   }
-  return rans::CheckStreamEnd(s, what);
+  return reader.Finish();
 }
 
 }  // namespace ckptfs

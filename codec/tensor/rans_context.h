@@ -19,6 +19,7 @@
 
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
+#include "codec/tensor/rans_model.h"
 
 namespace ckptfs {
 
@@ -45,5 +46,46 @@ Result<size_t> RansEncodeInContexts(const uint8_t* in, size_t n, ByteContexts co
 // writes for n bytes is Corruption. `tables`: reusable decode tables.
 Status RansDecodeInContexts(ByteSpan stored, ByteContexts contexts, uint8_t* out, size_t n, std::string_view what,
                             std::vector<uint32_t>* tables);
+
+// Decodes a context rANS plane one byte at a time, each byte's context
+// chosen by the caller when it asks for the byte, so that it may depend on
+// the bytes before (a trellis quantizer's state, codec/tensor/lossy/
+// trellis.h). RansDecodeInContexts is this reader with a fixed array.
+class ContextRansReader {
+ public:
+  // Reads the tables and the start of the stream: `count` contexts
+  // (1..kMaxRansContexts); `tables` holds the decode tables and must
+  // outlive the reader. Corruption as RansDecodeInContexts.
+  Status Open(ByteSpan stored, uint32_t count, std::string_view what, std::vector<uint32_t>* tables);
+  // The next byte, coded in `context` (< count). A stream that runs out of
+  // words gives 0 and makes Finish fail.
+  uint8_t Next(uint32_t context) {
+    const uint32_t* table = tables_ + size_t{context * table_count_ / count_} * rans::kProbScale;
+    uint32_t& x = start_.states[at_++ % rans::kStates];
+    const uint32_t e = table[x & (rans::kProbScale - 1)];
+    x = (((e >> 8) & (rans::kProbScale - 1)) + 1) * (x >> rans::kProbBits) + (e >> 20);
+    if (x < rans::kLower) {
+      if (start_.end - start_.words < 2) {
+        truncated_ = true;
+        x = rans::kLower;
+        return 0;
+      }
+      x = x << 16 | LoadLE16(start_.words);
+      start_.words += 2;
+    }
+    return static_cast<uint8_t>(e);
+  }
+  // After the last byte: the stream was not cut short, and ends exactly
+  // with every state back at its start.
+  Status Finish() const;
+
+ private:
+  const uint32_t* tables_ = nullptr;
+  uint32_t count_ = 1, table_count_ = 1;
+  rans::StreamStart start_{};
+  size_t at_ = 0;
+  bool truncated_ = false;
+  std::string what_;
+};
 
 }  // namespace ckptfs

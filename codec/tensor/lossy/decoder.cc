@@ -12,6 +12,7 @@
 #include "codec/tensor/lossy/scratch.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/lossy/symbol_stream.h"
+#include "codec/tensor/lossy/trellis.h"
 
 namespace ckptfs::lossy {
 namespace {
@@ -59,6 +60,12 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   if (h.mode == StreamMode::kLog) {
     RETURN_IF_ERROR(DecodeLogBody(type, h, encoded.subspan(StreamHeader::kEncodedSize), base, out, s,
                                   SimdLevel::kAvx512, hash ? &*hash : nullptr));
+    if (hash) *checksum = hash->Digest();
+    return Status::Ok();
+  }
+  if (h.mode == StreamMode::kTrellis) {
+    RETURN_IF_ERROR(DecodeTrellisBody(type, h, encoded.subspan(StreamHeader::kEncodedSize), base, out, s,
+                                      hash ? &*hash : nullptr));
     if (hash) *checksum = hash->Digest();
     return Status::Ok();
   }

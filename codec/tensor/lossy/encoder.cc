@@ -16,6 +16,7 @@
 #include "codec/tensor/lossy/search.h"
 #include "codec/tensor/lossy/stream.h"
 #include "codec/tensor/lossy/symbol_stream.h"
+#include "codec/tensor/lossy/trellis.h"
 
 namespace ckptfs::lossy {
 
@@ -319,6 +320,22 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     chunk.stats.err2_sum = error_sq;
     chunk.stats.ref2_sum = norm_sq;
     chunk.stats.used_alternative_base = on_alternative;
+    // 6. Trellis-coded quantization: the same residual, kept when smaller.
+    if (options.trellis && attempt >= 0 && !uniform && !(allowed_abs < inf)) {
+      EnsureSize(&s.trellis_recon, values.size());
+      MutableByteSpan trellis_recon(s.trellis_recon.data(), values.size());
+      ASSIGN_OR_RETURN(std::optional<EncodedChunk> t,
+                       EncodeTrellisChunk(type, values, base, residual, norm_sq, allowed_sq, chunk.bytes.size(), s,
+                                          options.zstd_level, trellis_recon));
+      if (t) {
+        std::memcpy(recon.data(), trellis_recon.data(), values.size());
+        chunk.bytes = std::move(t->bytes);
+        t->stats.budget = budget;
+        t->stats.update_rel = update_rel;
+        t->stats.used_alternative_base = on_alternative;
+        chunk.stats = t->stats;
+      }
+    }
     return chunk;
   }
   ASSIGN_OR_RETURN(EncodedChunk lossless,

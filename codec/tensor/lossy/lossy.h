@@ -149,6 +149,10 @@ struct EncodeOptions {
   // dithered chunk passes its offsets' buckets (dither.h): its symbols'
   // odds depend on them.
   ByteContexts symbol_contexts;
+  // Also try trellis-coded quantization (LOSSY.md section 11, stream mode
+  // 3) for a chunk with an L2 budget alone, and keep it when its stream is
+  // smaller. Runs on the host for either backend.
+  bool trellis = false;
 };
 
 // Encodes one chunk. `values` holds n elements of `type`; `base` is empty for

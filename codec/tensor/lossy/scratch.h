@@ -46,6 +46,10 @@ struct Scratch::Buffers {
   std::vector<std::byte> rans_main;  // the rANS alternative of the main stream
   std::vector<std::byte> rans_contexts;      // the context rANS alternative (dithered chunks)
   std::vector<uint32_t> rans_context_tables;  // its decode tables
+  std::vector<uint8_t> trellis_back;     // trellis mode: the Viterbi search's choices, 8 per element
+  std::vector<uint8_t> trellis_symbols;  // trellis mode: one symbol per element
+  std::vector<uint8_t> trellis_states;   // trellis mode: each element's state (its symbol's context)
+  std::vector<std::byte> trellis_recon;  // trellis mode: its reconstruction, until it wins
   std::unique_ptr<ZSTD_CCtx, ZstdCDeleter> cctx;
   std::unique_ptr<ZSTD_DCtx, ZstdDDeleter> dctx;
   std::unique_ptr<LossyKernels> cpu_kernels;

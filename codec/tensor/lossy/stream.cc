@@ -43,13 +43,17 @@ Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {
     return Status::Corruption("lossy chunk header: " + what + ", want=" + std::to_string(want) +
                               " have=" + std::to_string(have));
   };
-  if (h.version < kStreamVersion || h.version > kStreamVersionRansContexts) {
+  if (h.version < kStreamVersion || h.version > kStreamVersionTrellis) {
     return Status::Unsupported("lossy chunk header: unsupported version, want<=" +
-                               std::to_string(kStreamVersionRansContexts) +
+                               std::to_string(kStreamVersionTrellis) +
                                " have=" + std::to_string(h.version));
   }
-  if (mode > 2) return bad("mode <= 2", 2, mode);
-  if (h.version == kStreamVersionRans) {
+  if (mode > 3) return bad("mode <= 3", 3, mode);
+  if ((mode == 3) != (h.version == kStreamVersionTrellis)) return bad("trellis mode in version 5", 5, h.version);
+  if (h.version == kStreamVersionTrellis) {
+    if (h.bits != 8) return bad("trellis symbol bits", 8, h.bits);
+    if (h.num_levels != 8) return bad("trellis states", 8, h.num_levels);
+  } else if (h.version == kStreamVersionRans) {
     if (mode == 0) return bad("rANS symbols only in modes 1 and 2", 1, mode);
     if (h.bits > kMaxRansBits) return bad("rANS symbol bits", kMaxRansBits, h.bits);
   } else if (h.version == kStreamVersionRansContexts) {
@@ -77,7 +81,7 @@ Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {
       if (h.bits < 1 || h.bits > kMaxLogBits) return bad("log bits 1..24", kMaxLogBits, h.bits);
       if (h.num_levels < 1 || h.num_levels > kMaxLogLevels)
         return bad("log levels per octave 1..2^16", kMaxLogLevels, h.num_levels);
-    } else {
+    } else if (h.mode == StreamMode::kQuantized) {
       if (h.bits < 1 || h.bits > 8) return bad("bits 1..8", 8, h.bits);
       if (h.num_levels > (1u << h.bits) - 1) return bad("levels <= 2^bits - 1", (1u << h.bits) - 1, h.num_levels);
     }

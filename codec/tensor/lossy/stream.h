@@ -29,12 +29,15 @@ inline constexpr uint8_t kStreamVersionRans = 3;
 // "Context rANS plane"): its decoder needs per-element contexts from the
 // caller (a dithered chunk's offsets, dither.h).
 inline constexpr uint8_t kStreamVersionRansContexts = 4;
+// Version 5 is mode 3, trellis-coded quantization (LOSSY.md section 11).
+inline constexpr uint8_t kStreamVersionTrellis = 5;
 
 // How the chunk is stored. Stored: never renumber.
 enum class StreamMode : uint8_t {
   kLossless = 0,   // byte planes (of values XOR base in a delta frame), zstd
   kQuantized = 1,  // levels + packed symbols (zstd) + exact list (zstd)
   kLog = 2,        // log-domain indices (delta-coded against the base), zstd + exact list
+  kTrellis = 3,    // trellis-coded indices of a step (context rANS) + exact list
 };
 
 // Version 3 (rANS symbols): symbol widths 1..kMaxRansBits, one byte each.
@@ -61,9 +64,9 @@ struct StreamHeader {
   uint8_t version = kStreamVersion;  // see SymbolsAreRans
   StreamMode mode = StreamMode::kLossless;
   ElementType type = ElementType::kF32;
-  uint8_t bits = 0;         // symbol width 1..8 (kQuantized), 1..24 (kLog), 0 (kLossless)
+  uint8_t bits = 0;         // symbol width 1..8 (kQuantized), 1..24 (kLog), 8 (kTrellis), 0 (kLossless)
   uint8_t flags = 0;        // kFlagDelta when a base was used
-  uint32_t num_levels = 0;  // <= 2^bits - 1 (kQuantized), levels per octave (kLog), 0 (kLossless)
+  uint32_t num_levels = 0;  // <= 2^bits - 1 (kQuantized), levels per octave (kLog), states (kTrellis: 8), 0 (kLossless)
   uint64_t element_count = 0;
   uint64_t exact_count = 0;     // entries in the exact list (kQuantized)
   uint64_t main_size = 0;       // zstd bytes of the symbols / byte planes

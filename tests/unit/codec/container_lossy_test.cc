@@ -54,6 +54,36 @@ FileBuilder MixedFile(uint32_t seed) {
   return f;
 }
 
+// With trellis-coded quantization on (EncodeOptions::trellis) the f32
+// tensor's chunks are in trellis mode, the blob is smaller, and every tensor
+// is within its budget; the report counts the chunks.
+TEST(ContainerLossy, TrellisChunksRoundTripSmaller) {
+  FileBuilder f = MixedFile(11);
+  EncodeOptions on = LossyOptions(0.3);
+  on.trellis = true;
+  std::vector<std::byte> with = Encode(f.bytes, f.layout, on);
+  std::vector<std::byte> without = Encode(f.bytes, f.layout, LossyOptions(0.3));
+  EXPECT_LT(with.size(), 0.95 * without.size());
+  auto reader = OpenBytes(with);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  Result<std::vector<std::byte>> got = DecodeAll(**reader);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  for (const Segment& s : f.layout.segments) {
+    if (!s.is_tensor() || !IsCodecFloat(f.layout.tensors[s.tensor].dtype)) continue;
+    EXPECT_LE(SegmentRelL2(f.layout.tensors[s.tensor].dtype, s, f.bytes, *got), 0.3 * (1 + 1e-9));
+  }
+  Result<std::vector<TensorLossyReport>> reports = LossyTensorReports(**reader);
+  ASSERT_TRUE(reports.ok());
+  uint32_t trellis = 0;
+  for (const TensorLossyReport& r : *reports) {
+    if (f.layout.tensors[r.tensor].name == "w") {
+      EXPECT_EQ(r.trellis_chunks, r.chunks) << "every chunk of w";
+    }
+    trellis += r.trellis_chunks;
+  }
+  EXPECT_GT(trellis, 0u);
+}
+
 TEST(ContainerLossy, RoundTripWithinBudgetAndExactElsewhere) {
   FileBuilder f = MixedFile(1);
   EncodeStats stats;

@@ -172,7 +172,7 @@ TEST(LossyCodecTest, DecodeChecksShapeAndBase) {
   EXPECT_EQ(DecodeChunk(ElementType::kF32, d->bytes, ByteSpan(near).first(near.size() - 4), out, &scratch).code(),
             StatusCode::kCorruption);
   std::vector<std::byte> future = c->bytes;
-  future[0] = std::byte{5};
+  future[0] = std::byte{6};
   testing::Reseal(&future);
   EXPECT_EQ(DecodeChunk(ElementType::kF32, future, {}, out, &scratch).code(), StatusCode::kUnsupported);
 }

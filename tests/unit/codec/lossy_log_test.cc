@@ -354,7 +354,10 @@ TEST(LossyLog, CorruptLogStreamsAreRejected) {
   s[0] = std::byte{4};  // context rANS symbols: mode 1 only
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
   s = c->bytes;
-  s[0] = std::byte{5};
+  s[0] = std::byte{5};  // trellis: mode 3 only
+  EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  s = c->bytes;
+  s[0] = std::byte{6};
   EXPECT_EQ(decode(s).code(), StatusCode::kUnsupported);
   s = c->bytes;
   s[0] = std::byte{static_cast<uint8_t>(static_cast<uint8_t>(s[0]) == 2 ? 3 : 2)};  // zstd read as rANS, or back

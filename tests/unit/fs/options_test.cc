@@ -67,6 +67,12 @@ TEST(MountOptionsTest, LossyOptionsBuildThePolicy) {
   ASSERT_TRUE(ParseMountOptionList("low_rank=on", &o).ok());
   EXPECT_TRUE(o.low_rank_moments);
   EXPECT_FALSE(ParseMountOptionList("low_rank=2", &o).ok());
+  EXPECT_FALSE(o.trellis) << "off by default (docs/policy.md)";
+  ASSERT_TRUE(ParseMountOptionList("trellis=on", &o).ok());
+  EXPECT_TRUE(o.trellis);
+  ASSERT_TRUE(ParseMountOptionList("trellis=off", &o).ok());
+  EXPECT_FALSE(o.trellis);
+  EXPECT_FALSE(ParseMountOptionList("trellis=yes", &o).ok());
   EXPECT_EQ(o.momentum_dither, kMomentumDitherByDefault);
   ASSERT_TRUE(ParseMountOptionList("momentum_dither=0.9", &o).ok());
   EXPECT_EQ(o.momentum_dither, 0.9);
