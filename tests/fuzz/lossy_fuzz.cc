@@ -12,6 +12,7 @@
 #include "codec/common/hash.h"
 #include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/stream.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ckptfs;
@@ -25,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Output size: the element count the header claims when it is modest,
   // else a small fixed size (both paths must be safe).
   uint64_t n = 0;
-  if (body.size() >= 24) n = LoadLE64(body.data() + 12);
+  if (Result<StreamHeader> h = StreamHeader::DecodeFrom(body); h.ok()) n = h->element_count;
   if (n > (1u << 16) || (control & 0x08)) n = control >> 4;
   const size_t bytes = n * ElementSize(type);
 

@@ -28,8 +28,8 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
                    LossyKernels* kernels, std::optional<uint64_t>* checksum, ByteContexts contexts) {
   if (checksum != nullptr) checksum->reset();
   const size_t width = ElementSize(type);
-  if (encoded.size() < StreamHeader::kEncodedSize + kTrailerSize)
-    return Corrupt("stream size at least", StreamHeader::kEncodedSize + kTrailerSize, encoded.size());
+  if (encoded.size() < StreamHeader::kFixedPrefix + kTrailerSize)
+    return Corrupt("stream size at least", StreamHeader::kFixedPrefix + kTrailerSize, encoded.size());
   const uint64_t stored_sum = LoadLE64(encoded.data() + encoded.size() - kTrailerSize);
   encoded = encoded.first(encoded.size() - kTrailerSize);
   const uint64_t actual_sum = Checksum64(encoded);
@@ -58,19 +58,19 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   std::optional<Checksum64Stream> hash;
   if (checksum != nullptr && kernels == nullptr && h.mode != StreamMode::kLossless) hash.emplace();
   if (h.mode == StreamMode::kLog) {
-    RETURN_IF_ERROR(DecodeLogBody(type, h, encoded.subspan(StreamHeader::kEncodedSize), base, out, s,
+    RETURN_IF_ERROR(DecodeLogBody(type, h, encoded.subspan(h.size), base, out, s,
                                   SimdLevel::kAvx512, hash ? &*hash : nullptr));
     if (hash) *checksum = hash->Digest();
     return Status::Ok();
   }
   if (h.mode == StreamMode::kTrellis) {
-    RETURN_IF_ERROR(DecodeTrellisBody(type, h, encoded.subspan(StreamHeader::kEncodedSize), base, out, s,
+    RETURN_IF_ERROR(DecodeTrellisBody(type, h, encoded.subspan(h.size), base, out, s,
                                       hash ? &*hash : nullptr));
     if (hash) *checksum = hash->Digest();
     return Status::Ok();
   }
   ByteReader r(encoded, "lossy chunk");
-  r.Skip(StreamHeader::kEncodedSize);
+  r.Skip(h.size);
   if (h.mode == StreamMode::kLossless) {
     ByteSpan main = r.Bytes(h.main_size);
     RETURN_IF_ERROR(r.status());

@@ -55,7 +55,7 @@ Result<EncodedChunk> EncodeLossless(ElementType type, ByteSpan values, ByteSpan 
   StreamHeader h;
   h.mode = StreamMode::kLossless;
   h.type = type;
-  h.flags = base.empty() ? 0 : kFlagDelta;
+  h.flags = (base.empty() ? 0 : kFlagDelta) | kFlagCompactHeader;
   h.element_count = values.size() / width;
   EnsureSize(&s.planes, values.size());
   MutableByteSpan planes(s.planes.data(), values.size());
@@ -281,7 +281,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     h.mode = StreamMode::kQuantized;
     h.type = type;
     h.bits = static_cast<uint8_t>(table.bits);
-    h.flags = base.empty() ? 0 : kFlagDelta;
+    h.flags = (base.empty() ? 0 : kFlagDelta) | kFlagCompactHeader;
     h.num_levels = table.num_levels;
     h.element_count = n;
     h.exact_count = exact;

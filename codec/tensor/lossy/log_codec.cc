@@ -316,7 +316,7 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   h.mode = StreamMode::kLog;
   h.type = type;
   h.bits = static_cast<uint8_t>(best_bits);
-  h.flags = delta ? kFlagDelta | kFlagZeroCarry : 0;
+  h.flags = (delta ? kFlagDelta | kFlagZeroCarry : 0) | kFlagCompactHeader;
   h.num_levels = grid.per_octave();
   h.element_count = n;
   h.exact_count = exact;

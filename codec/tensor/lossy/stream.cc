@@ -7,7 +7,38 @@
 
 namespace ckptfs::lossy {
 
+namespace {
+
+void PutVarint64(ByteWriter& w, uint64_t v) {
+  while (v >= 0x80) {
+    w.U8(static_cast<uint8_t>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  w.U8(static_cast<uint8_t>(v));
+}
+
+// A minimal LEB128 varint of at most 10 bytes (a longer or padded one does
+// not come from the encoder: Corruption through the reader's status).
+uint64_t GetVarint64(ByteReader& r, bool* bad) {
+  uint64_t v = 0;
+  for (uint32_t shift = 0; shift < 64; shift += 7) {
+    const uint8_t b = r.U8();
+    if (!r.ok()) return 0;
+    if (shift == 63 && b > 1) break;
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) {
+      if (b == 0 && shift > 0) break;  // padded
+      return v;
+    }
+  }
+  *bad = true;
+  return 0;
+}
+
+}  // namespace
+
 void StreamHeader::EncodeTo(std::vector<std::byte>* out) const {
+  const size_t before = out->size();
   ByteWriter w(out);
   w.U8(version);
   w.U8(static_cast<uint8_t>(mode));
@@ -15,12 +46,18 @@ void StreamHeader::EncodeTo(std::vector<std::byte>* out) const {
   w.U8(bits);
   w.U8(flags);
   w.Zeros(3);
-  w.U32(num_levels);
-  w.U64(element_count);
-  w.U64(exact_count);
-  w.U64(main_size);
-  w.U64(exact_raw_size);
-  w.U64(exact_size);
+  if ((flags & kFlagCompactHeader) != 0) {
+    for (uint64_t v : {uint64_t{num_levels}, element_count, exact_count, main_size, exact_raw_size, exact_size})
+      PutVarint64(w, v);
+  } else {
+    w.U32(num_levels);
+    w.U64(element_count);
+    w.U64(exact_count);
+    w.U64(main_size);
+    w.U64(exact_raw_size);
+    w.U64(exact_size);
+  }
+  size = out->size() - before;
 }
 
 Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {
@@ -32,12 +69,26 @@ Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {
   h.bits = r.U8();
   h.flags = r.U8();
   uint8_t reserved[3] = {r.U8(), r.U8(), r.U8()};
-  h.num_levels = r.U32();
-  h.element_count = r.U64();
-  h.exact_count = r.U64();
-  h.main_size = r.U64();
-  h.exact_raw_size = r.U64();
-  h.exact_size = r.U64();
+  if ((h.flags & kFlagCompactHeader) != 0) {
+    bool bad_varint = false;
+    const uint64_t levels = GetVarint64(r, &bad_varint);
+    h.element_count = GetVarint64(r, &bad_varint);
+    h.exact_count = GetVarint64(r, &bad_varint);
+    h.main_size = GetVarint64(r, &bad_varint);
+    h.exact_raw_size = GetVarint64(r, &bad_varint);
+    h.exact_size = GetVarint64(r, &bad_varint);
+    if (bad_varint || levels > UINT32_MAX)
+      return Status::Corruption("lossy chunk header: a compact field is not a minimal varint below its limit");
+    h.num_levels = static_cast<uint32_t>(levels);
+  } else {
+    h.num_levels = r.U32();
+    h.element_count = r.U64();
+    h.exact_count = r.U64();
+    h.main_size = r.U64();
+    h.exact_raw_size = r.U64();
+    h.exact_size = r.U64();
+  }
+  h.size = data.size() - r.remaining();
   RETURN_IF_ERROR(r.status());
   auto bad = [](const std::string& what, uint64_t want, uint64_t have) {
     return Status::Corruption("lossy chunk header: " + what + ", want=" + std::to_string(want) +
@@ -65,7 +116,8 @@ Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {
   h.mode = static_cast<StreamMode>(mode);
   if (type < 1 || type > 3) return bad("element type 1..3", 1, type);
   h.type = static_cast<ElementType>(type);
-  if ((h.flags & ~(kFlagDelta | kFlagZeroCarry)) != 0) return bad("reserved flag bits zero", 0, h.flags);
+  if ((h.flags & ~(kFlagDelta | kFlagZeroCarry | kFlagCompactHeader)) != 0)
+    return bad("reserved flag bits zero", 0, h.flags);
   if ((h.flags & kFlagZeroCarry) != 0 && (h.mode != StreamMode::kLog || (h.flags & kFlagDelta) == 0))
     return bad("zero carry only in a log delta frame", 0, h.flags);
   for (uint8_t b : reserved)

@@ -57,9 +57,16 @@ inline constexpr uint8_t kFlagDelta = 0x01;
 // zero costs symbol 0 (the second moment of a parameter that never gets a
 // gradient).
 inline constexpr uint8_t kFlagZeroCarry = 0x02;
+// Compact header (2026-12-02, any mode and version): the six integers after
+// the first eight bytes are LEB128 varints instead of fixed-width fields
+// (LOSSY.md section 5.1): 9-15 bytes instead of 44. A chunk of a small
+// tensor (a bias, a norm's scale) took 60 bytes of header and trailer for
+// 20-100 bytes of symbols.
+inline constexpr uint8_t kFlagCompactHeader = 0x04;
 
 struct StreamHeader {
-  static constexpr size_t kEncodedSize = 52;
+  static constexpr size_t kEncodedSize = 52;  // without kFlagCompactHeader
+  static constexpr size_t kFixedPrefix = 8;   // version .. reserved, in both layouts
 
   uint8_t version = kStreamVersion;  // see SymbolsAreRans
   StreamMode mode = StreamMode::kLossless;
@@ -72,6 +79,9 @@ struct StreamHeader {
   uint64_t main_size = 0;       // zstd bytes of the symbols / byte planes
   uint64_t exact_raw_size = 0;  // decompressed bytes of the exact list
   uint64_t exact_size = 0;      // zstd bytes of the exact list (0 when empty)
+  // The header's own size: kEncodedSize, or less with kFlagCompactHeader
+  // (set by DecodeFrom and by EncodeTo).
+  mutable size_t size = kEncodedSize;
 
   // Version 3: the main stream is rANS-coded symbols, not a zstd frame.
   bool SymbolsAreRans() const { return version == kStreamVersionRans || version == kStreamVersionRansContexts; }
@@ -83,7 +93,7 @@ struct StreamHeader {
     return rans ? kStreamVersionRans : mode == StreamMode::kLog ? kStreamVersionLog : kStreamVersion;
   }
 
-  // Appends the kEncodedSize bytes.
+  // Appends the header (compact when flags has kFlagCompactHeader).
   void EncodeTo(std::vector<std::byte>* out) const;
   // Parses and checks every field that can be checked alone.
   static Result<StreamHeader> DecodeFrom(ByteSpan data);

@@ -371,7 +371,7 @@ Result<std::optional<EncodedChunk>> EncodeTrellisChunk(ElementType type, ByteSpa
     h.mode = StreamMode::kTrellis;
     h.type = type;
     h.bits = 8;
-    h.flags = base.empty() ? 0 : kFlagDelta;
+    h.flags = (base.empty() ? 0 : kFlagDelta) | kFlagCompactHeader;
     h.num_levels = kTrellisStates;
     h.element_count = n;
     h.exact_count = exact;

@@ -52,27 +52,33 @@ TEST(LossyCorruptionTest, ResealedBadFieldsAreCorruption) {
     size_t offset;
     uint8_t value;
   };
-  // Offsets follow the header layout of LOSSY.md.
-  for (Edit e : {Edit{1, 7}, Edit{2, 9}, Edit{3, 0}, Edit{3, 9}, Edit{4, 0x80}, Edit{5, 1}, Edit{8, 0xff},
-                 Edit{12, 0x11}, Edit{20, 0x7f}, Edit{28, 0x01}, Edit{36, 0x33}, Edit{44, 0x02}}) {
+  // Offsets follow the header layout of LOSSY.md: the fixed prefix, then
+  // every byte of the compact header's varints.
+  const size_t header = StreamHeader::DecodeFrom(good)->size;
+  ASSERT_LT(header, StreamHeader::kEncodedSize) << "the encoder writes compact headers";
+  std::vector<Edit> edits = {Edit{1, 7}, Edit{2, 9}, Edit{3, 0}, Edit{3, 9}, Edit{4, 0x80}, Edit{5, 1}};
+  for (size_t at = StreamHeader::kFixedPrefix; at < header; ++at)
+    for (uint8_t v : {0x00, 0x01, 0x7f, 0x80, 0xff}) edits.push_back(Edit{at, v});
+  for (Edit e : edits) {
     std::vector<std::byte> bad = good;
     bad[e.offset] = std::byte{e.value};
     if (bad == good) continue;
     testing::Reseal(&bad);
     Status st = DecodeChunk(ElementType::kF32, bad, {}, out, &scratch);
-    EXPECT_FALSE(st.ok()) << "edit at " << e.offset;
+    EXPECT_FALSE(st.ok()) << "edit at " << e.offset << " to " << int{e.value};
     EXPECT_TRUE(st.code() == StatusCode::kCorruption || st.code() == StatusCode::kUnsupported) << st.ToString();
   }
   // A level that is not finite, and levels out of order.
   std::vector<std::byte> bad = good;
-  StoreLE32(bad.data() + StreamHeader::kEncodedSize, 0x7fc00000u);
+  StoreLE32(bad.data() + header, 0x7fc00000u);
   testing::Reseal(&bad);
   EXPECT_EQ(DecodeChunk(ElementType::kF32, bad, {}, out, &scratch).code(), StatusCode::kCorruption);
   // Levels out of order (needs a codebook of at least two levels).
   std::vector<std::byte> normal = testing::ToElements(ElementType::kF32, testing::Generate(Dist::kNormal, 5000, 3));
   std::vector<std::byte> many = Encode(ElementType::kF32, normal, Budget{1e-2, 0}, &scratch);
-  ASSERT_GE(LoadLE32(many.data() + 8), 2u) << "want a multi-level codebook";
-  std::memcpy(many.data() + StreamHeader::kEncodedSize + 4, many.data() + StreamHeader::kEncodedSize, 4);
+  const StreamHeader many_header = *StreamHeader::DecodeFrom(many);
+  ASSERT_GE(many_header.num_levels, 2u) << "want a multi-level codebook";
+  std::memcpy(many.data() + many_header.size + 4, many.data() + many_header.size, 4);
   testing::Reseal(&many);
   std::vector<std::byte> out2(normal.size());
   EXPECT_EQ(DecodeChunk(ElementType::kF32, many, {}, out2, &scratch).code(), StatusCode::kCorruption);

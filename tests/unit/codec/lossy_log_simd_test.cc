@@ -115,7 +115,7 @@ std::vector<std::byte> DecodeLog(ElementType type, const std::vector<std::byte>&
   if (!h.ok()) return {};
   std::vector<std::byte> out(h->element_count * ElementSize(type));
   const ByteSpan body =
-      ByteSpan(chunk).subspan(StreamHeader::kEncodedSize, chunk.size() - StreamHeader::kEncodedSize - kTrailerSize);
+      ByteSpan(chunk).subspan(h->size, chunk.size() - h->size - kTrailerSize);
   const Status st = DecodeLogBody(type, *h, body, (h->flags & kFlagDelta) != 0 ? base : ByteSpan(), out, s.buffers(),
                                   level);
   EXPECT_TRUE(st.ok()) << st.ToString();

@@ -314,7 +314,7 @@ TEST(LossyLog, ZerosOverZerosAreCarried) {
   ASSERT_TRUE(same.ok());
   Result<StreamHeader> h = StreamHeader::DecodeFrom(same->bytes);
   ASSERT_TRUE(h.ok());
-  EXPECT_EQ(h->flags, kFlagDelta | kFlagZeroCarry);
+  EXPECT_EQ(h->flags, kFlagDelta | kFlagZeroCarry | kFlagCompactHeader);
   EXPECT_LT(same->bytes.size(), 300u) << "an unchanged chunk with a 30 % zero mask";
   // Every element the key frame put on the grid is reproduced; one it
   // stored exactly (a width escape) may move to its grid point, within the
@@ -365,17 +365,18 @@ TEST(LossyLog, CorruptLogStreamsAreRejected) {
   s = c->bytes;
   s[8] = std::byte{static_cast<uint8_t>(static_cast<uint8_t>(s[8]) + 1)};  // levels per octave
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
+  const size_t header = StreamHeader::DecodeFrom(c->bytes)->size;
   s = c->bytes;
-  StoreLE64(s.data() + StreamHeader::kEncodedSize, std::bit_cast<uint64_t>(0.5));  // ratio < 1
+  StoreLE64(s.data() + header, std::bit_cast<uint64_t>(0.5));  // ratio < 1
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
   s = c->bytes;
-  s[StreamHeader::kEncodedSize + 12] = std::byte{1};  // a shift in a key frame
+  s[header + 12] = std::byte{1};  // a shift in a key frame
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
   s = c->bytes;
-  s[4] = std::byte{kFlagZeroCarry};  // zero carry in a key frame
+  s[4] = std::byte{kFlagZeroCarry | kFlagCompactHeader};  // zero carry in a key frame
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
   s = c->bytes;
-  s[4] = std::byte{0x04};  // a reserved flag
+  s[4] = std::byte{0x08 | kFlagCompactHeader};  // a reserved flag
   EXPECT_EQ(decode(s).code(), StatusCode::kCorruption);
   // Zero carry in a quantized (not log) delta frame.
   std::vector<std::byte> plain = testing::ToElements(ElementType::kF32, std::vector<float>(4096, 0.5f));
@@ -386,8 +387,8 @@ TEST(LossyLog, CorruptLogStreamsAreRejected) {
   ASSERT_TRUE(q1.ok());
   s = q1->bytes;
   ASSERT_EQ(s[1], std::byte{1});  // quantized mode
-  ASSERT_EQ(s[4], std::byte{kFlagDelta});
-  s[4] = std::byte{kFlagDelta | kFlagZeroCarry};
+  ASSERT_EQ(s[4], std::byte{kFlagDelta | kFlagCompactHeader});
+  s[4] = std::byte{kFlagDelta | kFlagZeroCarry | kFlagCompactHeader};
   testing::Reseal(&s);
   EXPECT_EQ(DecodeChunk(ElementType::kF32, s, q0->reconstruction, out, &scratch).code(), StatusCode::kCorruption);
   EXPECT_TRUE(decode(c->bytes).ok());

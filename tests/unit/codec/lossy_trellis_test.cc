@@ -201,19 +201,25 @@ TEST_F(TrellisStream, ResealedDamageIsCorruption) {
   EXPECT_EQ(edit(3, 7).code(), StatusCode::kCorruption) << "bits other than 8";
   EXPECT_EQ(edit(8, 4).code(), StatusCode::kCorruption) << "states other than 8";
   EXPECT_EQ(edit(0, 6).code(), StatusCode::kUnsupported) << "a newer version";
-  // The step: zero, negative, NaN.
-  const size_t step_at = StreamHeader::kEncodedSize;
+  // The step: zero, negative, NaN, infinite.
+  const StreamHeader h = *StreamHeader::DecodeFrom(stream_);
   for (uint32_t bits : {0u, FloatBits(-1.0f), 0x7fc00000u, 0x7f800000u}) {
     auto s = stream_;
-    StoreLE32(s.data() + step_at, bits);
+    StoreLE32(s.data() + h.size, bits);
     testing::Reseal(&s);
     EXPECT_EQ(Decode(s).code(), StatusCode::kCorruption) << std::hex << bits;
   }
-  // A claimed exact entry that no symbol asks for.
-  auto s = stream_;
-  StoreLE64(s.data() + 20, 1);  // exact_count
-  testing::Reseal(&s);
-  EXPECT_FALSE(Decode(s).ok());
+  // Header fields rewritten: more elements, exact entries the list lacks.
+  for (int field = 0; field < 2; ++field) {
+    StreamHeader e = h;
+    if (field == 0) e.element_count += 1;
+    else e.exact_count += 1, e.exact_raw_size = 1, e.exact_size = 1;
+    std::vector<std::byte> s;
+    e.EncodeTo(&s);
+    s.insert(s.end(), stream_.begin() + h.size, stream_.end());
+    testing::Reseal(&s);
+    EXPECT_EQ(Decode(s).code(), StatusCode::kCorruption) << "field " << field;
+  }
 }
 
 }  // namespace
