@@ -380,6 +380,28 @@ def test_low_rank_first_moments_through_the_mount(store):
     assert any("exp_avg " in line and " rank " in line for line in text.splitlines()), text
 
 
+def test_trellis_through_the_mount(store):
+    """With trellis=on the chunks of a real Adam run's checkpoints that have
+    an L2 budget are also coded by trellis-coded quantization and kept where
+    smaller (LOSSY.md section 11): inspect counts trellis chunks on the
+    weights, which take fewer bytes than under the default mount, and after
+    a remount torch.load gives every tensor back within the default
+    budgets; the default mount writes none."""
+    states = adam_checkpoints(4)
+    plain, tensors = save_both_ways(store, states, "trellis=on", "run-plain")
+    check_within(torch.load(store.path("run", "ckpt-3.pt")), states[-1], 0.01, DEFAULT_OPT_BUDGET)
+    weights = [n for n in tensors if n.startswith("model.") and n.endswith("weight")]
+    assert len(weights) == 3
+    coded = [n for n in weights if tensors[n]["lossy"].get("trellis_chunks", 0) > 0]
+    assert coded, {n: tensors[n]["lossy"] for n in weights}
+    assert not any("trellis_chunks" in t.get("lossy", {}) for t in plain.values())
+    stored = sum(tensors[n]["stored_bytes"] for n in weights)
+    stored_plain = sum(plain[n]["stored_bytes"] for n in weights)
+    assert stored < 0.95 * stored_plain, (stored, stored_plain)
+    text = store.cli("inspect", os.path.join(store.backing, "run", "ckpt-3.pt")).stdout
+    assert any(line.startswith("model.") and " trellis" in line for line in text.splitlines()), text
+
+
 def test_dithered_first_moments_through_the_mount(store):
     """With momentum_dither=0.9 the exp_avg of a real Adam run's delta
     versions are coded with a subtractive dither (FORMAT.md "Dither"):
