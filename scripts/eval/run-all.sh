@@ -2,15 +2,18 @@
 # Reproduces every eval result (docs/eval.md): compression over the run and
 # restore-and-resume fault tolerance for the digits CNN and the character
 # LM, and transfer learning from a checkpoint restored from the mount.
-# About 15 minutes on 2 cores with the default backends and one seed, 40
-# with SEEDS=0,1,2 (the run in docs/eval.md), depending on the load.
+# About 20 minutes on 2 cores with the default backends and one seed, 50
+# with SEEDS=0,1,2 (the run in docs/eval.md: 47), depending on the load.
 #
 #   scripts/eval/run-all.sh [RESULTS_DIR]      (default docs/eval)
 #
 # Environment: CKPTFS_BIN (default build/mount-tools/ckptfs), BACKENDS
 # (comma-separated; default lossless, the default 1e-2, 1e-2 with delta
-# chains of up to 20 links instead of 10, 1e-2 with the second moments'
-# previous bound (0.2 instead of 0.4 per element), and 3e-2),
+# chains of up to 20 links instead of 10, that with trellis-coded
+# quantization, and the settings that reach 40x on digits (3e-2, chains of
+# 20, low-rank first moments, trellis) and on the character LM (3e-2,
+# chains of 20, dithered first moments at 1.2, weights at 0.7 of their
+# update, second moments within 0.6, trellis); docs/eval.md),
 # SEEDS (the seeds each backend's restore-and-resume runs take, default 0;
 # SEEDS=0,1,2 triples their time), SIZE (full|smoke),
 # WORKDIR (scratch space, default a new temporary directory, removed at the
@@ -22,7 +25,10 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 RESULTS="${1:-$REPO/docs/eval}"
 export CKPTFS_BIN="${CKPTFS_BIN:-$REPO/build/mount-tools/ckptfs}"
-BACKENDS="${BACKENDS:-ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:1e-2+keyframe=20,ckptfs-lossy:1e-2+denominator_budget=0.2,ckptfs-lossy:3e-2}"
+DEFAULT_BACKENDS="ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:1e-2+keyframe=20,ckptfs-lossy:1e-2+keyframe=20+trellis=on"
+DEFAULT_BACKENDS+=",ckptfs-lossy:3e-2+keyframe=20+low_rank=on+trellis=on"
+DEFAULT_BACKENDS+=",ckptfs-lossy:3e-2+keyframe=20+momentum_dither=1.2+update_fraction=0.7+denominator_budget=0.6+trellis=on"
+BACKENDS="${BACKENDS:-$DEFAULT_BACKENDS}"
 SIZE="${SIZE:-full}"
 PY=/usr/bin/python3
 KEEP_WORKDIR=${WORKDIR:+1}
