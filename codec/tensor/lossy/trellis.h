@@ -3,8 +3,8 @@
 // Why: a scalar quantizer with entropy-coded symbols stays about a quarter
 // of a bit per element above the rate-distortion bound at the rates a
 // delta frame of weights runs at (0.3-1.5 bits): on a character LM's
-// weight residuals at half their update's energy, 0.72 bits where the
-// Gaussian bound is 0.49. Trellis-coded quantization (Marcellin and
+// weight residual at an error of 0.54 of its energy, 0.72 bits where the
+// bound for a Gaussian of that variance is 0.45. Trellis-coded quantization (Marcellin and
 // Fischer; the entropy-constrained form of Fischer and Wang, also the
 // "dependent quantization" of H.266/VVC) recovers most of it with a
 // decoder that stays a table lookup per element: the reconstruction
