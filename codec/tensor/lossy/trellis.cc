@@ -259,12 +259,17 @@ typename E::Bits Reconstruct(uint32_t state, int32_t k, float step, bool has_bas
   return E::FromFloat(bf + static_cast<float>(j) * step);
 }
 
-// Writes the reconstruction of `symbols` into `recon` and returns the
-// squared error in the codec's reduction order (LOSSY.md section 2).
+struct Measured {
+  double error_sq = 0.0;  // in the codec's reduction order (LOSSY.md section 2)
+  double max_abs = 0.0;
+};
+
+// Writes the reconstruction of `symbols` into `recon` and measures its
+// error over the finite values.
 template <typename E>
-double ReconstructAndMeasure(ByteSpan values, ByteSpan base, float step, const uint8_t* symbols,
-                             const uint8_t* states, MutableByteSpan recon, uint64_t n) {
-  double total = 0.0;
+Measured ReconstructAndMeasure(ByteSpan values, ByteSpan base, float step, const uint8_t* symbols,
+                               const uint8_t* states, MutableByteSpan recon, uint64_t n) {
+  Measured m;
   const bool has_base = !base.empty();
   for (uint64_t start = 0; start < n; start += kReduceBlock) {
     const uint64_t end = std::min<uint64_t>(n, start + kReduceBlock);
@@ -280,16 +285,17 @@ double ReconstructAndMeasure(ByteSpan values, ByteSpan base, float step, const u
       if ((FloatBits(xf) & 0x7fffffffu) < kNonFiniteBits) {
         const double d = static_cast<double>(E::ToFloat(out)) - static_cast<double>(xf);
         lanes[i % kReduceLanes] += d * d;
+        m.max_abs = std::max(m.max_abs, std::fabs(d));
       }
     }
     for (uint32_t s = kReduceLanes / 2; s != 0; s >>= 1)
       for (uint32_t l = 0; l < s; ++l) lanes[l] = lanes[l] + lanes[l + s];
-    total += lanes[0];
+    m.error_sq += lanes[0];
   }
-  return total;
+  return m;
 }
 
-double ReconstructAndMeasureAs(ElementType type, ByteSpan values, ByteSpan base, float step, const uint8_t* symbols,
+Measured ReconstructAndMeasureAs(ElementType type, ByteSpan values, ByteSpan base, float step, const uint8_t* symbols,
                                const uint8_t* states, MutableByteSpan recon, uint64_t n) {
   switch (type) {
     case ElementType::kF32: return ReconstructAndMeasure<F32Elem>(values, base, step, symbols, states, recon, n);
@@ -337,7 +343,8 @@ Result<std::optional<EncodedChunk>> EncodeTrellisChunk(ElementType type, ByteSpa
                                      s.trellis_back, nullptr, nullptr);
     const PassResult second = Viterbi(residual.data(), n, 1, step_f, lambda, CostsOf(first.counts), exact_bytes,
                                       s.trellis_back, symbols, states);
-    const double error_sq = ReconstructAndMeasureAs(type, values, base, step_f, symbols, states, recon, n);
+    const Measured measured = ReconstructAndMeasureAs(type, values, base, step_f, symbols, states, recon, n);
+    const double error_sq = measured.error_sq;
     if (!(error_sq <= allowed_sq)) {
       const double ratio = error_sq > 0 && std::isfinite(error_sq) ? allowed_sq / error_sq : 0.25;
       step *= std::sqrt(std::min(ratio, 1.0)) * 0.98;
@@ -396,7 +403,7 @@ Result<std::optional<EncodedChunk>> EncodeTrellisChunk(ElementType type, ByteSpa
     chunk.stats.quantized = n - zero - exact;
     chunk.stats.exact = exact;
     chunk.stats.rel_l2 = norm_sq > 0 ? std::sqrt(error_sq / norm_sq) : 0.0;
-    chunk.stats.max_abs = 0.0;
+    chunk.stats.max_abs = measured.max_abs;
     chunk.stats.err2_sum = error_sq;
     chunk.stats.ref2_sum = norm_sq;
     return std::optional<EncodedChunk>(std::move(chunk));

@@ -78,6 +78,7 @@ TEST(LossyTrellis, KeyFramesAreSmallerWithinTheBudget) {
     const auto e = testing::Measure(ElementType::kF32, bytes, out);
     EXPECT_LE(std::sqrt(e.err_sq / e.norm_sq), rel) << rel;
     EXPECT_NEAR(trellis->stats.rel_l2, std::sqrt(e.err_sq / e.norm_sq), 1e-9);
+    EXPECT_EQ(trellis->stats.max_abs, e.max_abs);
     EXPECT_GT(trellis->stats.rel_l2, 0.9 * rel) << "most of the budget is used";
     // Deterministic.
     auto again = EncodeChunk(ElementType::kF32, bytes, {}, budget, &scratch, WithTrellis(true));
