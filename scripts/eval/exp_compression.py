@@ -261,20 +261,24 @@ def write_outputs(res, results):
         f.write("\n".join(md[:2]) + "\n" + "".join(md[2:]))
 
     plt = h.pyplot()
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, NullFormatter
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.3))
+    backends = [(name, b) for name, b in res["backends"].items() if b["status"] == "ok"]
+    # One legend under the panels: the backends' names are long.
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6 + 0.22 * len(backends)))
+    handles = []
     for i, (name, b) in enumerate(res["backends"].items()):
         if b["status"] != "ok":
             continue
         color = f"C{i}"
         steps = [r["step"] for r in b["per_checkpoint"]]
         per = [r["checkpoint"]["logical_bytes"] / r["checkpoint"]["stored_bytes"] for r in b["per_checkpoint"]]
-        axes[0].plot(steps, per, marker=".", color=color, label=name)
-        axes[1].plot(steps, b["summary"]["checkpoint"]["cumulative"], marker=".", color=color, label=name)
-        axes[2].plot(steps, b["summary"]["weights"]["cumulative"], "-", color=color, label=f"{name}: weights")
-        axes[2].plot(steps, b["summary"]["optimizer"]["cumulative"], "--", color=color,
-                     label=f"{name}: optimizer")
-    titles = ("whole checkpoint, per file", "whole checkpoint, cumulative", "weights / optimizer, cumulative")
+        handles.append(axes[0].plot(steps, per, marker=".", color=color, label=h.short_backend(name))[0])
+        axes[1].plot(steps, b["summary"]["checkpoint"]["cumulative"], marker=".", color=color)
+        axes[2].plot(steps, b["summary"]["weights"]["cumulative"], "-", color=color)
+        axes[2].plot(steps, b["summary"]["optimizer"]["cumulative"], "--", color=color)
+    titles = ("whole checkpoint, per file", "whole checkpoint, cumulative",
+              "weights (solid) / optimizer (dashed), cumulative")
     for ax, title in zip(axes, titles):
         low, high = ax.get_ylim()
         if high > 20 * max(low, 0.5):  # log scale only when the ratios span decades
@@ -285,8 +289,11 @@ def write_outputs(res, results):
         ax.set_ylabel("logical / stored bytes")
         ax.set_title(f"{res['workload']}: {title}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    styles = [Line2D([], [], color="grey", linestyle="-", label="weights"),
+              Line2D([], [], color="grey", linestyle="--", label="optimizer")]
+    legend_rows = (len(handles) + 2 + 1) // 2
+    fig.legend(handles=handles + styles, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.045 * legend_rows * 4.6 / fig.get_figheight() * 1.1, 1, 1))
     fig.savefig(base + ".png", dpi=100)
     plt.close(fig)
 

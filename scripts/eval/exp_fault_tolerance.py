@@ -197,7 +197,11 @@ def write_outputs(res, results):
         f.write("\n".join(md[:3]) + "\n" + "".join(md[3:]))
 
     plt = h.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    series = [(f"plain {s}", b["curves"], ":" if s != "seed0" else "-") for s, b in res["baseline"].items()]
+    series += [(h.short_backend(spec), b["curves"], "--") for spec, b in res["backends"].items()
+               if b["status"] == "ok"]
+    # One legend under the panels: the backends' names are long.
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2 + 0.2 * len(series) / 2))
 
     def smooth(v, k=10):
         out, acc = [], 0.0
@@ -205,11 +209,9 @@ def write_outputs(res, results):
             acc += x - (v[i - k] if i >= k else 0)
             out.append(acc / min(i + 1, k))
         return out
-    series = [(f"plain {s}", b["curves"], ":" if s != "seed0" else "-") for s, b in res["baseline"].items()]
-    series += [(spec, b["curves"], "--") for spec, b in res["backends"].items() if b["status"] == "ok"]
     for label, c, style in series:
         axes[0].plot(c["train_steps"], smooth(c["train_loss"]), style, label=label, linewidth=1)
-        axes[1].plot(c["eval_steps"], [e[metric] for e in c["eval"]], style, marker=".", label=label, linewidth=1)
+        axes[1].plot(c["eval_steps"], [e[metric] for e in c["eval"]], style, marker=".", linewidth=1)
     for s in range(res["schedule"]["restore_every"], res["schedule"]["steps"], res["schedule"]["restore_every"]):
         axes[0].axvline(s, color="grey", alpha=0.15)
     axes[0].set_yscale("log")  # a diverging run would flatten every other curve
@@ -218,8 +220,9 @@ def write_outputs(res, results):
     for ax in axes:
         ax.set_xlabel("training step")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    legend_rows = (len(series) + 1) // 2
+    fig.legend(loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, min(0.6, 0.16 * legend_rows / fig.get_figheight()), 1, 1))
     fig.savefig(base + ".png", dpi=110)
     plt.close(fig)
 

@@ -199,5 +199,13 @@ def pyplot():
     return plt
 
 
+def short_backend(spec):
+    """A backend's name for a plot legend: `ckptfs-lossy:` and `ckptfs-` dropped."""
+    for prefix in ("ckptfs-lossy:", "ckptfs-"):
+        if spec.startswith(prefix):
+            return "lossy " + spec[len(prefix):] if prefix == "ckptfs-lossy:" else spec[len(prefix):]
+    return spec
+
+
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
