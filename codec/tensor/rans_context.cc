@@ -186,9 +186,8 @@ Status ContextRansReader::Open(ByteSpan stored, uint32_t count, std::string_view
       return corrupt(fmt::format("context rANS: table {} frequencies sum to {}, want {}", k, start, kProbScale));
   }
   RETURN_IF_ERROR(rans::ReadStreamStart(stored.subspan(at), &start_, what));
-  tables_ = dec.data();
-  count_ = count;
-  table_count_ = tables;
+  for (uint32_t c = 0; c < count; ++c)
+    table_of_[c] = dec.data() + size_t{TableOf(static_cast<uint8_t>(c), tables, count)} * kProbScale;
   at_ = 0;
   truncated_ = false;
   return Status::Ok();

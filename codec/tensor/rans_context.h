@@ -12,8 +12,10 @@
 // element.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -60,7 +62,7 @@ class ContextRansReader {
   // The next byte, coded in `context` (< count). A stream that runs out of
   // words gives 0 and makes Finish fail.
   uint8_t Next(uint32_t context) {
-    const uint32_t* table = tables_ + size_t{context * table_count_ / count_} * rans::kProbScale;
+    const uint32_t* table = table_of_[context];
     uint32_t& x = start_.states[at_++ % rans::kStates];
     const uint32_t e = table[x & (rans::kProbScale - 1)];
     x = (((e >> 8) & (rans::kProbScale - 1)) + 1) * (x >> rans::kProbBits) + (e >> 20);
@@ -80,8 +82,8 @@ class ContextRansReader {
   Status Finish() const;
 
  private:
-  const uint32_t* tables_ = nullptr;
-  uint32_t count_ = 1, table_count_ = 1;
+  // Each context's decode table (contexts merged into fewer tables share one).
+  std::array<const uint32_t*, kMaxRansContexts> table_of_{};
   rans::StreamStart start_{};
   size_t at_ = 0;
   bool truncated_ = false;

@@ -5,6 +5,7 @@
 // bits by construction. Plain C++ when not compiled by nvcc.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -198,6 +199,26 @@ CKPTFS_HD double SquaredError(typename E::Bits x, typename E::Bits recon, double
   double e = static_cast<double>(E::ToFloat(recon)) - static_cast<double>(xf);
   *abs_error = e < 0 ? -e : e;
   return e * e;
+}
+
+// Element i's bits of a little-endian array, and their store, on the host.
+template <typename E>
+typename E::Bits LoadBits(const std::byte* p, uint64_t i) {
+  typename E::Bits b;
+  std::memcpy(&b, p + i * sizeof b, sizeof b);  // little-endian host (checked in lossy.cc)
+  return b;
+}
+template <typename E>
+void StoreBits(std::byte* p, uint64_t i, typename E::Bits b) {
+  std::memcpy(p + i * sizeof b, &b, sizeof b);
+}
+
+// Folds a block's kReduceLanes lane sums into its partial, in the fixed
+// order above: lane[l] += lane[l + s] for s = 16, 8, 4, 2, 1.
+CKPTFS_HD double FoldLanes(double* lanes) {
+  for (uint32_t s = kReduceLanes / 2; s != 0; s >>= 1)
+    for (uint32_t l = 0; l < s; ++l) lanes[l] = lanes[l] + lanes[l + s];
+  return lanes[0];
 }
 
 // Square of a finite value (0 for Inf/NaN), for the norm.

@@ -17,17 +17,6 @@ namespace ckptfs::lossy {
 namespace {
 
 template <typename E>
-typename E::Bits LoadBits(const std::byte* p, uint64_t i) {
-  typename E::Bits b;
-  std::memcpy(&b, p + i * sizeof b, sizeof b);  // little-endian host (checked in lossy.cc)
-  return b;
-}
-template <typename E>
-void StoreBits(std::byte* p, uint64_t i, typename E::Bits b) {
-  std::memcpy(p + i * sizeof b, &b, sizeof b);
-}
-
-template <typename E>
 constexpr ElementType TypeOf() {
   if constexpr (std::is_same_v<E, F32Elem>)
     return ElementType::kF32;
@@ -35,13 +24,6 @@ constexpr ElementType TypeOf() {
     return ElementType::kF16;
   else
     return ElementType::kBF16;
-}
-
-// Folds 32 lane sums in the fixed order of element_ops.h.
-double FoldLanes(double* lanes) {
-  for (uint32_t s = kReduceLanes / 2; s != 0; s >>= 1)
-    for (uint32_t l = 0; l < s; ++l) lanes[l] = lanes[l] + lanes[l + s];
-  return lanes[0];
 }
 
 template <typename E, bool kHasBase>

@@ -38,7 +38,6 @@ uint64_t GetVarint64(ByteReader& r, bool* bad) {
 }  // namespace
 
 void StreamHeader::EncodeTo(std::vector<std::byte>* out) const {
-  const size_t before = out->size();
   ByteWriter w(out);
   w.U8(version);
   w.U8(static_cast<uint8_t>(mode));
@@ -57,7 +56,6 @@ void StreamHeader::EncodeTo(std::vector<std::byte>* out) const {
     w.U64(exact_raw_size);
     w.U64(exact_size);
   }
-  size = out->size() - before;
 }
 
 Result<StreamHeader> StreamHeader::DecodeFrom(ByteSpan data) {

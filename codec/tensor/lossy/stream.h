@@ -79,9 +79,9 @@ struct StreamHeader {
   uint64_t main_size = 0;       // zstd bytes of the symbols / byte planes
   uint64_t exact_raw_size = 0;  // decompressed bytes of the exact list
   uint64_t exact_size = 0;      // zstd bytes of the exact list (0 when empty)
-  // The header's own size: kEncodedSize, or less with kFlagCompactHeader
-  // (set by DecodeFrom and by EncodeTo).
-  mutable size_t size = kEncodedSize;
+  // The parsed header's own size (set by DecodeFrom): kEncodedSize, or
+  // less with kFlagCompactHeader.
+  size_t size = kEncodedSize;
 
   // Version 3: the main stream is rANS-coded symbols, not a zstd frame.
   bool SymbolsAreRans() const { return version == kStreamVersionRans || version == kStreamVersionRansContexts; }

@@ -139,39 +139,32 @@ PassResult Viterbi(const float* r, uint64_t n, uint64_t stride, double step, dou
   pm[0] = 0.0;
   for (uint64_t i = 0; i < n; ++i) {
     const float ri = r[i * stride];
-    std::array<double, kTrellisStates> next;
-    uint8_t* bk = back.data() + i * kTrellisStates;
+    // branch[s][p]: the path cost leaving state s with an index of parity
+    // p; a forced-exact element takes k = 0 (even) only.
+    double branch[kTrellisStates][2];
     if (ForcedExact(ri, step)) {
-      for (uint32_t t = 0; t < kTrellisStates; ++t) {
-        double best = kInf;
-        uint8_t which = 0;
-        for (uint8_t w = 0; w < 2; ++w) {
-          const Predecessor pr = kPredecessors.into[t][w];
-          if (pr.parity != 0) continue;
-          const double c = pm[pr.state] + lambda * costs[pr.state][kTrellisExactSymbol];
-          if (c < best) best = c, which = w;
-        }
-        next[t] = best;
-        bk[t] = which;
+      for (uint32_t st = 0; st < kTrellisStates; ++st) {
+        branch[st][0] = pm[st] + lambda * costs[st][kTrellisExactSymbol];
+        branch[st][1] = kInf;
       }
     } else {
       const double rv = static_cast<double>(ri);
       const Candidates cand[2] = {CandidatesOf(rv, step, inv_step, 0), CandidatesOf(rv, step, inv_step, 1)};
-      // branch[s][p]: leaving state s with an index of parity p.
-      double branch[kTrellisStates][2];
       for (uint32_t st = 0; st < kTrellisStates; ++st) {
         const Candidates& c = cand[st & 1];
         const int lo = c.k[0] & 1;  // the parity of candidate 0
         branch[st][lo] = pm[st] + c.err[0] + lambda * costs[st][TrellisZigzag(c.k[0])];
         branch[st][lo ^ 1] = pm[st] + c.err[1] + lambda * costs[st][TrellisZigzag(c.k[1])];
       }
-      for (uint32_t t = 0; t < kTrellisStates; ++t) {
-        const Predecessor a = kPredecessors.into[t][0], b = kPredecessors.into[t][1];
-        const double ca = branch[a.state][a.parity], cb = branch[b.state][b.parity];
-        const bool second = cb < ca;
-        next[t] = second ? cb : ca;
-        bk[t] = second;
-      }
+    }
+    std::array<double, kTrellisStates> next;
+    uint8_t* bk = back.data() + i * kTrellisStates;
+    for (uint32_t t = 0; t < kTrellisStates; ++t) {
+      const Predecessor a = kPredecessors.into[t][0], b = kPredecessors.into[t][1];
+      const double ca = branch[a.state][a.parity], cb = branch[b.state][b.parity];
+      const bool second = cb < ca;
+      next[t] = second ? cb : ca;
+      bk[t] = second;
     }
     pm = next;
     if ((i & 4095) == 4095) {  // keep the path costs small next to an element's
@@ -239,17 +232,6 @@ std::optional<Choice> SearchStep(const float* r, uint64_t n, uint64_t stride, do
   return good;
 }
 
-template <typename E>
-typename E::Bits Load(ByteSpan span, uint64_t i) {
-  typename E::Bits b;
-  std::memcpy(&b, span.data() + i * sizeof b, sizeof b);
-  return b;
-}
-template <typename E>
-void Store(MutableByteSpan span, uint64_t i, typename E::Bits b) {
-  std::memcpy(span.data() + i * sizeof b, &b, sizeof b);
-}
-
 // The reconstruction of index k in state s (LOSSY.md section 11).
 template <typename E>
 typename E::Bits Reconstruct(uint32_t state, int32_t k, float step, bool has_base, typename E::Bits base) {
@@ -275,22 +257,17 @@ Measured ReconstructAndMeasure(ByteSpan values, ByteSpan base, float step, const
     const uint64_t end = std::min<uint64_t>(n, start + kReduceBlock);
     double lanes[kReduceLanes] = {};
     for (uint64_t i = start; i < end; ++i) {
-      const typename E::Bits x = Load<E>(values, i);
+      const typename E::Bits x = LoadBits<E>(values.data(), i);
       typename E::Bits out = x;
       if (symbols[i] != kTrellisExactSymbol)
         out = Reconstruct<E>(states[i], TrellisUnzigzag(symbols[i]), step, has_base,
-                             has_base ? Load<E>(base, i) : typename E::Bits{0});
-      Store<E>(recon, i, out);
-      const float xf = E::ToFloat(x);
-      if ((FloatBits(xf) & 0x7fffffffu) < kNonFiniteBits) {
-        const double d = static_cast<double>(E::ToFloat(out)) - static_cast<double>(xf);
-        lanes[i % kReduceLanes] += d * d;
-        m.max_abs = std::max(m.max_abs, std::fabs(d));
-      }
+                             has_base ? LoadBits<E>(base.data(), i) : typename E::Bits{0});
+      StoreBits<E>(recon.data(), i, out);
+      double abs_error = 0.0;
+      lanes[i % kReduceLanes] += SquaredError<E>(x, out, &abs_error);
+      m.max_abs = std::max(m.max_abs, abs_error);
     }
-    for (uint32_t s = kReduceLanes / 2; s != 0; s >>= 1)
-      for (uint32_t l = 0; l < s; ++l) lanes[l] = lanes[l] + lanes[l + s];
-    m.error_sq += lanes[0];
+    m.error_sq += FoldLanes(lanes);
   }
   return m;
 }
@@ -423,14 +400,14 @@ Status DecodeTyped(const StreamHeader& h, float step, ContextRansReader& reader,
   auto slice = [&](uint64_t first, uint64_t count) {
     for (uint64_t i = first; i < first + count; ++i) {
       const uint8_t sym = reader.Next(state);
-      const typename E::Bits b = has_base ? Load<E>(base, i) : typename E::Bits{0};
+      const typename E::Bits b = has_base ? LoadBits<E>(base.data(), i) : typename E::Bits{0};
       int32_t k = 0;
       if (sym == kTrellisExactSymbol) {
         ++exact_seen;
-        Store<E>(out, i, b);  // the exact list overwrites it
+        StoreBits<E>(out.data(), i, b);  // the exact list overwrites it
       } else {
         k = TrellisUnzigzag(sym);
-        Store<E>(out, i, Reconstruct<E>(state, k, step, has_base, b));
+        StoreBits<E>(out.data(), i, Reconstruct<E>(state, k, step, has_base, b));
       }
       state = TrellisNext(state, k);
     }
