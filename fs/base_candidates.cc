@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "fs/manifest.h"
+#include "fs/version_role.h"
 
 namespace ckptfs::fs {
 
@@ -63,8 +64,11 @@ BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat f
   const BaseCandidate* best_room = nullptr;  // the best match with room
   size_t best_score = 0, best_room_score = 0;
   for (const BaseCandidate& c : candidates) {  // oldest first: ties go to the newest
-    const size_t score = MatchScore(c, format, keys, size);
+    // Among versions sharing as many tensors, a previous save of the file
+    // itself (its role) wins over another file.
+    size_t score = MatchScore(c, format, keys, size);
     if (score == 0) continue;
+    score = 2 * score + (c.same_role ? 1 : 0);
     if (score >= best_score) best = &c, best_score = score;
     if (has_room(c) && score >= best_room_score) best_room = &c, best_room_score = score;
   }
@@ -124,49 +128,153 @@ void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candid
   TrimBaseCandidates(list, max_count);
 }
 
+namespace {
+
+// Reads the manifest of `name` in directory `dfd`: a committed blob version
+// goes to `found` under the path `rel_path`.
+void ReadCandidate(int dfd, const std::string& name, const std::string& rel_path, std::vector<Found>* found) {
+  int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    auto m = ReadManifest(fd);
+    if (m.ok() && m->has_value() && (*m)->kind == ManifestKind::kBlob)
+      found->push_back(Found{st.st_mtim, rel_path, std::move(**m)});
+  }
+  ::close(fd);
+}
+
+// The newest `max_count` of `found` (by modification time) as candidates,
+// oldest first, with their blobs' formats and tensors.
+std::vector<BaseCandidate> NewestCandidates(Store& store, std::vector<Found> found, size_t max_count, bool same_role,
+                                            Logger* log) {
+  std::vector<BaseCandidate> out;
+  std::sort(found.begin(), found.end(), Older);
+  if (found.size() > max_count) found.erase(found.begin(), found.end() - static_cast<ptrdiff_t>(max_count));
+  for (const Found& f : found) {
+    auto reader = store.OpenBlob(f.manifest.object);
+    if (!reader.ok()) {
+      if (log) log->Debug("base scan: {}: {}", f.name, reader.status().ToString());
+      continue;
+    }
+    BaseCandidate c{f.manifest.object, f.manifest.chain_depth, (*reader)->format(), (*reader)->logical_size(),
+                    TensorKeys((*reader)->tensors()), /*anchor=*/f.manifest.chain_depth == 0, f.name};
+    c.same_role = same_role;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string JoinPath(const std::string& dir, std::string_view name) {
+  return dir.empty() ? std::string(name) : dir + "/" + std::string(name);
+}
+
+// The entries of directory `rel_dir` whose normalized name is `text`, the
+// largest numbers first, at most `limit`.
+std::vector<std::string> MatchingEntries(Store& store, const std::string& rel_dir, const std::string& text,
+                                         size_t limit) {
+  std::vector<std::pair<std::vector<unsigned long long>, std::string>> hits;
+  int dfd = ::openat(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (dfd < 0) return {};
+  DIR* dir = ::fdopendir(dfd);
+  if (dir == nullptr) {
+    ::close(dfd);
+    return {};
+  }
+  while (struct dirent* e = ::readdir(dir)) {
+    std::string_view name = e->d_name;
+    if (name == "." || name == ".." || (rel_dir.empty() && name == kMetaDirName)) continue;
+    if (NormalizeComponent(name) == text) hits.emplace_back(ComponentNumbers(name), std::string(name));
+  }
+  ::closedir(dir);
+  std::sort(hits.begin(), hits.end(), [](const auto& a, const auto& b) { return a > b; });
+  if (hits.size() > limit) hits.resize(limit);
+  std::vector<std::string> out;
+  for (auto& h : hits) out.push_back(std::move(h.second));
+  return out;
+}
+
+}  // namespace
+
 std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,
                                               Logger* log) {
-  std::vector<BaseCandidate> out;
-  if (max_count == 0 || rel_path.empty()) return out;
+  if (max_count == 0 || rel_path.empty()) return {};
   const size_t slash = rel_path.rfind('/');
   const std::string rel_dir = slash == std::string::npos ? std::string() : rel_path.substr(0, slash);
   const std::string exclude = slash == std::string::npos ? rel_path : rel_path.substr(slash + 1);
   int dfd = ::openat(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
                      O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-  if (dfd < 0) return out;
+  if (dfd < 0) return {};
   DIR* dir = ::fdopendir(dfd);
   if (dir == nullptr) {
     ::close(dfd);
-    return out;
+    return {};
   }
   std::vector<Found> found;
   while (struct dirent* e = ::readdir(dir)) {
     if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN) continue;
     std::string name = e->d_name;
     if (name == "." || name == ".." || name == exclude || (rel_dir.empty() && name == kMetaDirName)) continue;
-    int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) continue;
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-      auto m = ReadManifest(fd);
-      if (m.ok() && m->has_value() && (*m)->kind == ManifestKind::kBlob)
-        found.push_back(Found{st.st_mtim, name, std::move(**m)});
-    }
-    ::close(fd);
+    ReadCandidate(dfd, name, JoinPath(rel_dir, name), &found);
   }
   ::closedir(dir);  // closes dfd
+  return NewestCandidates(store, std::move(found), max_count, /*same_role=*/false, log);
+}
 
-  std::sort(found.begin(), found.end(), Older);
-  if (found.size() > max_count) found.erase(found.begin(), found.end() - static_cast<ptrdiff_t>(max_count));
-  for (const Found& f : found) {
-    auto reader = store.OpenBlob(f.manifest.object);
-    if (!reader.ok()) {
-      if (log) log->Debug("base scan: {}/{}: {}", rel_dir, f.name, reader.status().ToString());
+std::vector<BaseCandidate> ScanRoleCandidates(Store& store, const std::string& rel_path, size_t max_count,
+                                              Logger* log) {
+  const FileRole role = RoleOf(rel_path);
+  if (max_count == 0 || std::none_of(role.pattern.begin(), role.pattern.end(), [](bool p) { return p; })) return {};
+  // Follow the role down the tree: named components by name, patterns by
+  // the directory's entries (a bounded fan-out: the newest steps).
+  constexpr size_t kFanOut = 8, kMaxPaths = 64;
+  std::vector<std::string> paths = {std::string()};
+  for (size_t i = 0; i < role.text.size() && !paths.empty(); ++i) {
+    std::vector<std::string> next;
+    for (const std::string& dir : paths) {
+      if (!role.pattern[i]) {
+        next.push_back(JoinPath(dir, role.text[i]));
+        continue;
+      }
+      for (std::string& name : MatchingEntries(store, dir, role.text[i], kFanOut))
+        next.push_back(JoinPath(dir, name));
+    }
+    if (next.size() > kMaxPaths) next.resize(kMaxPaths);
+    paths = std::move(next);
+  }
+  std::vector<Found> found;
+  for (const std::string& path : paths) {
+    if (path == rel_path) continue;
+    ReadCandidate(store.backing_fd(), path, path, &found);
+  }
+  return NewestCandidates(store, std::move(found), max_count, /*same_role=*/true, log);
+}
+
+std::vector<BaseCandidate> MergeBaseCandidates(const FileRole& role, std::vector<BaseCandidate> in_dir,
+                                               std::vector<BaseCandidate> in_role) {
+  std::vector<BaseCandidate> out;
+  out.reserve(in_dir.size() + in_role.size());
+  for (BaseCandidate& c : in_dir) {
+    if (!c.rel_path.empty() && !role.key.empty()) {
+      const FileRole theirs = RoleOf(c.rel_path);
+      // Named like this file but for a rank or shard number: another
+      // rank's file of a save, never a base (its values are unrelated).
+      if (theirs.rank_blind == role.rank_blind && theirs.key != role.key) continue;
+      c.same_role = c.same_role || theirs.key == role.key;
+    }
+    out.push_back(std::move(c));
+  }
+  const size_t from_dir = out.size();
+  for (BaseCandidate& c : in_role) {
+    auto same = std::find_if(out.begin(), out.begin() + static_cast<ptrdiff_t>(from_dir),
+                             [&](const BaseCandidate& d) { return d.id == c.id; });
+    if (same != out.begin() + static_cast<ptrdiff_t>(from_dir)) {
+      same->same_role = true;
       continue;
     }
-    out.push_back(BaseCandidate{f.manifest.object, f.manifest.chain_depth, (*reader)->format(),
-                                (*reader)->logical_size(), TensorKeys((*reader)->tensors()),
-                                /*anchor=*/f.manifest.chain_depth == 0});
+    c.same_role = true;
+    out.push_back(std::move(c));
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #include "fs/commit_pipeline.h"
 #include "fs/log.h"
 #include "fs/store.h"
+#include "fs/version_role.h"
 
 namespace ckptfs::fs {
 
@@ -30,8 +31,9 @@ struct BaseChoice {
 // without tensors, of `size` bytes) among `candidates` (oldest first):
 //  1. the candidate sharing the most tensors by name, dtype and shape (for
 //     files without tensors: the newest of the same format and of a similar
-//     size), the newest among ties, when its chain leaves room for one more
-//     link (chain_depth + 1 < keyframe);
+//     size), among ties a version of the file's own role (`same_role`),
+//     then the newest, when its chain leaves room for one more link
+//     (chain_depth + 1 < keyframe);
 //  2. else the best such match among the candidates whose chains leave
 //     room: an older version among the newest few (a delta over two or
 //     three versions), and once their chains are full too, the anchor (a
@@ -69,5 +71,25 @@ void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candid
 // a debug line: a missing candidate only costs a key frame.
 std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,
                                               Logger* log);
+
+// The delta-base candidates of the file at `rel_path` found by its role
+// (fs/version_role.h): the committed blob versions of the same file in
+// sibling step folders (`checkpoint-100/optimizer.pt` for
+// `checkpoint-200/optimizer.pt`), staged or renamed folders, and files
+// named like it but for the step, newest `max_count` by modification time,
+// oldest first, each marked `same_role`. The file itself is skipped. A
+// pattern component is matched against at most 8 entries of its directory
+// (the largest numbers) and at most 64 paths are read.
+std::vector<BaseCandidate> ScanRoleCandidates(Store& store, const std::string& rel_path, size_t max_count,
+                                              Logger* log);
+
+// The candidates of a new version of the file whose role is `role`: those
+// of its directory (`in_dir`, oldest first), less other ranks' files (named
+// like it but for a rank or shard number: same rank_blind key, another
+// role), then those of its role not already among them (`in_role`). Every
+// version of the file's own role is marked `same_role` (ChooseBase prefers
+// it among equal tensor matches).
+std::vector<BaseCandidate> MergeBaseCandidates(const FileRole& role, std::vector<BaseCandidate> in_dir,
+                                               std::vector<BaseCandidate> in_role);
 
 }  // namespace ckptfs::fs

@@ -10,6 +10,7 @@
 #include <cerrno>
 
 #include "fs/base_candidates.h"
+#include "fs/content_index.h"
 
 namespace ckptfs::fs {
 
@@ -146,6 +147,27 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   if (!layout.fallback_reason.empty() && log)
     log->Info("{}: stored losslessly as opaque: {}", name, layout.fallback_reason);
   std::vector<std::string> keys = TensorKeys(layout.tensors);
+  // Byte-identical content encoded under the same promises is stored once.
+  std::optional<ObjectId> content_key;
+  if (options.dedup) {
+    content_key = ContentKey(bytes, layout, options, logical_path);
+    if (auto same = FindIdenticalContent(store, *content_key, bytes.size(), layout.format, log)) {
+      ASSIGN_OR_RETURN(auto reader, store.OpenBlob(same->object));
+      v.fields.kind = ManifestKind::kBlob;
+      v.fields.format = layout.format;
+      v.fields.object = same->object;
+      v.fields.stored_bytes = reader->stored_size();
+      v.fields.base = reader->base();
+      v.fields.chain_depth = same->chain_depth;
+      v.stats.logical_bytes = bytes.size();
+      v.stats.stored_bytes = 0;  // nothing new stored
+      v.as_base = BaseCandidate{same->object, same->chain_depth, layout.format, bytes.size(), std::move(keys),
+                                /*anchor=*/same->chain_depth == 0, std::string(logical_path)};
+      if (log) log->Debug("{}: identical to object {}, stored once", name, same->object.Hex());
+      RETURN_IF_ERROR(Fault(options, "after_objects"));
+      return v;
+    }
+  }
   const BaseChoice choice = ChooseBase(candidates, layout.format, keys, bytes.size(), options.keyframe);
   const BaseCandidate* candidate = choice.candidate;
   BaseRef base_ref;
@@ -183,7 +205,10 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     v.fields.chain_depth = candidate->chain_depth + 1;
   }
   v.as_base = BaseCandidate{v.fields.object, v.fields.chain_depth, layout.format, bytes.size(), std::move(keys),
-                            /*anchor=*/!delta || choice.anchor};
+                            /*anchor=*/!delta || choice.anchor, std::string(logical_path)};
+  if (content_key)
+    RecordContent(store, *content_key, ContentEntry{v.fields.object, v.fields.chain_depth, layout.format, bytes.size()},
+                  log);
   RETURN_IF_ERROR(Fault(options, "after_objects"));
   return v;
 }

@@ -39,6 +39,12 @@ struct CommitOptions {
   uint32_t keyframe = 10;    // a key frame at least every `keyframe` versions
   uint64_t inline_max = 3072;  // files up to this size live in the manifest
   EncodeOptions encode;
+  // The encoder's settings that change what a blob stores (schedule,
+  // prediction, ...), as text: part of the content key under which a
+  // byte-identical copy reuses a blob (fs/content_index.h).
+  std::string coding;
+  // Look byte-identical content up in the content index and reuse its blob.
+  bool dedup = true;
   ParseLimits parse;
   // Which tensors are stored lossily (null: all lossless). EncodeStaged
   // applies it with the file's path relative to the mount root.
@@ -64,6 +70,13 @@ struct BaseCandidate {
   // written when the newest version's chain was full): the base of the
   // next anchor frame (ChooseBase, base_candidates.h).
   bool anchor = false;
+  // Where the version was committed (relative to the mount root; empty
+  // when unknown): what its role (fs/version_role.h) is computed from.
+  std::string rel_path;
+  // Set by the lookup for a version of the new file's own role (a previous
+  // save of the same file): preferred over other files sharing as many
+  // tensors.
+  bool same_role = false;
 };
 
 struct EncodedVersion {

@@ -19,6 +19,8 @@
 #include <new>
 
 #include "fs/base_candidates.h"
+#include "fs/content_index.h"
+#include "fs/version_role.h"
 #include "fs/gc.h"
 #include "fs/recovery.h"
 
@@ -62,6 +64,7 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
   commit_options_.encode.trellis = options.trellis;
   commit_options_.encode.momentum_dither = options.momentum_dither;
   commit_options_.encode.momentum_step_space = options.momentum_step_space;
+  commit_options_.coding = CodingSignature(commit_options_.encode);
   if (options.lossy && options.gpu != lossy::GpuMode::kOff) {
     Result<std::unique_ptr<lossy::LossyKernels>> kernels = gpu::SelectLossyKernels(options.gpu);
     if (!kernels.ok()) {
@@ -160,8 +163,8 @@ std::vector<ObjectId> Filesystem::LiveObjectsInMemory() {
       live.push_back(m.object);
   }
   std::lock_guard<std::mutex> lock(bases_mu_);
-  for (auto& [dir, list] : bases_)
-    for (auto& c : list) live.push_back(c.id);
+  dir_bases_.AppendIds(&live);
+  role_bases_.AppendIds(&live);
   return live;
 }
 
@@ -182,34 +185,40 @@ void Filesystem::GcLoop() {
 }
 
 std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir, const std::string& rel_path) {
+  const std::string dir_key = std::to_string(dir);
+  const FileRole role = RoleOf(rel_path);
+  std::vector<BaseCandidate> in_dir, in_role;
+  bool have_dir, have_role;
   {
     std::lock_guard<std::mutex> lock(bases_mu_);
-    if (bases_seeded_.count(dir) != 0) {
-      auto it = bases_.find(dir);
-      if (it == bases_.end()) return {};
-      return {it->second.begin(), it->second.end()};
-    }
+    have_dir = dir_bases_.Get(dir_key, &in_dir);
+    have_role = role.key.empty() || role_bases_.Get(role.key, &in_role);
   }
-  // Scanned without the lock (it reads manifests and blob indexes); two
-  // racing first commits in one directory both scan and merge.
-  std::vector<BaseCandidate> scanned = ScanBaseCandidates(*store_, rel_path, kMaxBaseCandidates, log_);
-  std::lock_guard<std::mutex> lock(bases_mu_);
-  auto& list = bases_[dir];
-  if (bases_seeded_.insert(dir).second) {
-    // Scanned versions are older than any committed since the scan began.
-    for (auto it = scanned.rbegin(); it != scanned.rend(); ++it) {
-      bool known = std::any_of(list.begin(), list.end(), [&](const BaseCandidate& c) { return c.id == it->id; });
-      if (!known) list.push_front(std::move(*it));
-    }
-    TrimBaseCandidates(&list, kMaxBaseCandidates);
-    if (!scanned.empty()) log_->Debug("delta bases for {}: {} found in the store", rel_path, scanned.size());
+  // The first commit of a directory or role since mount scans the store
+  // (manifests and blob indexes), without the lock; two racing first
+  // commits both scan and the first to finish seeds the list.
+  if (!have_dir) {
+    std::vector<BaseCandidate> scanned = ScanBaseCandidates(*store_, rel_path, kMaxBaseCandidates, log_);
+    if (!scanned.empty()) log_->Debug("delta bases for {}: {} in its folder", rel_path, scanned.size());
+    std::lock_guard<std::mutex> lock(bases_mu_);
+    dir_bases_.Seed(dir_key, std::move(scanned));
+    dir_bases_.Get(dir_key, &in_dir);
   }
-  return {list.begin(), list.end()};
+  if (!have_role) {
+    std::vector<BaseCandidate> scanned = ScanRoleCandidates(*store_, rel_path, kMaxBaseCandidates, log_);
+    if (!scanned.empty()) log_->Debug("delta bases for {}: {} of its role", rel_path, scanned.size());
+    std::lock_guard<std::mutex> lock(bases_mu_);
+    role_bases_.Seed(role.key, std::move(scanned));
+    role_bases_.Get(role.key, &in_role);
+  }
+  return MergeBaseCandidates(role, std::move(in_dir), std::move(in_role));
 }
 
-void Filesystem::AddBaseCandidate(ino_t dir, BaseCandidate candidate) {
+void Filesystem::AddBaseCandidate(ino_t dir, const BaseCandidate& candidate) {
+  const std::string role = RoleOf(candidate.rel_path).key;
   std::lock_guard<std::mutex> lock(bases_mu_);
-  RememberBaseCandidate(&bases_[dir], std::move(candidate), kMaxBaseCandidates);
+  dir_bases_.Remember(std::to_string(dir), candidate);
+  if (!role.empty()) role_bases_.Remember(role, candidate);
 }
 
 bool Filesystem::IsHidden(fuse_ino_t parent, const char* name) const {

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "fs/candidate_lists.h"
 #include "fs/commit_pipeline.h"
 #include "fs/encode_queue.h"
 #include "fs/log.h"
@@ -148,11 +149,13 @@ class Filesystem {
   // Runs on an encode worker: commits the staging file of `inode` unless
   // `ticket` was superseded.
   void CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket);
-  // The delta-base candidates of directory `dir` (backing inode) for the
-  // file at `rel_path` (relative to the mount root). The first call for a
-  // directory since mount seeds the list from the store's manifests there.
+  // The delta-base candidates for the file at `rel_path` (relative to the
+  // mount root) in directory `dir` (backing inode): the versions of its
+  // directory and of its role (fs/version_role.h), merged by
+  // MergeBaseCandidates. The first call for a directory or a role since
+  // mount seeds its list from the store.
   std::vector<BaseCandidate> BaseCandidatesFor(ino_t dir, const std::string& rel_path);
-  void AddBaseCandidate(ino_t dir, BaseCandidate candidate);
+  void AddBaseCandidate(ino_t dir, const BaseCandidate& candidate);
   void GcLoop();
   std::vector<ObjectId> LiveObjectsInMemory();
   // REQUIRES: inode.mu held. The virtual user.ckptfs.* attribute `name`.
@@ -199,10 +202,11 @@ class Filesystem {
   // Undoes NewHandle + AttachOpen for a handle whose reply failed.
   void DropUnsentHandle(FileHandle* handle);
 
-  static constexpr size_t kMaxBaseCandidates = 4;  // newest versions kept per directory (and the newest anchor)
-  std::mutex bases_mu_;  // leaf lock
-  std::unordered_map<ino_t, std::deque<BaseCandidate>> bases_;
-  std::unordered_set<ino_t> bases_seeded_;  // directories scanned since mount
+  static constexpr size_t kMaxBaseCandidates = 4;  // newest versions kept per list (and the newest anchor)
+  static constexpr size_t kMaxCandidateLists = 256;  // per kind: directories, roles
+  std::mutex bases_mu_;  // leaf lock; guards both lists
+  CandidateLists dir_bases_{kMaxCandidateLists, kMaxBaseCandidates};   // keyed by the backing inode
+  CandidateLists role_bases_{kMaxCandidateLists, kMaxBaseCandidates};  // keyed by FileRole::key
 
   std::mutex gc_mu_;  // leaf lock; guards gc_stop_
   std::condition_variable gc_cv_;

@@ -10,6 +10,8 @@
 #include <ctime>
 #include <string_view>
 
+#include "fs/content_index.h"
+
 namespace ckptfs::fs {
 
 void ForEachObject(Store& store, const std::function<void(const ObjectId&, const std::string&)>& fn) {
@@ -158,6 +160,8 @@ Result<GcReport> CollectGarbage(Store& store, const GcOptions& options, Logger* 
     report.removed_bytes += static_cast<uint64_t>(st.st_size);
     if (log) log->Debug("gc: removed object {} ({} bytes)", id.Hex(), st.st_size);
   });
+  // Entries of the content index naming removed objects go too.
+  report.removed_content_entries = SweepContentIndex(store, options.dry_run);
   if (log)
     log->Info("gc: {} objects, {} live, {} removed ({} bytes), {} kept within the grace period", report.objects,
               report.live_objects, report.removed, report.removed_bytes, report.kept_young);

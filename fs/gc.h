@@ -34,6 +34,7 @@ struct GcReport {
   uint64_t removed = 0;
   uint64_t removed_bytes = 0;
   uint64_t kept_young = 0;     // unreferenced but within the grace period
+  uint64_t removed_content_entries = 0;  // content index entries naming removed objects
   std::vector<std::string> problems;  // e.g. a manifest naming a missing object
 };
 

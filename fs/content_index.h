@@ -1,0 +1,68 @@
+// Identical content stored once: an index from a file version's content
+// key (the XXH3-128 of its bytes and of how they are to be encoded) to the
+// blob that already stores it, so that a byte-identical copy (`cp`,
+// `shutil.copy2`, Lightning's last.ckpt, one optimizer file saved twice)
+// names the existing blob instead of encoding a new one.
+//
+// On disk (fs/STORE.md §1): BACKING/.ckptfs/content/ab/<32 hex of the key>,
+// a 48-byte entry written to a temp file and renamed (not fsynced: a lost
+// entry only costs a later copy its deduplication). An entry is a hint: a
+// lookup checks its checksum, that the blob still exists (refreshing it and
+// its chain for GC's grace period, as a delta base is) and that its size
+// and format are the file's. GC removes entries whose blob it removed.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "codec/common/hash.h"
+#include "codec/format/layout.h"
+#include "fs/commit_pipeline.h"
+#include "fs/log.h"
+#include "fs/store.h"
+
+namespace ckptfs::fs {
+
+// Entry layout (little-endian): magic "CKFSCIX1" (8), object id (16),
+// chain_depth u32 (4), format u8 (1), reserved (3, zero), logical_size u64
+// (8), XXH3-64 of bytes [0, 40) (8).
+struct ContentEntry {
+  static constexpr size_t kEncodedSize = 48;
+  ObjectId object;
+  uint32_t chain_depth = 0;
+  FileFormat format = FileFormat::kOpaque;
+  uint64_t logical_size = 0;
+
+  void EncodeTo(std::byte* out) const;
+  // Corruption for a wrong size, magic, checksum or reserved bytes.
+  static Result<ContentEntry> DecodeFrom(ByteSpan bytes);
+};
+
+// The settings of `encode` that change what a blob reconstructs (budget
+// schedule, prediction, step space, ...), as text for CommitOptions::coding.
+// Compression levels are left out: they change the bytes, not the values.
+std::string CodingSignature(const EncodeOptions& encode);
+
+// The content key of `file` (parsed as `layout`) stored with `options` at
+// `logical_path`: its bytes, the encoder's settings (options.coding) and
+// the error budget the policy gives each of its tensors there. Equal keys
+// mean equal bytes that would be encoded under the same promises, so one
+// blob serves both (its errors were measured against these very values).
+ObjectId ContentKey(ByteSpan file, const Layout& layout, const CommitOptions& options,
+                    std::string_view logical_path);
+
+// The entry of `key`, if any, whose blob exists (its chain refreshed) and
+// matches `logical_size` and `format`; nullopt otherwise (a stale or
+// damaged entry is a debug line, never an error).
+std::optional<ContentEntry> FindIdenticalContent(Store& store, const ObjectId& key, uint64_t logical_size,
+                                                 FileFormat format, Logger* log);
+
+// Records that `entry.object` stores the content of `key`. Best effort: a
+// failure is logged at debug level.
+void RecordContent(Store& store, const ObjectId& key, const ContentEntry& entry, Logger* log);
+
+// Removes entries whose object is gone (after a GC sweep). Returns how many.
+uint64_t SweepContentIndex(Store& store, bool dry_run);
+
+}  // namespace ckptfs::fs

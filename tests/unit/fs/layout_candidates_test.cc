@@ -1,0 +1,218 @@
+// Delta bases across a framework's folders (ScanRoleCandidates,
+// MergeBaseCandidates) and identical content stored once (content_index.h),
+// on a store without FUSE.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "fs/base_candidates.h"
+#include "fs/commit_pipeline.h"
+#include "fs/content_index.h"
+#include "fs/gc.h"
+#include "fs/store.h"
+#include "tests/unit/fs/test_util.h"
+
+namespace ckptfs::fs {
+namespace {
+using testing::RandomBytes;
+using testing::TempDir;
+
+std::unique_ptr<Store> OpenDaemonStore(const std::string& backing) {
+  auto store = Store::Open(backing, StoreOptions{});
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE((*store)->ClaimStagingArea().ok());
+  return std::move(*store);
+}
+
+// Commits `bytes` as the file `rel` of the store (directories created).
+Result<EncodedVersion> Commit(Store& store, const std::string& rel, const std::vector<std::byte>& bytes,
+                              const CommitOptions& options = {}, const std::vector<BaseCandidate>& bases = {}) {
+  const std::string path = store.backing() + "/" + rel;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  if (fd < 0) return Status::Io(errno, "open " + path);
+  Manifest manifest;
+  auto m = ReadManifest(fd);
+  if (m.ok() && m->has_value()) manifest = **m;
+  else if (Status init = InitEmptyManifest(fd, false); !init.ok()) return init;
+  else manifest.sequence = 2;
+  auto staging = store.CreateStaging();
+  if (!staging.ok()) return staging.status();
+  EXPECT_EQ(::pwrite((*staging)->fd(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  auto v = CommitStagedFile(store, fd, &manifest, **staging, bases, options, nullptr, rel);
+  ::close(fd);
+  return v;
+}
+
+std::vector<std::string> Paths(const std::vector<BaseCandidate>& candidates) {
+  std::vector<std::string> out;
+  for (const BaseCandidate& c : candidates) out.push_back(c.rel_path);
+  return out;
+}
+
+void SetMtime(const std::string& path, time_t when) {
+  struct timespec t[2] = {{when, 0}, {when, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
+}
+
+TEST(RoleCandidates, SiblingStepFoldersOfTheSameFileOnly) {
+  TempDir dir;
+  auto store = OpenDaemonStore(dir.path());
+  const auto bytes = RandomBytes(20000, 1);
+  int n = 0;
+  for (const char* rel : {"run/checkpoint-100/optimizer.pt", "run/checkpoint-200/optimizer.pt",
+                          "run/checkpoint-200/scheduler.pt", "run/tmp-checkpoint-250/optimizer.pt",
+                          "other/checkpoint-300/optimizer.pt", "run/checkpoint-300/optimizer.pt"}) {
+    auto v = Commit(*store, rel, RandomBytes(20000, ++n));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    SetMtime(dir.path() + "/" + rel, 1000000 + n);
+  }
+  // The newest of its role, oldest first; the file itself, other files of
+  // a save and another run's folder are not candidates.
+  auto found = ScanRoleCandidates(*store, "run/checkpoint-300/optimizer.pt", 4, nullptr);
+  EXPECT_EQ(Paths(found), (std::vector<std::string>{"run/checkpoint-100/optimizer.pt",
+                                                     "run/checkpoint-200/optimizer.pt",
+                                                     "run/tmp-checkpoint-250/optimizer.pt"}));
+  for (const BaseCandidate& c : found) EXPECT_TRUE(c.same_role);
+  EXPECT_EQ(Paths(ScanRoleCandidates(*store, "run/checkpoint-300/optimizer.pt", 1, nullptr)),
+            (std::vector<std::string>{"run/tmp-checkpoint-250/optimizer.pt"}));
+  // A staged folder finds the committed ones.
+  EXPECT_EQ(ScanRoleCandidates(*store, "run/tmp-checkpoint-400/optimizer.pt", 4, nullptr).size(), 4u);
+  // A path with nothing that changes between saves has no role siblings.
+  EXPECT_TRUE(ScanRoleCandidates(*store, "run/plain/optimizer.pt", 4, nullptr).empty());
+  (void)bytes;
+}
+
+TEST(RoleCandidates, PerRankFilesChainAgainstTheSameRank) {
+  TempDir dir;
+  auto store = OpenDaemonStore(dir.path());
+  int n = 0;
+  for (int step : {100, 200})
+    for (int rank : {0, 1}) {
+      std::string rel = "iter_000" + std::to_string(step) + "/mp_rank_0" + std::to_string(rank) + "/model_optim_rng.pt";
+      ASSERT_TRUE(Commit(*store, rel, RandomBytes(20000, ++n)).ok());
+    }
+  auto found = ScanRoleCandidates(*store, "iter_0000300/mp_rank_01/model_optim_rng.pt", 4, nullptr);
+  EXPECT_EQ(Paths(found), (std::vector<std::string>{"iter_000100/mp_rank_01/model_optim_rng.pt",
+                                                     "iter_000200/mp_rank_01/model_optim_rng.pt"}));
+}
+
+BaseCandidate Candidate(uint8_t id, const std::string& rel_path, std::vector<std::string> keys) {
+  BaseCandidate c;
+  c.id.bytes[0] = id;
+  c.format = FileFormat::kTorchZip;
+  c.logical_size = 1000;
+  c.tensor_keys = std::move(keys);
+  c.rel_path = rel_path;
+  return c;
+}
+
+TEST(RoleCandidates, MergeDropsOtherRanksAndPrefersTheOwnRole) {
+  const std::vector<std::string> keys = {"a|f32|4", "b|f32|4"};
+  const FileRole role = RoleOf("step-200/__1_0.distcp");
+  std::vector<BaseCandidate> in_dir = {Candidate(1, "step-200/__0_0.distcp", keys),  // rank 0 of this save
+                                       Candidate(2, "step-200/.metadata", {})};
+  std::vector<BaseCandidate> in_role = {Candidate(3, "step-100/__1_0.distcp", keys)};
+  auto merged = MergeBaseCandidates(role, in_dir, in_role);
+  EXPECT_EQ(Paths(merged), (std::vector<std::string>{"step-200/.metadata", "step-100/__1_0.distcp"}));
+  EXPECT_FALSE(merged[0].same_role);
+  EXPECT_TRUE(merged[1].same_role);
+  BaseChoice choice = ChooseBase(merged, FileFormat::kTorchZip, keys, 1000, 10);
+  ASSERT_NE(choice.candidate, nullptr);
+  EXPECT_EQ(choice.candidate->rel_path, "step-100/__1_0.distcp");
+
+  // Equal tensor matches: the file's own previous save wins over a newer
+  // file of another role (last.ckpt against the epoch files).
+  const FileRole epoch = RoleOf("ckpts/epoch=1-step=200.ckpt");
+  auto both = MergeBaseCandidates(epoch, {Candidate(4, "ckpts/epoch=0-step=100.ckpt", keys),
+                                          Candidate(5, "ckpts/last.ckpt", keys)},
+                                  {});
+  EXPECT_TRUE(both[0].same_role);
+  EXPECT_FALSE(both[1].same_role);
+  choice = ChooseBase(both, FileFormat::kTorchZip, keys, 1000, 10);
+  ASSERT_NE(choice.candidate, nullptr);
+  EXPECT_EQ(choice.candidate->rel_path, "ckpts/epoch=0-step=100.ckpt");
+  // More shared tensors still win over the role.
+  both[1].tensor_keys.push_back("c|f32|4");
+  choice = ChooseBase(both, FileFormat::kTorchZip, {"a|f32|4", "b|f32|4", "c|f32|4"}, 1000, 10);
+  EXPECT_EQ(choice.candidate->rel_path, "ckpts/last.ckpt");
+  // A version in both lists appears once.
+  EXPECT_EQ(MergeBaseCandidates(epoch, {Candidate(4, "ckpts/epoch=0-step=100.ckpt", keys)},
+                                {Candidate(4, "ckpts/epoch=0-step=100.ckpt", keys)})
+                .size(),
+            1u);
+}
+
+TEST(ContentIndex, IdenticalBytesAreStoredOnce) {
+  TempDir dir;
+  auto store = OpenDaemonStore(dir.path());
+  const auto bytes = RandomBytes(50000, 7);
+  auto first = Commit(*store, "a/ckpt.pt", bytes);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto copy = Commit(*store, "b/last.ckpt", bytes);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(copy->fields.object, first->fields.object);
+  EXPECT_EQ(copy->stats.stored_bytes, 0u);
+  EXPECT_EQ(copy->fields.chain_depth, first->fields.chain_depth);
+  // Other bytes, or the same bytes under other encoder settings, are not.
+  auto other = RandomBytes(50000, 8);
+  EXPECT_NE(Commit(*store, "c/x.pt", other)->fields.object, first->fields.object);
+  CommitOptions no_dedup;
+  no_dedup.dedup = false;
+  auto again = Commit(*store, "d/y.pt", bytes, no_dedup);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->stats.stored_bytes, 0u);  // encoded anew (same object: the same blob)
+  Layout layout = OpaqueLayout(bytes.size(), "test");
+  CommitOptions other_coding;
+  other_coding.coding = "trellis=1";
+  EXPECT_NE(ContentKey(bytes, layout, CommitOptions{}, "a/ckpt.pt"), ContentKey(bytes, layout, other_coding, "a/ckpt.pt"));
+}
+
+TEST(ContentIndex, StaleAndDamagedEntriesAreIgnoredAndSwept) {
+  TempDir dir;
+  auto store = OpenDaemonStore(dir.path());
+  const auto bytes = RandomBytes(50000, 9);
+  auto first = Commit(*store, "ckpt.pt", bytes);
+  ASSERT_TRUE(first.ok());
+  const ObjectId key = ContentKey(bytes, OpaqueLayout(bytes.size(), "test"), CommitOptions{}, "ckpt.pt");
+  ASSERT_TRUE(FindIdenticalContent(*store, key, bytes.size(), FileFormat::kOpaque, nullptr).has_value());
+  // Wrong size or format: no match.
+  EXPECT_FALSE(FindIdenticalContent(*store, key, bytes.size() + 1, FileFormat::kOpaque, nullptr).has_value());
+  EXPECT_FALSE(FindIdenticalContent(*store, key, bytes.size(), FileFormat::kNpy, nullptr).has_value());
+  // Entry round trip and damage.
+  ContentEntry e{first->fields.object, 3, FileFormat::kTorchZip, 12345};
+  std::byte raw[ContentEntry::kEncodedSize];
+  e.EncodeTo(raw);
+  auto back = ContentEntry::DecodeFrom(ByteSpan(raw, sizeof raw));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->object, e.object);
+  EXPECT_EQ(back->chain_depth, 3u);
+  EXPECT_EQ(back->logical_size, 12345u);
+  for (size_t i = 0; i < sizeof raw; ++i) {
+    std::byte bad[sizeof raw];
+    std::memcpy(bad, raw, sizeof raw);
+    bad[i] ^= std::byte{0x40};
+    EXPECT_EQ(ContentEntry::DecodeFrom(ByteSpan(bad, sizeof bad)).status().code(), StatusCode::kCorruption) << i;
+  }
+  EXPECT_FALSE(ContentEntry::DecodeFrom(ByteSpan(raw, sizeof raw - 1)).ok());
+  // The file is deleted and GC removes its object: the entry goes, and the
+  // same bytes are encoded anew.
+  ASSERT_EQ(::unlink((dir.path() + "/ckpt.pt").c_str()), 0);
+  GcOptions gc;
+  gc.grace_seconds = 0;
+  auto report = CollectGarbage(*store, gc, nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->removed, 1u);
+  EXPECT_EQ(report->removed_content_entries, 1u);
+  EXPECT_FALSE(FindIdenticalContent(*store, key, bytes.size(), FileFormat::kOpaque, nullptr).has_value());
+  auto anew = Commit(*store, "ckpt2.pt", bytes);
+  ASSERT_TRUE(anew.ok());
+  EXPECT_GT(anew->stats.stored_bytes, 0u);
+  EXPECT_TRUE(std::filesystem::exists(store->ObjectPath(anew->fields.object)));
+}
+
+}  // namespace
+}  // namespace ckptfs::fs
