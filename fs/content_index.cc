@@ -6,20 +6,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
-
-#include "codec/common/io.h"
+#include <optional>
+#include <vector>
 
 namespace ckptfs::fs {
 
 namespace {
 
-constexpr char kMagic[8] = {'C', 'K', 'F', 'S', 'C', 'I', 'X', '1'};
-constexpr size_t kChecked = 40;  // bytes covered by the checksum
+std::string EntryPath(Store& store, const ObjectId& key) { return store.MetaPath("content/" + key.Hex()); }
 
-std::string EntryPath(Store& store, const ObjectId& key) {
-  const std::string hex = key.Hex();
-  return store.MetaPath(fmt::format("content/{}/{}", hex.substr(0, 2), hex));
+std::string TextChecksum(std::string_view text) {
+  return fmt::format("{:08x}", static_cast<uint32_t>(Checksum64(AsBytes(text))));
+}
+
+bool IsLowerHex(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 void AppendDouble(std::string* out, double v) {
@@ -45,29 +48,39 @@ Result<uint32_t> TouchChainDepth(Store& store, const ObjectId& id) {
 
 }  // namespace
 
-void ContentEntry::EncodeTo(std::byte* out) const {
-  std::memset(out, 0, kEncodedSize);
-  std::memcpy(out, kMagic, 8);
-  std::memcpy(out + 8, object.bytes.data(), 16);
-  StoreLE32(out + 24, chain_depth);
-  out[28] = static_cast<std::byte>(format);
-  StoreLE64(out + 32, logical_size);
-  StoreLE64(out + kChecked, Checksum64(ByteSpan(out, kChecked)));
+std::string ContentEntry::EncodeText() const {
+  const std::string body =
+      fmt::format("{}.{}.{}.{:x}", object.Hex(), chain_depth, static_cast<unsigned>(format), logical_size);
+  return body + "." + TextChecksum(body);
 }
 
-Result<ContentEntry> ContentEntry::DecodeFrom(ByteSpan bytes) {
-  if (bytes.size() != kEncodedSize)
-    return Status::Corruption(fmt::format("content entry: size want={} have={}", kEncodedSize, bytes.size()));
-  if (std::memcmp(bytes.data(), kMagic, 8) != 0) return Status::Corruption("content entry: bad magic");
-  if (LoadLE64(bytes.data() + kChecked) != Checksum64(bytes.first(kChecked)))
+Result<ContentEntry> ContentEntry::DecodeText(std::string_view text) {
+  const size_t last = text.rfind('.');
+  if (last == std::string_view::npos || text.substr(last + 1) != TextChecksum(text.substr(0, last)))
     return Status::Corruption("content entry: checksum mismatch");
-  if (bytes[29] != std::byte{0} || bytes[30] != std::byte{0} || bytes[31] != std::byte{0})
-    return Status::Corruption("content entry: reserved bytes set");
+  std::vector<std::string_view> f;
+  for (size_t pos = 0; pos <= last;) {
+    size_t dot = text.find('.', pos);
+    f.push_back(text.substr(pos, dot - pos));
+    pos = dot + 1;
+  }
+  if (f.size() != 5) return Status::Corruption(fmt::format("content entry: fields want=5 have={}", f.size()));
   ContentEntry e;
-  std::memcpy(e.object.bytes.data(), bytes.data() + 8, 16);
-  e.chain_depth = LoadLE32(bytes.data() + 24);
-  e.format = static_cast<FileFormat>(bytes[28]);
-  e.logical_size = LoadLE64(bytes.data() + 32);
+  ASSIGN_OR_RETURN(e.object, ObjectId::FromHex(f[0]));
+  auto number = [](std::string_view s, int base, uint64_t max) -> std::optional<uint64_t> {
+    if (s.empty() || s.size() > 16 || (s.size() > 1 && s[0] == '0')) return std::nullopt;
+    if (base == 16 ? !IsLowerHex(s) : !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::nullopt;
+    uint64_t v = std::stoull(std::string(s), nullptr, base);
+    return v <= max ? std::optional<uint64_t>(v) : std::nullopt;
+  };
+  auto depth = number(f[1], 10, UINT32_MAX);
+  auto format = number(f[2], 10, 255);
+  auto size = number(f[3], 16, UINT64_MAX);
+  if (!depth || !format || !size) return Status::Corruption("content entry: bad number");
+  e.chain_depth = static_cast<uint32_t>(*depth);
+  e.format = static_cast<FileFormat>(*format);
+  e.logical_size = *size;
   return e;
 }
 
@@ -105,13 +118,10 @@ ObjectId ContentKey(ByteSpan file, const Layout& layout, const CommitOptions& op
 std::optional<ContentEntry> FindIdenticalContent(Store& store, const ObjectId& key, uint64_t logical_size,
                                                  FileFormat format, Logger* log) {
   const std::string path = EntryPath(store, key);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return std::nullopt;
-  std::byte raw[ContentEntry::kEncodedSize + 1];
-  const ssize_t n = ::pread(fd, raw, sizeof raw, 0);
-  ::close(fd);
-  if (n < 0) return std::nullopt;
-  Result<ContentEntry> entry = ContentEntry::DecodeFrom(ByteSpan(raw, static_cast<size_t>(n)));
+  char target[256];
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof target);
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof target) return std::nullopt;
+  Result<ContentEntry> entry = ContentEntry::DecodeText(std::string_view(target, static_cast<size_t>(n)));
   if (!entry.ok()) {
     if (log) log->Debug("content index {}: {}", key.Hex(), entry.status().ToString());
     return std::nullopt;
@@ -130,17 +140,18 @@ std::optional<ContentEntry> FindIdenticalContent(Store& store, const ObjectId& k
 }
 
 void RecordContent(Store& store, const ObjectId& key, const ContentEntry& entry, Logger* log) {
-  const std::string path = EntryPath(store, key);
-  const std::string dir = path.substr(0, path.rfind('/'));
   if (::mkdir(store.MetaPath("content").c_str(), 0700) != 0 && errno != EEXIST) return;
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return;
-  std::byte raw[ContentEntry::kEncodedSize];
-  entry.EncodeTo(raw);
+  // A fresh name in this daemon's temp folder (same file system), made a
+  // symbolic link there and renamed over any older entry.
   Result<TempFile> tmp = store.CreateTemp();
   if (!tmp.ok()) return;
-  if (::pwrite(tmp->fd(), raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw) ||
-      ::rename(tmp->path().c_str(), path.c_str()) != 0) {
+  const std::string tmp_path = tmp->path();
+  const std::string path = EntryPath(store, key);
+  if (::unlink(tmp_path.c_str()) != 0 || ::symlink(entry.EncodeText().c_str(), tmp_path.c_str()) != 0 ||
+      ::rename(tmp_path.c_str(), path.c_str()) != 0) {
     if (log) log->Debug("content index {}: {}", key.Hex(), std::strerror(errno));
+    ::unlink(tmp_path.c_str());
+    tmp->Release();
     return;
   }
   tmp->Release();
@@ -149,27 +160,23 @@ void RecordContent(Store& store, const ObjectId& key, const ContentEntry& entry,
 uint64_t SweepContentIndex(Store& store, bool dry_run) {
   uint64_t removed = 0;
   const std::string root = store.MetaPath("content");
-  DIR* top = ::opendir(root.c_str());
-  if (top == nullptr) return 0;
-  while (struct dirent* d = ::readdir(top)) {
-    if (d->d_name[0] == '.') continue;
-    const std::string sub = root + "/" + d->d_name;
-    DIR* dir = ::opendir(sub.c_str());
-    if (dir == nullptr) continue;
-    while (struct dirent* e = ::readdir(dir)) {
-      if (e->d_name[0] == '.') continue;
-      const std::string path = sub + "/" + e->d_name;
-      auto bytes = ReadWholeFile(path);
-      auto entry = bytes.ok() ? ContentEntry::DecodeFrom(*bytes) : Result<ContentEntry>(bytes.status());
-      struct stat st;
-      const bool gone = !entry.ok() || ::stat(store.ObjectPath(entry->object).c_str(), &st) != 0;
-      if (!gone) continue;
-      ++removed;
-      if (!dry_run) ::unlink(path.c_str());
-    }
-    ::closedir(dir);
+  DIR* dir = ::opendir(root.c_str());
+  if (dir == nullptr) return 0;
+  while (struct dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string path = root + "/" + e->d_name;
+    char target[256];
+    const ssize_t n = ::readlink(path.c_str(), target, sizeof target);
+    Result<ContentEntry> entry = n > 0 && static_cast<size_t>(n) < sizeof target
+                                     ? ContentEntry::DecodeText(std::string_view(target, static_cast<size_t>(n)))
+                                     : Result<ContentEntry>(Status::Corruption("not an entry"));
+    struct stat st;
+    // Damaged entries and entries of removed objects go.
+    if (entry.ok() && ::stat(store.ObjectPath(entry->object).c_str(), &st) == 0) continue;
+    ++removed;
+    if (!dry_run) ::unlink(path.c_str());
   }
-  ::closedir(top);
+  ::closedir(dir);
   return removed;
 }
 

@@ -4,12 +4,15 @@
 // `shutil.copy2`, Lightning's last.ckpt, one optimizer file saved twice)
 // names the existing blob instead of encoding a new one.
 //
-// On disk (fs/STORE.md §1): BACKING/.ckptfs/content/ab/<32 hex of the key>,
-// a 48-byte entry written to a temp file and renamed (not fsynced: a lost
-// entry only costs a later copy its deduplication). An entry is a hint: a
-// lookup checks its checksum, that the blob still exists (refreshing it and
-// its chain for GC's grace period, as a delta base is) and that its size
-// and format are the file's. GC removes entries whose blob it removed.
+// On disk (fs/STORE.md §1): BACKING/.ckptfs/content/<32 hex of the key>, a
+// symbolic link whose target is the entry as text (a "fast" symlink: on
+// ext4 and most file systems it lives in the inode and takes no data
+// block, so the index adds no space per checkpoint). Made under a temp name
+// and renamed; not fsynced: a lost entry only costs a later copy its
+// deduplication. An entry is a hint: a lookup checks its checksum, that the
+// blob still exists (refreshing it and its chain for GC's grace period, as
+// a delta base is) and that its size and format are the file's. GC removes
+// entries whose blob it removed.
 #pragma once
 
 #include <optional>
@@ -24,19 +27,19 @@
 
 namespace ckptfs::fs {
 
-// Entry layout (little-endian): magic "CKFSCIX1" (8), object id (16),
-// chain_depth u32 (4), format u8 (1), reserved (3, zero), logical_size u64
-// (8), XXH3-64 of bytes [0, 40) (8).
+// Entry text: "<object: 32 lowercase hex>.<chain_depth>.<format>.<logical
+// size in lowercase hex>.<checksum>", the numbers without leading zeros,
+// the checksum the low 32 bits of XXH3-64 of the text before its dot, as 8
+// lowercase hex digits. 50-60 characters.
 struct ContentEntry {
-  static constexpr size_t kEncodedSize = 48;
   ObjectId object;
   uint32_t chain_depth = 0;
   FileFormat format = FileFormat::kOpaque;
   uint64_t logical_size = 0;
 
-  void EncodeTo(std::byte* out) const;
-  // Corruption for a wrong size, magic, checksum or reserved bytes.
-  static Result<ContentEntry> DecodeFrom(ByteSpan bytes);
+  std::string EncodeText() const;
+  // Corruption for anything but the text EncodeText writes.
+  static Result<ContentEntry> DecodeText(std::string_view text);
 };
 
 // The settings of `encode` that change what a blob reconstructs (budget

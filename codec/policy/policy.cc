@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -43,8 +44,38 @@ Result<Mode> ReadMode(std::string_view source, const toml::node& node) {
 
 }  // namespace
 
+namespace {
+
+// The leaf names of per-parameter optimizer state (Adam, AMSGrad, SGD with
+// momentum, RMSprop, Adamax, Adagrad, Adadelta, Adafactor).
+bool IsOptimizerLeaf(std::string_view leaf) {
+  for (std::string_view d : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "exp_inf",
+                             "acc_delta", "exp_avg_sq_row", "exp_avg_sq_col"})
+    if (leaf == d) return true;
+  return false;
+}
+
+bool ContainsOptim(std::string_view s) {
+  std::string lower(s);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.find("optim") != std::string::npos;
+}
+
+}  // namespace
+
 bool IsOptimizerState(std::string_view name) {
-  return name.starts_with("optimizer.state.") || name.starts_with("optim.state.") || name.starts_with("state.");
+  if (name.starts_with("optimizer.state.") || name.starts_with("optim.state.") || name.starts_with("state."))
+    return true;
+  // Frameworks nest the optimizer's state dict under their own keys:
+  // Lightning's optimizer_states.0.state.3.exp_avg_sq, DeepSpeed's
+  // optimizer_state_dict.base_optimizer_state.0.exp_avg_sq. Optimizer
+  // state there is a name under a key that says optim, below a `state`
+  // level or with a per-parameter state leaf.
+  const size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos) return false;
+  const size_t state = name.find(".state.");
+  if (state != std::string_view::npos && ContainsOptim(name.substr(0, state))) return true;
+  return IsOptimizerLeaf(name.substr(dot + 1)) && ContainsOptim(name.substr(0, dot));
 }
 
 bool IsOptimizerDenominator(std::string_view name) {

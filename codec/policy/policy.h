@@ -123,8 +123,11 @@ class Policy {
   std::optional<double> denominator_max_rel_;   // unset: kDenominatorBudgetFactor * optimizer_rel_l2()
 };
 
-// True if `name` is optimizer state ("optimizer.state.*", "optim.state.*",
-// or "state.*").
+// True if `name` is optimizer state: "optimizer.state.*", "optim.state.*",
+// "state.*", or, nested under a framework's keys, a name below a key that
+// contains "optim" with a ".state." level after it
+// (optimizer_states.0.state.3.exp_avg) or a per-parameter state leaf
+// (optimizer_state_dict.base_optimizer_state.0.exp_avg_sq).
 bool IsOptimizerState(std::string_view name);
 
 // True if `name` is optimizer state used as a denominator of the update

@@ -174,6 +174,25 @@ TEST(Policy, OptimizerDenominatorsGetTheLogModeUnlessARuleNamesThem) {
   EXPECT_EQ(r->BudgetFor("a.pt", FileFormat::kTorchZip, T("optimizer.state.0.exp_avg_sq")).rel_l2, 0.01);
 }
 
+TEST(Policy, OptimizerStateNestedUnderFrameworkKeys) {
+  // Lightning and DeepSpeed put the optimizer's state dict under their own
+  // keys; its second moments still get the per-element bound.
+  for (const char* name : {"optimizer_states.0.state.3.exp_avg_sq",
+                           "optimizer_state_dict.base_optimizer_state.0.exp_avg_sq",
+                           "optimizer_state_dict.state.12.exp_avg_sq", "optimizer.state.0.exp_avg_sq"}) {
+    EXPECT_TRUE(IsOptimizerState(name)) << name;
+    EXPECT_TRUE(IsOptimizerDenominator(name)) << name;
+    EXPECT_GT(Policy::Defaults().BudgetFor("a.ckpt", FileFormat::kTorchZip, T(name)).max_rel, 0.0) << name;
+  }
+  EXPECT_TRUE(IsFirstMoment("optimizer_states.0.state.3.exp_avg"));
+  EXPECT_TRUE(IsOptimizerState("optimizer_state_dict.single_partition_of_fp32_groups.state.0.momentum_buffer"));
+  // Model tensors that merely look alike are not optimizer state.
+  for (const char* name : {"state_dict.layer.weight", "model.state.exp_avg_sq", "exp_avg_sq", "module.optim_proj.weight",
+                           "state_dict.optimizer_head.bias"}) {
+    EXPECT_FALSE(IsOptimizerState(name)) << name;
+  }
+}
+
 TEST(Policy, DefaultsModeLosslessKeepsOnlyRules) {
   Result<Policy> p = Policy::FromToml("[defaults]\nmode = \"lossless\"\n[[rule]]\ntensors = \"big.*\"\nmode = \"lossy\"\nrel_l2 = 0.05\n");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
