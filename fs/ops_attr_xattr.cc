@@ -49,6 +49,7 @@ void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
   }
   if (to_set & FUSE_SET_ATTR_SIZE) {
     if (!inode->is_reg()) return (void)fuse_reply_err(req, inode->is_dir() ? EISDIR : EINVAL);
+    ClearSetIdForCaller(req, *inode);
     Status s;
     {
       std::lock_guard<std::mutex> lock(inode->mu);
