@@ -131,8 +131,8 @@ std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& r
   const size_t slash = rel_path.rfind('/');
   const std::string rel_dir = slash == std::string::npos ? std::string() : rel_path.substr(0, slash);
   const std::string exclude = slash == std::string::npos ? rel_path : rel_path.substr(slash + 1);
-  int dfd = ::openat(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
-                     O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  int dfd = OpenNoAtime(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
+                         O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (dfd < 0) return out;
   DIR* dir = ::fdopendir(dfd);
   if (dir == nullptr) {
@@ -144,7 +144,7 @@ std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& r
     if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN) continue;
     std::string name = e->d_name;
     if (name == "." || name == ".." || name == exclude || (rel_dir.empty() && name == kMetaDirName)) continue;
-    int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int fd = OpenNoAtime(dfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat st;
     if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
