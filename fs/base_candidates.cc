@@ -133,7 +133,7 @@ namespace {
 // Reads the manifest of `name` in directory `dfd`: a committed blob version
 // goes to `found` under the path `rel_path`.
 void ReadCandidate(int dfd, const std::string& name, const std::string& rel_path, std::vector<Found>* found) {
-  int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  int fd = OpenNoAtime(dfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return;
   struct stat st;
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -174,8 +174,8 @@ std::string JoinPath(const std::string& dir, std::string_view name) {
 std::vector<std::string> MatchingEntries(Store& store, const std::string& rel_dir, const std::string& text,
                                          size_t limit) {
   std::vector<std::pair<std::vector<unsigned long long>, std::string>> hits;
-  int dfd = ::openat(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
-                     O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  int dfd = OpenNoAtime(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
+                        O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (dfd < 0) return {};
   DIR* dir = ::fdopendir(dfd);
   if (dir == nullptr) {
@@ -203,8 +203,8 @@ std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& r
   const size_t slash = rel_path.rfind('/');
   const std::string rel_dir = slash == std::string::npos ? std::string() : rel_path.substr(0, slash);
   const std::string exclude = slash == std::string::npos ? rel_path : rel_path.substr(slash + 1);
-  int dfd = ::openat(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
-                     O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  int dfd = OpenNoAtime(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
+                         O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (dfd < 0) return {};
   DIR* dir = ::fdopendir(dfd);
   if (dir == nullptr) {

@@ -64,7 +64,7 @@ Result<ContentEntry> ContentEntry::DecodeText(std::string_view text) {
     f.push_back(text.substr(pos, dot - pos));
     pos = dot + 1;
   }
-  if (f.size() != 5) return Status::Corruption(fmt::format("content entry: fields want=5 have={}", f.size()));
+  if (f.size() != 4) return Status::Corruption(fmt::format("content entry: fields want=4 have={}", f.size()));
   ContentEntry e;
   ASSIGN_OR_RETURN(e.object, ObjectId::FromHex(f[0]));
   auto number = [](std::string_view s, int base, uint64_t max) -> std::optional<uint64_t> {

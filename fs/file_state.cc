@@ -15,7 +15,7 @@ namespace ckptfs::fs {
 Status Filesystem::LoadLocked(Inode& inode) {
   FileState& f = inode.file;
   if (f.phase != FilePhase::kUnloaded) return Status::Ok();
-  int fd = ::open(inode.ProcPath().c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = OpenNoAtime(AT_FDCWD, inode.ProcPath().c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::Io(errno, "open manifest");
   auto m = ReadManifest(fd);
   ::close(fd);
@@ -56,7 +56,7 @@ Result<std::shared_ptr<const FileContent>> Filesystem::ContentLocked(Inode& inod
 Result<int> Filesystem::ManifestFdLocked(Inode& inode) {
   FileState& f = inode.file;
   if (f.manifest_fd < 0) {
-    f.manifest_fd = ::open(inode.ProcPath().c_str(), O_RDWR | O_CLOEXEC);
+    f.manifest_fd = OpenNoAtime(AT_FDCWD, inode.ProcPath().c_str(), O_RDWR | O_CLOEXEC);
     if (f.manifest_fd < 0) return Status::Io(errno, "open manifest for writing");
   }
   return f.manifest_fd;

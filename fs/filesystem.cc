@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <vector>
 
 #include "fs/base_candidates.h"
 #include "fs/content_index.h"
@@ -225,16 +226,61 @@ bool Filesystem::IsHidden(fuse_ino_t parent, const char* name) const {
   return parent == FUSE_ROOT_ID && std::strcmp(name, kMetaDirName) == 0;
 }
 
-void Filesystem::ChownToCaller(fuse_req_t req, int dirfd, const char* name) {
-  if (::geteuid() != 0) return;
+// libfuse reads the supplementary groups from /proc/PID/status.
+bool Filesystem::CallerInGroup(fuse_req_t req, gid_t gid) {
+  if (fuse_req_ctx(req)->gid == gid) return true;
+  std::vector<gid_t> groups(64);
+  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  if (n > static_cast<int>(groups.size())) {
+    groups.resize(static_cast<size_t>(n));
+    n = fuse_req_getgroups(req, n, groups.data());
+  }
+  if (n <= 0) return false;
+  groups.resize(std::min(groups.size(), static_cast<size_t>(n)));
+  return std::find(groups.begin(), groups.end(), gid) != groups.end();
+}
+
+Status Filesystem::SetUpNewEntry(fuse_req_t req, int dirfd, const char* name, mode_t mode) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  // In a set-group-ID directory the new entry keeps the directory's group,
-  // which the backing file system already gave it (POSIX/BSD semantics).
-  struct stat dir;
-  gid_t gid = ::fstatat(dirfd, "", &dir, AT_EMPTY_PATH) == 0 && (dir.st_mode & S_ISGID) ? static_cast<gid_t>(-1)
-                                                                                             : ctx->gid;
-  if (::fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
-    log_->Warn("chown {} to {}:{} failed: {}", name, ctx->uid, ctx->gid, std::strerror(errno));
+  int fd = ::openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Status::Io(errno, std::string("open new entry ") + name);
+  struct stat dir, st;
+  if (::fstat(dirfd, &dir) != 0 || ::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Status::Io(err, std::string("stat new entry ") + name);
+  }
+  const bool setgid_dir = (dir.st_mode & S_ISGID) != 0;
+  // The entry was made under the daemon's own umask: its mode is set here
+  // from the request, less the caller's umask when the kernel left that to
+  // us (FUSE_CAP_DONT_MASK); otherwise the kernel already applied it.
+  mode_t perm = mode & 07777;
+  if (dont_mask_) perm &= ~ctx->umask;
+  if (S_ISDIR(st.st_mode) && setgid_dir) perm |= S_ISGID;  // subdirectories inherit the bit
+  // A new file of a set-group-ID directory whose group the caller is not in
+  // loses S_ISGID (ext4's inode_init_owner). Recent kernels strip it before
+  // the request; older ones leave it to the file system.
+  if (!S_ISDIR(st.st_mode) && setgid_dir && (perm & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) && ctx->uid != 0 &&
+      !CallerInGroup(req, dir.st_gid))
+    perm &= ~S_ISGID;
+  if (::geteuid() == 0) {
+    gid_t gid = setgid_dir ? dir.st_gid : ctx->gid;
+    if (::fchownat(fd, "", ctx->uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+      log_->Warn("chown {} to {}:{} failed: {}", name, ctx->uid, gid, std::strerror(errno));
+  }
+  Status s;
+  // After the chown: chown clears the set-ID bits of a file.
+  if (!S_ISLNK(st.st_mode)) {
+    std::string proc = "/proc/self/fd/" + std::to_string(fd);
+    if (::chmod(proc.c_str(), perm) != 0) s = Status::Io(errno, std::string("chmod new entry ") + name);
+  }
+  // ext4 gives a new entry one timestamp; the manifest write, chown and
+  // chmod above moved mtime and ctime past atime.
+  const struct timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
+  if (s.ok() && ::utimensat(fd, "", now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+    log_->Debug("utimensat of new entry {}: {}", name, std::strerror(errno));
+  ::close(fd);
+  return s;
 }
 
 void Filesystem::Init(fuse_conn_info* conn) {
@@ -242,6 +288,19 @@ void Filesystem::Init(fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
   conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  // The caller's umask comes with create/mkdir/mknod and SetUpNewEntry
+  // applies it, so that the requested mode arrives intact (and the
+  // daemon's own umask never counts).
+  if (conn->capable & FUSE_CAP_DONT_MASK) {
+    conn->want |= FUSE_CAP_DONT_MASK;
+    dont_mask_ = true;
+  }
+  // With HANDLE_KILLPRIV (libfuse 3.14's default) the kernel leaves the
+  // clearing of set-ID bits on write/truncate/chown to the daemon, but a
+  // WRITE does not say whether the writer holds CAP_FSETID (that needs
+  // HANDLE_KILLPRIV_V2, which 3.14 lacks). Without it the kernel decides as
+  // for ext4 (should_remove_suid) and sends a SETATTR of the mode.
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_HANDLE_KILLPRIV);
   MemorySplit memory = SplitMemory(options_);
   log_->Info("ckptfs mounted {} on {} (compress={}, threads={}, keyframe={}, cache={} MiB, encode memory={})",
              options_.backing, options_.mountpoint, options_.compress ? "on" : "off", options_.threads,

@@ -162,7 +162,21 @@ class Filesystem {
   Result<std::string> VirtualXattrLocked(Inode& inode, std::string_view name);
   // True for the entry ".ckptfs" in the root directory (hidden).
   bool IsHidden(fuse_ino_t parent, const char* name) const;
-  void ChownToCaller(fuse_req_t req, int dirfd, const char* name);
+  // Gives the entry `name` that the daemon just made in `dirfd` for the
+  // caller of `req` what ext4 gives a new entry: the caller as owner, the
+  // directory's group when the directory is set-group-ID (a new
+  // subdirectory also gets the bit), the caller's group otherwise, and the
+  // permission bits of `mode` less the caller's umask (never the
+  // daemon's), with atime, mtime and ctime equal. Symlinks keep 0777.
+  Status SetUpNewEntry(fuse_req_t req, int dirfd, const char* name, mode_t mode);
+  // A write, truncate or open(O_TRUNC) of regular file `inode` by the
+  // caller of `req`: clears the set-ID bits ext4 clears for a caller without
+  // CAP_FSETID (S_ISUID; S_ISGID with group exec, or when the caller is
+  // not in the file's group). Root (uid 0) keeps them. Best effort (logged).
+  void ClearSetIdForCaller(fuse_req_t req, const Inode& inode);
+  // True when the caller of `req` is in group `gid` (its own group or a
+  // supplementary one).
+  static bool CallerInGroup(fuse_req_t req, gid_t gid);
   void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus);
 
   const MountOptions options_;
@@ -178,6 +192,10 @@ class Filesystem {
   std::string RelativePath(const Inode& inode) const;
   InodeTable inodes_;
   fuse_session* session_ = nullptr;
+  // FUSE_CAP_DONT_MASK granted at INIT: the kernel leaves the caller's
+  // umask (fuse_req_ctx()->umask) to the daemon. Written once, before any
+  // other request.
+  bool dont_mask_ = false;
   std::unique_ptr<EncodeQueue> queue_;
   // Decodes ahead of sequential readers (null before StartWorkers).
   std::unique_ptr<ReadAhead> read_ahead_;

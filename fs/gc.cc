@@ -41,7 +41,7 @@ Result<std::unordered_set<ObjectId, ObjectIdHash>> MarkLiveObjects(Store& store,
   std::unordered_set<ObjectId, ObjectIdHash> live;
   std::vector<ObjectId> blobs(extra.begin(), extra.end());
   Status walk = ForEachUserFile(store.backing(), [&](const std::string& rel) {
-    int fd = ::open((store.backing() + "/" + rel).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = OpenNoAtime(AT_FDCWD, (store.backing() + "/" + rel).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return;
     auto m = ReadManifest(fd);
     ::close(fd);

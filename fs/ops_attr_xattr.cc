@@ -49,6 +49,7 @@ void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
   }
   if (to_set & FUSE_SET_ATTR_SIZE) {
     if (!inode->is_reg()) return (void)fuse_reply_err(req, inode->is_dir() ? EISDIR : EINVAL);
+    ClearSetIdForCaller(req, *inode);
     Status s;
     {
       std::lock_guard<std::mutex> lock(inode->mu);
@@ -80,10 +81,19 @@ void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
     else if (to_set & FUSE_SET_ATTR_ATIME) tv[0] = attr->st_atim;
     if (to_set & FUSE_SET_ATTR_MTIME_NOW) tv[1].tv_nsec = UTIME_NOW;
     else if (to_set & FUSE_SET_ATTR_MTIME) tv[1] = attr->st_mtim;
-    if (!symlink) {
-      std::lock_guard<std::mutex> lock(inode->mu);
-      if (::utimensat(AT_FDCWD, proc.c_str(), tv, 0) != 0) return (void)fuse_reply_err(req, errno);
-      if (to_set & FUSE_SET_ATTR_MTIME) inode->file.pending_mtime.reset();  // the user's mtime wins
+    // On the O_PATH fd itself, so that a symlink's own times change
+    // (utimensat with AT_SYMLINK_NOFOLLOW), not its target's.
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (::utimensat(inode->fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+      return (void)fuse_reply_err(req, errno);
+    if (to_set & FUSE_SET_ATTR_MTIME) {
+      // The user's mtime wins. A commit rewrites the manifest, whose mtime
+      // is the file's: for a staged file it is put back after the commit.
+      FileState& f = inode->file;
+      struct stat st;
+      bool staged = f.phase == FilePhase::kStaging || f.phase == FilePhase::kEncoding;
+      if (staged && ::fstatat(inode->fd, "", &st, AT_EMPTY_PATH) == 0) f.pending_mtime = st.st_mtim;
+      else f.pending_mtime.reset();
     }
   }
   GetAttr(req, ino, nullptr);

@@ -45,7 +45,10 @@ void Filesystem::MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode
   if (!dir) return (void)fuse_reply_err(req, ESTALE);
   if (IsHidden(parent, name)) return (void)fuse_reply_err(req, EEXIST);
   if (::mkdirat(dir->fd, name, mode) != 0) return (void)fuse_reply_err(req, errno);
-  ChownToCaller(req, dir->fd, name);
+  if (Status set = SetUpNewEntry(req, dir->fd, name, mode); !set.ok()) {
+    ::unlinkat(dir->fd, name, AT_REMOVEDIR);
+    return (void)fuse_reply_err(req, ToErrno(set));
+  }
   fuse_entry_param e;
   Status s = DoLookup(*dir, name, &e);
   if (!s.ok()) return (void)fuse_reply_err(req, ToErrno(s));
@@ -61,11 +64,17 @@ void Filesystem::MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode
     if (fd < 0) return (void)fuse_reply_err(req, errno);
     Status init = InitEmptyManifest(fd, false);
     ::close(fd);
-    if (!init.ok()) return (void)fuse_reply_err(req, ToErrno(init));
+    if (!init.ok()) {
+      ::unlinkat(dir->fd, name, 0);
+      return (void)fuse_reply_err(req, ToErrno(init));
+    }
   } else if (::mknodat(dir->fd, name, mode, rdev) != 0) {
     return (void)fuse_reply_err(req, errno);
   }
-  ChownToCaller(req, dir->fd, name);
+  if (Status set = SetUpNewEntry(req, dir->fd, name, mode); !set.ok()) {
+    ::unlinkat(dir->fd, name, 0);
+    return (void)fuse_reply_err(req, ToErrno(set));
+  }
   fuse_entry_param e;
   Status s = DoLookup(*dir, name, &e);
   if (!s.ok()) return (void)fuse_reply_err(req, ToErrno(s));
@@ -77,7 +86,10 @@ void Filesystem::Symlink(fuse_req_t req, const char* link, fuse_ino_t parent, co
   if (!dir) return (void)fuse_reply_err(req, ESTALE);
   if (IsHidden(parent, name)) return (void)fuse_reply_err(req, EEXIST);
   if (::symlinkat(link, dir->fd, name) != 0) return (void)fuse_reply_err(req, errno);
-  ChownToCaller(req, dir->fd, name);
+  if (Status set = SetUpNewEntry(req, dir->fd, name, 0777); !set.ok()) {
+    ::unlinkat(dir->fd, name, 0);
+    return (void)fuse_reply_err(req, ToErrno(set));
+  }
   fuse_entry_param e;
   Status s = DoLookup(*dir, name, &e);
   if (!s.ok()) return (void)fuse_reply_err(req, ToErrno(s));

@@ -27,6 +27,7 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     log_->Warn("open of inode {} failed: {}", ino, s.ToString());
     return (void)fuse_reply_err(req, ToErrno(s));
   }
+  if (truncate) ClearSetIdForCaller(req, *inode);
   FileHandle* handle = NewHandle(inode, write);
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->keep_cache = keep_cache;
@@ -42,9 +43,9 @@ void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   bool created = fd >= 0;
   if (!created && !(errno == EEXIST && !(fi->flags & O_EXCL))) return (void)fuse_reply_err(req, errno);
   if (created) {
-    ChownToCaller(req, dir->fd, name);
     Status init = InitEmptyManifest(fd, false);
     ::close(fd);
+    if (init.ok()) init = SetUpNewEntry(req, dir->fd, name, mode);
     if (!init.ok()) {
       ::unlinkat(dir->fd, name, 0);
       return (void)fuse_reply_err(req, ToErrno(init));
@@ -65,10 +66,28 @@ void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
     inodes_.Forget(e.ino, 1);
     return (void)fuse_reply_err(req, ToErrno(s));
   }
+  if (!created && truncate) ClearSetIdForCaller(req, *inode);
   FileHandle* handle = NewHandle(inode, write);
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->direct_io = 0;
   if (fuse_reply_create(req, &e, fi) != 0) DropUnsentHandle(handle);
+}
+
+// Without FUSE_CAP_HANDLE_KILLPRIV (Init) the kernel clears S_ISUID, and
+// S_ISGID with group exec, by a SETATTR before a write or truncate, from the
+// caller's real capabilities. Two cases are left to the daemon: the open
+// of a file with O_TRUNC (with atomic O_TRUNC the kernel sends no SETATTR),
+// and S_ISGID without group exec, which ext4 also clears for a writer
+// outside the file's group but FUSE's conversion keeps. The request carries
+// no capabilities: uid 0 stands for CAP_FSETID.
+void Filesystem::ClearSetIdForCaller(fuse_req_t req, const Inode& inode) {
+  if (fuse_req_ctx(req)->uid == 0) return;
+  struct stat st;
+  if (::fstatat(inode.fd, "", &st, AT_EMPTY_PATH) != 0 || (st.st_mode & (S_ISUID | S_ISGID)) == 0) return;
+  mode_t mode = st.st_mode & 07777 & ~static_cast<mode_t>(S_ISUID);
+  if ((mode & S_ISGID) && ((mode & S_IXGRP) || !CallerInGroup(req, st.st_gid))) mode &= ~static_cast<mode_t>(S_ISGID);
+  if (mode != (st.st_mode & 07777) && ::chmod(inode.ProcPath().c_str(), mode) != 0)
+    log_->Warn("clearing the set-ID bits of inode {}: {}", inode.ino, std::strerror(errno));
 }
 
 Status Filesystem::AttachOpen(Inode& inode, bool write, bool truncate, bool* keep_cache) {

@@ -88,8 +88,12 @@ std::shared_ptr<StagingFile> Filesystem::StagingForChange(FileHandle& handle, bo
 
 void Filesystem::Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size, off_t off,
                        fuse_file_info* fi) {
-  std::shared_ptr<StagingFile> staging = StagingForChange(*reinterpret_cast<FileHandle*>(fi->fh), true);
+  auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
+  std::shared_ptr<StagingFile> staging = StagingForChange(*handle, true);
   if (!staging) return (void)fuse_reply_err(req, EBADF);
+  // Before the bytes change, as ext4; not for the kernel's write-back of
+  // mmap'ed pages, which ext4 does not clear them for either.
+  if (!fi->writepage) ClearSetIdForCaller(req, *handle->inode);
   size_t done = 0;
   while (done < size) {
     ssize_t n = ::pwrite(staging->fd(), data + done, size - done, off + static_cast<off_t>(done));

@@ -75,7 +75,7 @@ Result<RecoveryReport> RecoverStore(Store& store, const CommitOptions& options, 
 
   Status walk = ForEachUserFile(store.backing(), [&](const std::string& rel) {
     std::string path = store.backing() + "/" + rel;
-    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    int fd = OpenNoAtime(AT_FDCWD, path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return;
     auto m = ReadManifest(fd);
     if (!m.ok() || !m->has_value() || (*m)->kind != ManifestKind::kStaging) {

@@ -1,5 +1,6 @@
 #include "fs/store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
@@ -280,21 +281,58 @@ Result<std::shared_ptr<const RandomAccessFile>> Store::OpenRaw(const ObjectId& i
   return std::shared_ptr<const RandomAccessFile>(std::move(file));
 }
 
-Status ForEachUserFile(const std::string& backing, const std::function<void(const std::string&)>& fn) {
-  namespace sfs = std::filesystem;
-  std::error_code ec;
-  sfs::recursive_directory_iterator it(backing, sfs::directory_options::none, ec), end;
-  if (ec) return Status::Io(ec.value(), "walk " + backing);
-  for (; it != end; it.increment(ec)) {
-    if (ec) return Status::Io(ec.value(), "walk " + backing);
-    if (it.depth() == 0 && it->path().filename() == kMetaDirName) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    std::error_code sec;
-    if (it->is_symlink(sec)) continue;
-    if (it->is_regular_file(sec)) fn(it->path().lexically_relative(backing).string());
+int OpenNoAtime(int dirfd, const char* path, int flags) {
+  int fd = ::openat(dirfd, path, flags | O_NOATIME);
+  if (fd < 0 && errno == EPERM) fd = ::openat(dirfd, path, flags);
+  return fd;
+}
+
+namespace {
+// ForEachUserFile below `rel` (the root when empty), open at `dfd` (taken
+// over). The first error is kept in *error; the walk goes on.
+void WalkUserDir(int dfd, const std::string& rel, const std::function<void(const std::string&)>& fn, int* error) {
+  DIR* dir = ::fdopendir(dfd);
+  if (dir == nullptr) {
+    if (*error == 0) *error = errno;
+    ::close(dfd);
+    return;
   }
+  for (;;) {
+    errno = 0;
+    struct dirent* e = ::readdir(dir);
+    if (e == nullptr) {
+      if (errno != 0 && *error == 0) *error = errno;
+      break;
+    }
+    std::string_view name = e->d_name;
+    if (name == "." || name == ".." || (rel.empty() && name == kMetaDirName)) continue;
+    unsigned char type = e->d_type;
+    if (type == DT_UNKNOWN) {
+      struct stat st;
+      if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+      type = IFTODT(st.st_mode);
+    }
+    std::string child = rel.empty() ? std::string(name) : rel + "/" + std::string(name);
+    if (type == DT_REG) {
+      fn(child);
+    } else if (type == DT_DIR) {
+      int sub = OpenNoAtime(::dirfd(dir), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) WalkUserDir(sub, child, fn, error);
+      else if (errno != ENOENT && *error == 0) *error = errno;
+    }
+  }
+  ::closedir(dir);
+}
+}  // namespace
+
+Status ForEachUserFile(const std::string& backing, const std::function<void(const std::string&)>& fn) {
+  int fd = OpenNoAtime(AT_FDCWD, backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Io(errno, "walk " + backing);
+  int error = 0;
+  WalkUserDir(fd, "", fn, &error);
+  // A walk that missed a directory must not pass for complete (GC would
+  // take the objects of the files it did not see for garbage).
+  if (error != 0) return Status::Io(error, "walk " + backing);
   return Status::Ok();
 }
 

@@ -142,8 +142,16 @@ class Store final : public BlobResolver {
 };
 
 // Runs `fn(relative_path)` for every regular file of the user tree of
-// `backing` (skipping .ckptfs), depth first. Thread safety: reentrant.
+// `backing` (skipping .ckptfs, not following symlinks), depth first,
+// without moving the directories' atimes. Thread safety: reentrant.
 Status ForEachUserFile(const std::string& backing, const std::function<void(const std::string&)>& fn);
+
+// openat(2) with O_NOATIME, or without it where the kernel refuses it
+// (EPERM: the daemon neither owns the file nor holds CAP_FOWNER). The
+// daemon's own reads of manifests and directories (lookups, commits,
+// recovery, GC) are not the user's: a user file's atime is its manifest's,
+// and moves only as on ext4. Thread safety: reentrant.
+int OpenNoAtime(int dirfd, const char* path, int flags);
 
 // fsyncs the directory at `path`.
 Status SyncDir(const std::string& path);
