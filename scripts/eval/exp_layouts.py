@@ -3,7 +3,7 @@
 training frameworks use, each replayed into a fresh ckptfs mount.
 
   exp_layouts.py [--size full|smoke] [--layouts a,b,...] [--workdir DIR]
-      [--results DIR] [--mount-opts K=V,...] [--lossy on|off]
+      [--results DIR] [--mount-opts K=V,...] [--lossy on|off] [--keep-stores]
 
 One run trains once (an MLP on scikit-learn's digits with AdamW and a
 cosine schedule; full: 15 checkpoints 100 steps apart, ~6.9 MB of model and
@@ -722,7 +722,7 @@ def run_layout(name, ckpts, run, workdir, options, budgets, lossless):
     work = os.path.join(workdir, name)
     shutil.rmtree(work, ignore_errors=True)
     backend = bk.Ckptfs(name, options)
-    root = backend.start(work)
+    root = backend.start(workdir)  # WORKDIR/NAME/{backing,mnt,ckptfs.log}
     res = {"status": "ok"}
     t0 = time.time()
     try:
@@ -908,6 +908,8 @@ def main():
     ap.add_argument("--results", default="results")
     ap.add_argument("--mount-opts", default="", help="extra -o options, comma-separated (K=V,...)")
     ap.add_argument("--lossy", default="on", choices=["on", "off"])
+    ap.add_argument("--keep-stores", action="store_true",
+                    help="keep each layout's backing directory under WORKDIR/SIZE/LAYOUT (default: removed when it verified)")
     args = ap.parse_args()
     layouts = [s for s in args.layouts.split(",") if s]
     unknown = [s for s in layouts if s not in LAYOUTS]
@@ -946,7 +948,8 @@ def main():
         h.log(f"[layouts] {name}: ratio {r['ratio']:.2f}x, {r['versions']['delta']}/{r['versions']['versions']} "
               f"delta, fsck {'clean' if r['fsck']['clean'] else 'PROBLEMS'}, reads "
               f"{'ok' if r['read']['ok'] else 'FAILED: ' + '; '.join(r['read']['problems'][:3])}")
-        shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
+        if not args.keep_stores and r["status"] == "ok":
+            shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
     summarize(res)
     write_outputs(res, args.results)
     h.log(f"[layouts] wrote {args.results}/layouts.{{json,md}}")
