@@ -30,11 +30,14 @@ _ST_DTYPES = {
 }
 
 
-def save_safetensors(tensors, path):
-    """Writes {name: tensor} as safetensors: u64 LE header length, a JSON
-    header padded with spaces to a multiple of 8, then the raw data (little
-    endian, C order). Written by hand: no safetensors package here."""
+def safetensors_bytes(tensors, metadata=None):
+    """The bytes of a safetensors file holding {name: tensor}: u64 LE header
+    length, a JSON header padded with spaces to a multiple of 8, then the raw
+    data (little endian, C order) in key order. `metadata` ({str: str})
+    becomes the header's "__metadata__" entry."""
     header, blobs, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = dict(metadata)
     for name in sorted(tensors):
         t = tensors[name].detach().contiguous().cpu()
         raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
@@ -44,12 +47,16 @@ def save_safetensors(tensors, path):
         offset += len(raw)
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
+    return b"".join([struct.pack("<Q", len(text)), text] + blobs)
+
+
+def save_safetensors(tensors, path):
+    """Writes {name: tensor} as safetensors (safetensors_bytes) to a sibling
+    temp file, then renames it over `path`. Written by hand: no safetensors
+    package here."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for raw in blobs:
-            f.write(raw)
+        f.write(safetensors_bytes(tensors))
     os.replace(tmp, path)
 
 

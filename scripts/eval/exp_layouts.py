@@ -1,0 +1,964 @@
+#!/usr/bin/python3
+"""Experiment (issue #24): the same training run saved in the folder layouts
+training frameworks use, each replayed into a fresh ckptfs mount.
+
+  exp_layouts.py [--size full|smoke] [--layouts a,b,...] [--workdir DIR]
+      [--results DIR] [--mount-opts K=V,...] [--lossy on|off] [--keep-stores]
+
+One run trains once (an MLP on scikit-learn's digits with AdamW and a
+cosine schedule; full: 15 checkpoints 100 steps apart, ~6.9 MB of model and
+optimizer state each; smoke: a tiny model, 4 checkpoints). Every
+checkpoint's state (model, optimizer, scheduler, RNG, log) is kept in
+memory. Each layout then replays the run into a fresh mount (fresh backing
+directory), writing the files a framework writes, under its names, in its
+order (staging folders renamed, trackers rewritten in place, copies, old
+steps deleted), and waits after each save until the daemon has nothing
+pending (`user.ckptfs.pending` == 0 on the mount root), as a trainer whose
+save interval exceeds the encode time would. Right after that wait, the
+virtual xattrs of every file of the save (codec, base, chain_depth, stored
+bytes) are recorded, so that files deleted later still count.
+
+Layouts (framework-layouts notes, section 7):
+  one-folder       run/ckpt-NNNNNN.pt
+  hf-trainer       run/tmp-checkpoint-N/{pytorch_model.bin, optimizer.pt,
+                   scheduler.pt, rng_state.pth, trainer_state.json}, then
+                   renamed to run/checkpoint-N/
+  hf-safetensors   the same with model.safetensors
+  megatron         run/iter_NNNNNNN/mp_rank_00/model_optim_rng.pt and
+                   run/latest_checkpointed_iteration.txt (rewritten in place)
+  megatron-tp2     two ranks, mp_rank_00/ and mp_rank_01/, each half of every
+                   tensor (rows) with its optimizer state
+  deepspeed        run/global_stepN/mp_rank_00_model_states.pt,
+                   zero_pp_rank_{0,1}_mp_rank_00_optim_states.pt (each half of
+                   the flattened fp32 optimizer state) and run/latest
+  dcp              run/step-N/__{0,1}_0.distcp (each rank's shards, one
+                   torch.save zip per chunk, back to back, as
+                   torch.distributed.checkpoint's FileSystemWriter writes
+                   them) and .metadata (written as .metadata.tmp, renamed)
+  lightning        run/checkpoints/epoch=E-step=N.ckpt (top-1: the previous
+                   one removed after the save) and last.ckpt (shutil.copy2
+                   of the new file)
+  one-folder-keep3 one-folder, the oldest file beyond 3 removed after each save
+  hf-trainer-keep3 hf-trainer, the oldest checkpoint-N beyond 3 rmtree'd
+  copy             one checkpoint, then shutil.copy2 to another name in the
+                   same folder and into another folder: the store's growth
+
+After each layout: unmount (`ckptfs umount`), `ckptfs gc BACKING --grace 0`,
+`ckptfs fsck BACKING` (must exit 0), then logical bytes (the retained files'
+sizes as the mount showed them), store bytes (`du -s -B1 BACKING`, also the
+apparent `du -sb`), ratio = logical / store, and how many versions were
+delta frames (a base recorded) or key frames. Reads are verified after a
+read-only remount: every retained file is loaded and compared with the
+state it was written from: with --lossy off bit for bit; by default each
+float tensor within the budget that applies to it (docs/policy.md: weights
+`budget`, optimizer state `opt_budget`, Adam's exp_avg on the step or on
+itself, exp_avg_sq per element), and the largest relative L2 error is
+reported.
+
+Writes RESULTS/layouts.json and RESULTS/layouts.md and prints the JSON.
+Exit status 1 when a layout failed, fsck found problems or a read did not
+verify (missed compression targets do not fail the run).
+"""
+import argparse
+import copy
+import datetime
+import io
+import json
+import math
+import os
+import pickle
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import backends as bk  # noqa: E402
+import common  # noqa: E402
+import harness as h  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+SIZES = {
+    # hidden width of the 64 -> H -> H -> 10 MLP; full: 0.57 M parameters,
+    # 6.9 MB of weights + AdamW moments per checkpoint.
+    "full": dict(hidden=720, steps=1500, save_every=100),
+    "smoke": dict(hidden=48, steps=40, save_every=10),
+}
+BATCH = 64
+LAYOUTS = ("one-folder", "hf-trainer", "hf-safetensors", "megatron", "megatron-tp2", "deepspeed", "dcp",
+           "lightning", "one-folder-keep3", "hf-trainer-keep3", "copy")
+# Issue #24's targets.
+TARGET_VS_ONE_FOLDER = 0.9
+TARGET_COPY_GROWTH = 0.01
+TARGET_RETENTION = 1.25
+
+
+# --------------------------------------------------------------------------
+# The training run
+
+
+def train_run(size):
+    """Trains the MLP once; returns (run info, [checkpoint state]) with every
+    checkpoint's state copied (the live tensors keep changing)."""
+    from sklearn.datasets import load_digits
+    cfg = SIZES[size]
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    digits = load_digits()
+    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.long)
+    n_train = int(0.8 * len(y))
+    steps_per_epoch = math.ceil(n_train / BATCH)
+    hidden = cfg["hidden"]
+    model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
+                                torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg["steps"])
+    log_history, ckpts = [], []
+    t0 = time.time()
+    for step in range(1, cfg["steps"] + 1):
+        gen = torch.Generator().manual_seed(step)
+        idx = torch.randint(0, n_train, (BATCH,), generator=gen)
+        loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % max(1, cfg["save_every"] // 10) == 0:
+            log_history.append({"epoch": round(step / steps_per_epoch, 4), "learning_rate": sched.get_last_lr()[0],
+                                "loss": round(loss.item(), 4), "step": step})
+        if step % cfg["save_every"] == 0:
+            ckpts.append({
+                "step": step,
+                "epoch": (step - 1) // steps_per_epoch,
+                "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "optimizer": copy.deepcopy(opt.state_dict()),
+                "scheduler": copy.deepcopy(sched.state_dict()),
+                "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
+                        "cpu": torch.get_rng_state()},
+                "log_history": copy.deepcopy(log_history),
+                "loss": loss.item(),
+            })
+    params = sum(p.numel() for p in model.parameters())
+    info = {"model": f"MLP 64-{hidden}-{hidden}-10, AdamW(lr=1e-3, wd=0.01), cosine schedule, digits, batch {BATCH}",
+            "hidden": hidden, "parameters": params, "steps": cfg["steps"], "save_every": cfg["save_every"],
+            "checkpoints": len(ckpts), "steps_per_epoch": steps_per_epoch,
+            "state_bytes_per_checkpoint": params * 4 * 3, "train_seconds": round(time.time() - t0, 1),
+            "final_loss": round(ckpts[-1]["loss"], 4)}
+    return info, ckpts
+
+
+def half(t, r):
+    """Rank r's half of a tensor along its first dimension (a copy: torch.save
+    of a view would write the whole storage)."""
+    if t.dim() == 0:
+        return t.clone()
+    return torch.chunk(t, 2, dim=0)[r].clone()
+
+
+def half_offsets(t, r):
+    """Where rank r's half starts in the whole tensor (DCP chunk offsets)."""
+    return [torch.chunk(t, 2, dim=0)[0].shape[0] * r] + [0] * (t.dim() - 1)
+
+
+def optim_half(opt_sd, r):
+    state = {i: {k: (half(v, r) if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in s.items()}
+             for i, s in opt_sd["state"].items()}
+    return {"state": state, "param_groups": opt_sd["param_groups"]}
+
+
+# --------------------------------------------------------------------------
+# Writing into the mount, with what each retained file must read back as
+
+
+class Ctx:
+    """One layout's replay into a mount: file helpers that also keep
+    `expect` ({relative path: (kind, object)}: what each retained file must
+    read back as) and the per-version record of the daemon's xattrs."""
+
+    def __init__(self, backend, root):
+        self.backend, self.root = backend, root
+        self.expect = {}
+        self.written = []  # relative paths written by the current save
+        self.versions = []  # one record per committed file version
+        self.state = {}  # the layout's own memory (retention lists, ...)
+
+    def p(self, rel):
+        return os.path.join(self.root, rel)
+
+    def _wrote(self, rel, kind, obj):
+        self.expect[rel] = (kind, obj)
+        if rel not in self.written:
+            self.written.append(rel)
+
+    def mkdir(self, rel):
+        os.makedirs(self.p(rel), exist_ok=True)
+
+    def torch_save(self, rel, obj):
+        """torch.save straight to the final path (HF, Megatron, DeepSpeed)."""
+        self.mkdir(os.path.dirname(rel))
+        torch.save(obj, self.p(rel))
+        self._wrote(rel, "torch", obj)
+
+    def write_bytes(self, rel, data, kind, obj):
+        self.mkdir(os.path.dirname(rel))
+        with open(self.p(rel), "wb") as f:
+            f.write(data)
+        self._wrote(rel, kind, obj)
+
+    def write_text(self, rel, text):
+        """open('w') and write: truncates a tracker file in place."""
+        self.mkdir(os.path.dirname(rel))
+        with open(self.p(rel), "w") as f:
+            f.write(text)
+        self._wrote(rel, "bytes", text.encode())
+
+    def rename(self, src, dst):
+        os.rename(self.p(src), self.p(dst))
+        moved = {}
+        for rel in list(self.expect):
+            if rel == src or rel.startswith(src + "/"):
+                moved[dst + rel[len(src):]] = self.expect.pop(rel)
+        self.expect.update(moved)
+        self.written = [dst + w[len(src):] if (w == src or w.startswith(src + "/")) else w for w in self.written]
+
+    def remove(self, rel):
+        os.remove(self.p(rel))
+        self.expect.pop(rel, None)
+
+    def rmtree(self, rel):
+        shutil.rmtree(self.p(rel))
+        for k in [k for k in self.expect if k.startswith(rel + "/")]:
+            del self.expect[k]
+
+    def copy2(self, src, dst):
+        self.mkdir(os.path.dirname(dst))
+        shutil.copy2(self.p(src), self.p(dst))
+        self._wrote(dst, *self.expect[src])
+
+    def commit(self, step):
+        """Waits until nothing is pending, then records each written file's
+        xattrs (one version each)."""
+        self.backend.wait_idle()
+        for rel in self.written:
+            path = self.p(rel)
+            if not os.path.exists(path):
+                continue
+            rec = {"path": rel, "step": step, "logical_bytes": os.path.getsize(path)}
+            for name in ("state", "codec", "object", "base", "chain_depth", "stored_bytes", "error"):
+                try:
+                    rec[name] = os.getxattr(path, "user.ckptfs." + name).decode()
+                except OSError:
+                    rec[name] = None
+            rec["stored_bytes"] = int(rec["stored_bytes"]) if rec["stored_bytes"] else None
+            rec["chain_depth"] = int(rec["chain_depth"]) if rec["chain_depth"] else 0
+            self.versions.append(rec)
+        self.written = []
+
+
+def torch_bytes(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------
+# Layouts: each writes one checkpoint `ck` (the i-th of the run)
+
+
+def one_folder(ctx, ck, i, run, keep=None):
+    rel = f"run/ckpt-{ck['step']:06d}.pt"
+    ctx.torch_save(rel, {"model": ck["model"], "optimizer": ck["optimizer"], "scheduler": ck["scheduler"]})
+    saved = ctx.state.setdefault("saved", [])
+    saved.append(rel)
+    while keep and len(saved) > keep:
+        ctx.remove(saved.pop(0))
+
+
+def trainer_state(ck, run):
+    return {"best_metric": None, "best_model_checkpoint": None, "epoch": ck["log_history"][-1]["epoch"],
+            "eval_steps": 500, "global_step": ck["step"], "is_hyper_param_search": False,
+            "is_local_process_zero": True, "is_world_process_zero": True, "log_history": ck["log_history"],
+            "logging_steps": max(1, run["save_every"] // 10), "max_steps": run["steps"],
+            "num_input_tokens_seen": 0, "num_train_epochs": math.ceil(run["steps"] / run["steps_per_epoch"]),
+            "save_steps": run["save_every"], "stateful_callbacks": {}, "total_flos": 0.0,
+            "train_batch_size": BATCH, "trial_name": None, "trial_params": None}
+
+
+def hf_trainer(ctx, ck, i, run, safetensors=False, keep=None):
+    """transformers 4.36-4.38: the checkpoint staged in tmp-checkpoint-N,
+    renamed; rotation (save_total_limit) rmtrees the oldest afterwards."""
+    n = ck["step"]
+    tmp, final = f"run/tmp-checkpoint-{n}", f"run/checkpoint-{n}"
+    if safetensors:
+        ctx.mkdir(tmp)
+        ctx.write_bytes(f"{tmp}/model.safetensors", common.safetensors_bytes(ck["model"], {"format": "pt"}),
+                        "safetensors", ck["model"])
+    else:
+        ctx.torch_save(f"{tmp}/pytorch_model.bin", ck["model"])
+    ctx.torch_save(f"{tmp}/optimizer.pt", ck["optimizer"])
+    ctx.torch_save(f"{tmp}/scheduler.pt", ck["scheduler"])
+    ctx.torch_save(f"{tmp}/rng_state.pth", ck["rng"])
+    text = json.dumps(trainer_state(ck, run), indent=2, sort_keys=True) + "\n"
+    ctx.write_text(f"{tmp}/trainer_state.json", text)
+    ctx.rename(tmp, final)
+    saved = ctx.state.setdefault("saved", [])
+    saved.append(final)
+    while keep and len(saved) > keep:
+        ctx.rmtree(saved.pop(0))
+
+
+def megatron_args(run):
+    return argparse.Namespace(num_layers=3, hidden_size=run["hidden"], micro_batch_size=BATCH, lr=1e-3,
+                              weight_decay=0.01, save_interval=run["save_every"], train_iters=run["steps"],
+                              ckpt_format="torch", tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+
+
+def megatron(ctx, ck, i, run, tp=1):
+    """Megatron-LM's legacy torch format; the tracker is rewritten in place."""
+    n = ck["step"]
+    args = megatron_args(run)
+    args.tensor_model_parallel_size = tp
+    for r in range(tp):
+        model = ck["model"] if tp == 1 else {k: half(v, r) for k, v in ck["model"].items()}
+        optim = ck["optimizer"] if tp == 1 else optim_half(ck["optimizer"], r)
+        ctx.torch_save(f"run/iter_{n:07d}/mp_rank_{r:02d}/model_optim_rng.pt", {
+            "args": args, "checkpoint_version": 3.0, "iteration": n, "model": model, "optimizer": optim,
+            "opt_param_scheduler": ck["scheduler"],
+            "rng_state": [{"random_rng_state": ck["rng"]["python"], "np_rng_state": ck["rng"]["numpy"],
+                           "torch_rng_state": ck["rng"]["cpu"], "cuda_rng_state": None, "rng_tracker_states": {}}],
+            "num_floating_point_operations_so_far": float(6 * run["parameters"] * BATCH * n)})
+    ctx.write_text("run/latest_checkpointed_iteration.txt", str(n))
+
+
+def deepspeed(ctx, ck, i, run):
+    """DeepSpeed ZeRO-2 with 2 data-parallel ranks: the model file, one
+    optimizer file per rank holding its half of the flattened fp32 state."""
+    n = ck["step"]
+    tag = f"global_step{n}"
+    ds_config = {"train_micro_batch_size_per_gpu": BATCH, "zero_optimization": {"stage": 2},
+                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}}}
+    names = list(ck["model"])
+    ctx.torch_save(f"run/{tag}/mp_rank_00_model_states.pt", {
+        "module": ck["model"], "buffer_names": [], "optimizer": None,
+        "param_shapes": [{k: ck["model"][k].shape for k in names}], "frozen_param_shapes": None,
+        "shared_params": {}, "frozen_param_fragments": None, "lr_scheduler": ck["scheduler"],
+        "data_sampler": None, "random_ltd": None, "sparse_tensor_module_names": set(), "skipped_steps": 0,
+        "global_steps": n, "global_samples": n * BATCH * 2, "dp_world_size": 2, "mp_world_size": 1,
+        "ds_config": ds_config, "ds_version": "0.16.4"})
+    st = ck["optimizer"]["state"]
+    flat = {
+        "weights": torch.cat([ck["model"][k].reshape(-1) for k in names]),
+        "exp_avg": torch.cat([st[j]["exp_avg"].reshape(-1) for j in range(len(names))]),
+        "exp_avg_sq": torch.cat([st[j]["exp_avg_sq"].reshape(-1) for j in range(len(names))]),
+    }
+    total = flat["weights"].numel()
+    pad = total % 2
+    part = (total + pad) // 2
+    for k in flat:
+        flat[k] = torch.cat([flat[k], torch.zeros(pad)])
+    group = {k: v for k, v in ck["optimizer"]["param_groups"][0].items() if k != "params"}
+    for r in range(2):
+        sl = slice(r * part, (r + 1) * part)
+        mapping, off = {}, 0
+        for k in names:
+            numel = ck["model"][k].numel()
+            lo, hi = max(off, sl.start), min(off + numel, sl.stop)
+            if lo < hi:
+                mapping[k] = {"start": lo - sl.start, "numel": hi - lo}
+            off += numel
+        ctx.torch_save(f"run/{tag}/zero_pp_rank_{r}_mp_rank_00_optim_states.pt", {
+            "optimizer_state_dict": {
+                "loss_scaler": None, "dynamic_loss_scale": False, "overflow": False, "clip_grad": 1.0,
+                "base_optimizer_state": [{"step": st[0]["step"].clone(), "exp_avg": flat["exp_avg"][sl].clone(),
+                                          "exp_avg_sq": flat["exp_avg_sq"][sl].clone()}],
+                "single_partition_of_fp32_groups": [flat["weights"][sl].clone()],
+                "param_groups": [dict(group, params=[0])], "zero_stage": 2, "group_paddings": [pad if r else 0],
+                "partition_count": [2], "ds_version": "0.16.4", "param_slice_mappings": [mapping]},
+            "ds_config": ds_config, "ds_version": "0.16.4"})
+    ctx.write_text("run/latest", tag)
+
+
+def dcp_items(ck, r):
+    """Rank r's write items as torch.distributed.checkpoint plans them for a
+    2-rank FSDP run (each tensor sharded by rows): (fqn, offsets, object);
+    the replicated non-tensor objects (BYTE_IO) and 0-d tensors on rank 0,
+    BYTE_IO first."""
+    byte_io, tensors = [], []
+    if r == 0:
+        for j, g in enumerate(ck["optimizer"]["param_groups"]):
+            for key, v in g.items():
+                if key != "params":
+                    byte_io.append((f"optimizer.param_groups.{j}.{key}", None, v))
+        byte_io.append(("lr_scheduler", None, ck["scheduler"]))
+        byte_io.append(("train_state", None, {"step": ck["step"], "epoch": ck["epoch"]}))
+    names = list(ck["model"])
+    for k, v in ck["model"].items():
+        tensors.append((f"model.{k}", half_offsets(v, r), half(v, r)))
+    for j, s in ck["optimizer"]["state"].items():
+        for key, v in s.items():
+            fqn = f"optimizer.state.{names[j]}.{key}"
+            if v.dim() == 0:
+                if r == 0:
+                    tensors.append((fqn, [], v.clone()))
+            else:
+                tensors.append((fqn, half_offsets(v, r), half(v, r)))
+    return byte_io + tensors
+
+
+def dcp(ctx, ck, i, run):
+    """torch.distributed.checkpoint (torchtitan's step-N): per rank one
+    __R_0.distcp holding a torch.save zip per item at its offset, then the
+    coordinator's .metadata via .metadata.tmp and a rename."""
+    d = f"run/step-{ck['step']}"
+    ctx.mkdir(d)
+    storage, md = {}, {}
+    for r in range(2):
+        name = f"__{r}_0.distcp"
+        data, items = bytearray(), {}
+        for fqn, offsets, obj in dcp_items(ck, r):
+            blob = torch_bytes(obj)
+            storage[(fqn, tuple(offsets) if offsets is not None else None)] = (name, len(data), len(blob))
+            items[fqn] = (len(data), len(blob), obj)
+            if torch.is_tensor(obj):
+                md.setdefault(fqn, {"size": list(obj.shape), "chunks": []})["chunks"].append(
+                    {"offsets": offsets, "sizes": list(obj.shape)})
+            data += blob
+        with open(ctx.p(f"{d}/{name}"), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        ctx._wrote(f"{d}/{name}", "dcp", items)
+    meta = pickle.dumps({"state_dict_metadata": md, "storage_data": storage, "planner_data": None,
+                         "storage_meta": {"checkpoint_id": d, "save_id": uuid.uuid4().hex}, "version": "1.0.0"})
+    with open(ctx.p(f"{d}/.metadata.tmp"), "wb") as f:
+        f.write(meta)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(ctx.p(f"{d}/.metadata.tmp"), ctx.p(f"{d}/.metadata"))
+    ctx._wrote(f"{d}/.metadata", "bytes", meta)
+
+
+def lightning(ctx, ck, i, run):
+    """Lightning 2.0-2.3 ModelCheckpoint (save_top_k=1, no monitor): torch.save
+    into a buffer, one write to epoch=E-step=N.ckpt, the previous one
+    removed, last.ckpt a copy of the new file."""
+    n, e = ck["step"], ck["epoch"]
+    rel = f"run/checkpoints/epoch={e}-step={n}.ckpt"
+    cb = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': %d, " \
+         "'every_n_epochs': 0, 'train_time_interval': None}" % run["save_every"]
+    obj = {"epoch": e, "global_step": n, "pytorch-lightning_version": "2.3.3",
+           "state_dict": {f"net.{k}": v for k, v in ck["model"].items()},
+           "loops": {"fit_loop": {"state_dict": {}, "epoch_progress": {"total": {"completed": e}},
+                                  "epoch_loop.batch_progress": {"total": {"completed": n}}}},
+           "callbacks": {cb: {"monitor": None, "best_model_score": None, "best_model_path": rel,
+                              "current_score": None, "dirpath": "run/checkpoints", "last_model_path": ""}},
+           "optimizer_states": [ck["optimizer"]], "lr_schedulers": [ck["scheduler"]],
+           "hparams_name": "kwargs", "hyper_parameters": {"hidden": run["hidden"], "lr": 1e-3}}
+    ctx.write_bytes(rel, torch_bytes(obj), "torch", obj)
+    prev = ctx.state.get("prev")
+    if prev:
+        ctx.remove(prev)
+    ctx.state["prev"] = rel
+    ctx.copy2(rel, "run/checkpoints/last.ckpt")
+
+
+LAYOUT_FUNCS = {
+    "one-folder": one_folder,
+    "hf-trainer": hf_trainer,
+    "hf-safetensors": lambda ctx, ck, i, run: hf_trainer(ctx, ck, i, run, safetensors=True),
+    "megatron": megatron,
+    "megatron-tp2": lambda ctx, ck, i, run: megatron(ctx, ck, i, run, tp=2),
+    "deepspeed": deepspeed,
+    "dcp": dcp,
+    "lightning": lightning,
+    "one-folder-keep3": lambda ctx, ck, i, run: one_folder(ctx, ck, i, run, keep=3),
+    "hf-trainer-keep3": lambda ctx, ck, i, run: hf_trainer(ctx, ck, i, run, keep=3),
+}
+
+
+# --------------------------------------------------------------------------
+# Verifying reads
+
+
+class Budgets:
+    """The default budgets of docs/policy.md, from the mount options."""
+
+    def __init__(self, options):
+        kv = dict(o.split("=", 1) for o in options if "=" in o)
+        self.weights = float(kv.get("budget", 0.01))
+        self.opt = float(kv.get("opt_budget", max(self.weights, 0.2) if self.weights > 0 else 0.0))
+        self.momentum = float(kv.get("momentum_budget", min(1.0, 2.5 * self.opt)))
+        self.denominator = float(kv.get("denominator_budget", min(1.0, 2 * self.opt)))
+
+
+class Check:
+    """Walks an expected object and the one read back side by side."""
+    SLACK = 1.0 + 1e-3  # the codec measures its error in float arithmetic
+
+    def __init__(self, lossless, budgets):
+        self.lossless, self.b = lossless, budgets
+        self.tensors = self.exact = 0
+        self.problems = []
+        self.max_rel_l2 = {"weights": 0.0, "optimizer": 0.0, "exp_avg": 0.0, "exp_avg_sq": 0.0}
+        self.max_step_rel_l2 = 0.0
+        self.max_elem_rel_sq = 0.0
+
+    def problem(self, where, what):
+        if len(self.problems) < 20:
+            self.problems.append(f"{where}: {what}")
+
+    @staticmethod
+    def rel_l2(a, b):
+        a, b = a.double(), b.double()
+        fin = torch.isfinite(a)
+        n = a[fin].norm().item()
+        d = (a[fin] - b[fin]).norm().item()
+        return d / n if n > 0 else (0.0 if d == 0 else float("inf"))
+
+    def walk(self, x, y, path):
+        where = "/".join(str(p) for p in path)
+        if torch.is_tensor(x):
+            self.tensor(x, y, path, where)
+        elif isinstance(x, dict):
+            if not isinstance(y, dict) or set(x) != set(y):
+                return self.problem(where, "keys differ")
+            for k in x:
+                if k == "exp_avg" and "exp_avg_sq" in x and torch.is_tensor(x[k]):
+                    self.first_moment(x[k], y[k], x["exp_avg_sq"], y["exp_avg_sq"], path + [k])
+                else:
+                    self.walk(x[k], y[k], path + [k])
+        elif isinstance(x, (list, tuple)):
+            if type(x) is not type(y) or len(x) != len(y):
+                return self.problem(where, "sequence differs")
+            for j, (u, v) in enumerate(zip(x, y)):
+                self.walk(u, v, path + [j])
+        elif isinstance(x, np.ndarray):
+            if not (isinstance(y, np.ndarray) and x.dtype == y.dtype and np.array_equal(x, y)):
+                self.problem(where, "array differs")
+        elif isinstance(x, argparse.Namespace):
+            if vars(x) != vars(y):
+                self.problem(where, "namespace differs")
+        elif x != y and not (isinstance(x, float) and x != x and y != y):
+            self.problem(where, f"{x!r} != {y!r}")
+
+    def same_bits(self, x, y):
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.is_floating_point():
+            bits = {8: torch.int64, 4: torch.int32, 2: torch.int16}[x.element_size()]
+            return torch.equal(x.contiguous().view(bits), y.contiguous().view(bits))
+        return torch.equal(x, y)
+
+    def tensor(self, x, y, path, where, first_moment=False):
+        self.tensors += 1
+        if not torch.is_tensor(y) or x.dtype != y.dtype or x.shape != y.shape:
+            return self.problem(where, "tensor dtype/shape differs")
+        if self.same_bits(x, y):
+            self.exact += 1
+            return
+        if self.lossless or x.dtype not in (torch.float32, torch.float16, torch.bfloat16) or x.numel() == 0:
+            return self.problem(where, "not bit-exact")
+        if not torch.equal(torch.isfinite(x), torch.isfinite(y)):
+            return self.problem(where, "non-finite elements changed")
+        rel = self.rel_l2(x, y)
+        names = [str(p) for p in path[1:]]  # path[0] is the file
+        leaf = names[-1]
+        if leaf == "exp_avg_sq":
+            cls = "exp_avg_sq"
+        elif first_moment or leaf == "exp_avg":
+            cls = "exp_avg"
+        elif any("optim" in p or p == "state" for p in names):
+            cls = "optimizer"
+        else:
+            cls = "weights"
+        self.max_rel_l2[cls] = max(self.max_rel_l2[cls], rel)
+        if cls == "exp_avg_sq":
+            # log mode: a per-element bound (or, where the daemon did not
+            # name it an optimizer denominator, the weights' L2 budget).
+            xd, yd = x.double(), y.double()
+            elem = ((yd - xd).abs() / xd.abs().clamp_min(1e-300))[xd != 0].max().item() if (xd != 0).any() else 0.0
+            self.max_elem_rel_sq = max(self.max_elem_rel_sq, elem)
+            if elem > self.b.denominator * self.SLACK and rel > self.b.weights * self.SLACK:
+                self.problem(where, f"exp_avg_sq: per-element rel {elem:.3g} > {self.b.denominator} "
+                             f"and rel L2 {rel:.3g} > {self.b.weights}")
+        elif cls == "optimizer":
+            if rel > max(self.b.opt, self.b.weights) * self.SLACK:
+                self.problem(where, f"rel L2 {rel:.3g} > opt_budget {self.b.opt}")
+        elif cls == "weights":
+            if rel > self.b.weights * self.SLACK:
+                self.problem(where, f"rel L2 {rel:.3g} > budget {self.b.weights}")
+        return rel
+
+    def first_moment(self, m, m_hat, v, v_hat, path):
+        """Adam's exp_avg: within opt_budget on m, or (step space) within the
+        momentum budget on m / (sqrt(v_hat) + eps)."""
+        where = "/".join(str(p) for p in path)
+        self.tensors += 1
+        if not torch.is_tensor(m_hat) or m.dtype != m_hat.dtype or m.shape != m_hat.shape:
+            return self.problem(where, "tensor dtype/shape differs")
+        if self.same_bits(m, m_hat):
+            self.exact += 1
+            return
+        if self.lossless:
+            return self.problem(where, "not bit-exact")
+        rel = self.rel_l2(m, m_hat)
+        self.max_rel_l2["exp_avg"] = max(self.max_rel_l2["exp_avg"], rel)
+        if rel <= max(self.b.opt, self.b.weights) * self.SLACK:
+            return  # within budget on m itself (small tensors are coded on m)
+        if not (torch.is_tensor(v_hat) and v_hat.shape == m.shape):
+            return self.problem(where, f"exp_avg: rel L2 {rel:.3g} > {self.b.opt} (no exp_avg_sq beside it)")
+        denom = v_hat.double().clamp_min(0).sqrt() + 1e-8
+        step_rel = self.rel_l2(m.double() / denom, m_hat.double() / denom)
+        self.max_step_rel_l2 = max(self.max_step_rel_l2, step_rel)
+        if step_rel > self.b.momentum * self.SLACK:
+            self.problem(where, f"exp_avg: rel L2 {rel:.3g} > {self.b.opt} and on the step {step_rel:.3g} "
+                         f"> {self.b.momentum}")
+
+
+def nest(items):
+    """{'a.b.c': obj} -> {'a': {'b': {'c': obj}}} (DCP items as a state dict)."""
+    out = {}
+    for fqn, obj in items.items():
+        d = out
+        parts = fqn.split(".")
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        d[parts[-1]] = obj
+    return out
+
+
+def verify(root, expect, check):
+    """Loads every retained file from the mount and compares it."""
+    t0, nbytes = time.time(), 0
+    for rel in sorted(expect):
+        kind, obj = expect[rel]
+        path = os.path.join(root, rel)
+        nbytes += os.path.getsize(path)
+        try:
+            if kind == "torch":
+                check.walk(obj, torch.load(path), [rel])
+            elif kind == "safetensors":
+                check.walk(obj, common.load_safetensors(path), [rel])
+            elif kind == "bytes":
+                with open(path, "rb") as f:
+                    if f.read() != obj:
+                        check.problem(rel, "bytes differ")
+            elif kind == "dcp":
+                with open(path, "rb") as f:
+                    data = f.read()
+                got = {fqn: torch.load(io.BytesIO(data[off:off + n])) for fqn, (off, n, _) in obj.items()}
+                check.walk(nest({fqn: o for fqn, (_, _, o) in obj.items()}), nest(got), [rel])
+            else:
+                raise ValueError(kind)
+        except Exception as e:  # a read error or an unloadable file is a finding, not a crash
+            check.problem(rel, f"read failed: {e!r}"[:300])
+    return {"files": len(expect), "bytes": nbytes, "seconds": round(time.time() - t0, 2)}
+
+
+# --------------------------------------------------------------------------
+# Running one layout
+
+
+def force_unmount(mnt):
+    """fusermount3 -u, then -uz (a mount left by a failure)."""
+    if bk.is_mounted(mnt):
+        subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+    if bk.is_mounted(mnt):
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
+def du(path, *flags):
+    r = subprocess.run(["du", "-s", *flags, path], capture_output=True, text=True, check=True)
+    return int(r.stdout.split()[0])
+
+
+def cli(*args, check=True):
+    r = subprocess.run([bk.CKPTFS, *args], capture_output=True, text=True, timeout=1800)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"ckptfs {args[0]} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    return r
+
+
+def retained_sizes(root):
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            out[os.path.relpath(p, root)] = os.path.getsize(p)
+    return out
+
+
+def pattern(rel):
+    return re.sub(r"\d+", "N", rel)
+
+
+def count_versions(versions):
+    """Delta vs key frames over the versions stored as blobs (the files the
+    daemon parsed or stored as opaque blobs), overall and per path pattern."""
+    total = {"versions": 0, "delta": 0, "key": 0}
+    per = {}
+    for v in versions:
+        p = per.setdefault(pattern(v["path"]), {"versions": 0, "delta": 0, "key": 0, "codecs": []})
+        p["versions"] += 1
+        if v["codec"] and v["codec"] not in p["codecs"]:
+            p["codecs"].append(v["codec"])
+        if not (v["codec"] or "").startswith("blob:"):
+            continue
+        kind = "delta" if v["base"] else "key"
+        p[kind] += 1
+        total["versions"] += 1
+        total[kind] += 1
+    return total, per
+
+
+def run_layout(name, ckpts, run, workdir, options, budgets, lossless):
+    work = os.path.join(workdir, name)
+    shutil.rmtree(work, ignore_errors=True)
+    backend = bk.Ckptfs(name, options)
+    root = backend.start(workdir)  # WORKDIR/NAME/{backing,mnt,ckptfs.log}
+    res = {"status": "ok"}
+    t0 = time.time()
+    try:
+        ctx = Ctx(backend, root)
+        if name == "copy":
+            res["copy"] = run_copy(ctx, ckpts[-1], work)
+        else:
+            fn = LAYOUT_FUNCS[name]
+            for i, ck in enumerate(ckpts):
+                fn(ctx, ck, i, run)
+                ctx.commit(ck["step"])
+        res["replay_seconds"] = round(time.time() - t0, 1)
+        sizes = retained_sizes(root)
+        res["retained_files"] = len(sizes)
+        res["logical_bytes"] = sum(sizes.values())
+        backend.stop()
+    finally:
+        force_unmount(backend.mnt)
+    gc = json.loads(cli("gc", backend.backing, "--grace", "0", "--json").stdout)
+    res["gc"] = {k: gc[k] for k in ("removed", "removed_bytes", "live", "problems")}
+    f = cli("fsck", backend.backing, "--json", check=False)
+    try:
+        fj = json.loads(f.stdout)
+    except ValueError:
+        fj = {"problems": [f.stderr.strip()[-500:]]}
+    res["fsck"] = {"exit": f.returncode, "clean": f.returncode == 0, "problems": fj.get("problems", [])[:10]}
+    res["store_bytes"] = du(backend.backing, "-B1")
+    res["store_apparent_bytes"] = du(backend.backing, "-b")
+    res["ratio"] = res["logical_bytes"] / res["store_bytes"]
+    total, per = count_versions(ctx.versions)
+    res["versions"] = total
+    res["version_log"] = ctx.versions
+    res["per_file"] = per
+    res["uncommitted_versions"] = sum(1 for v in ctx.versions if v["state"] != "committed")
+    errs = [float(v["error"]) for v in ctx.versions if v["error"] not in (None, "", "lossless")]
+    res["max_error_xattr"] = max(errs) if errs else 0.0
+    # Reads after a read-only remount: the bytes come from the store.
+    check = Check(lossless, budgets)
+    ro = bk.Ckptfs(name, options + ["ro"])
+    ro.backing, ro.mnt, ro.log = backend.backing, backend.mnt, backend.log + ".ro"
+    try:
+        ro._mount()
+        res["read"] = verify(ro.mnt, ctx.expect, check)
+        ro.stop()
+    finally:
+        force_unmount(ro.mnt)
+    res["read"].update({"tensors": check.tensors, "bit_exact_tensors": check.exact,
+                        "max_rel_l2": check.max_rel_l2, "max_step_rel_l2": check.max_step_rel_l2,
+                        "max_elem_rel_exp_avg_sq": check.max_elem_rel_sq, "problems": check.problems,
+                        "ok": not check.problems, "bit_exact": check.exact == check.tensors and not check.problems})
+    if not res["fsck"]["clean"] or not res["read"]["ok"]:
+        res["status"] = "problems"
+    return res
+
+
+def run_copy(ctx, ck, work):
+    """One checkpoint, then copy2 into the same folder and into another
+    folder; the store's growth (du -B1 of the backing directory, mounted,
+    after the commits) per copy."""
+    backing = ctx.backend.backing
+    rel = f"run/ckpt-{ck['step']:06d}.pt"
+    ctx.torch_save(rel, {"model": ck["model"], "optimizer": ck["optimizer"], "scheduler": ck["scheduler"]})
+    ctx.commit(ck["step"])
+    os.sync()
+    size = os.path.getsize(ctx.p(rel))
+    before = du(backing, "-B1")
+    out = {"file_bytes": size, "store_after_original": before}
+    for label, dst in (("same_folder", "run/ckpt-copy.pt"), ("other_folder", "other/ckpt-copy.pt")):
+        ctx.copy2(rel, dst)
+        ctx.commit(ck["step"])
+        os.sync()
+        after = du(backing, "-B1")
+        out[label] = {"path": dst, "store_growth_bytes": after - before, "growth_pct": 100.0 * (after - before) / size,
+                      "base": ctx.versions[-1]["base"] or None, "codec": ctx.versions[-1]["codec"],
+                      "stored_bytes": ctx.versions[-1]["stored_bytes"]}
+        before = after
+    return out
+
+
+# --------------------------------------------------------------------------
+# Results
+
+
+def fmt_mb(n):
+    return f"{n / 1e6:.2f}"
+
+
+def summarize(res):
+    lay = res["layouts"]
+    ref = lay.get("one-folder", {})
+    ref3 = lay.get("one-folder-keep3", {})
+    for name, r in lay.items():
+        if r.get("status") == "failed" or name == "copy":
+            continue
+        base = ref3 if name.endswith("-keep3") else ref
+        if base.get("ratio"):
+            r["ratio_vs_one_folder"] = r["ratio"] / base["ratio"]
+    targets = {}
+    for name, r in lay.items():
+        if "ratio_vs_one_folder" in r and not name.startswith("one-folder"):
+            targets[f"{name}: ratio >= {TARGET_VS_ONE_FOLDER} x one-folder"] = r["ratio_vs_one_folder"] >= TARGET_VS_ONE_FOLDER
+    if lay.get("hf-trainer-keep3", {}).get("store_bytes") and ref3.get("store_bytes"):
+        q = lay["hf-trainer-keep3"]["store_bytes"] / ref3["store_bytes"]
+        res["retention"] = {"hf_trainer_keep3_store_bytes": lay["hf-trainer-keep3"]["store_bytes"],
+                            "one_folder_keep3_store_bytes": ref3["store_bytes"], "store_quotient": q,
+                            "target": TARGET_RETENTION}
+        targets[f"retention: hf-trainer-keep3 store <= {TARGET_RETENTION} x one-folder-keep3"] = q <= TARGET_RETENTION
+    if "copy" in lay and "copy" in lay["copy"]:
+        for label in ("same_folder", "other_folder"):
+            targets[f"copy ({label.replace('_', ' ')}): growth < {TARGET_COPY_GROWTH:.0%}"] = \
+                lay["copy"]["copy"][label]["growth_pct"] < 100 * TARGET_COPY_GROWTH
+    for name, r in lay.items():
+        if "fsck" in r:
+            targets[f"{name}: fsck clean"] = r["fsck"]["clean"]
+        if "read" in r:
+            targets[f"{name}: reads {'bit-exact' if res['lossy'] == 'off' else 'within budget'}"] = r["read"]["ok"]
+    res["targets"] = targets
+
+
+def write_outputs(res, results):
+    os.makedirs(results, exist_ok=True)
+    h.write_json(os.path.join(results, "layouts.json"), res)
+    run = res["run"]
+    md = [f"### Checkpoint layouts ({res['size']}, {run['checkpoints']} checkpoints {run['save_every']} steps apart, "
+          f"{run['state_bytes_per_checkpoint'] / 1e6:.1f} MB of model + optimizer state each; "
+          f"lossy={res['lossy']}, mount options: {','.join(res['mount_options']) or 'defaults'})\n"]
+    headers = ["layout", "logical MB", "store MB", "ratio", "ratio / one-folder", "delta versions", "fsck", "reads"]
+    rows = []
+    for name, r in res["layouts"].items():
+        if r.get("status") == "failed":
+            rows.append([name] + ["failed"] * (len(headers) - 1))
+            continue
+        v = r["versions"]
+        rel = r.get("ratio_vs_one_folder")
+        rd = r["read"]
+        reads = ("bit-exact" if rd["bit_exact"] else
+                 f"ok: {rd['max_rel_l2']['weights']:.3g} / {rd['max_step_rel_l2']:.3g} / "
+                 f"{rd['max_elem_rel_exp_avg_sq']:.3g}" if rd["ok"] else "FAILED")
+        rows.append([name, fmt_mb(r["logical_bytes"]), fmt_mb(r["store_bytes"]), f"{r['ratio']:.1f}x",
+                     f"{rel:.2f}" if rel is not None else "-", f"{v['delta']} / {v['versions']}",
+                     "clean" if r["fsck"]["clean"] else f"exit {r['fsck']['exit']}", reads])
+    md.append(h.markdown_table(headers, rows))
+    md.append(f"\nreads (after a read-only remount): bit-exact, or within budget with the largest errors seen: "
+              f"weights' relative L2 (budget {res['budgets']['weights']:g}) / Adam's exp_avg's relative L2 on the "
+              f"step m / (sqrt(v_hat) + 1e-8), for those not within {res['budgets']['opt']:g} on m itself "
+              f"(momentum budget {res['budgets']['momentum']:g}) / exp_avg_sq's "
+              f"largest per-element relative error (bound {res['budgets']['denominator']:g}).\n")
+    zeroed = [n for n, r in res["layouts"].items()
+              if r.get("read", {}).get("max_elem_rel_exp_avg_sq", 0) > res["budgets"]["denominator"] * Check.SLACK]
+    if zeroed:
+        md.append(f"Not stored as optimizer denominators (an `exp_avg_sq` element came back {max(res['layouts'][n]['read']['max_elem_rel_exp_avg_sq'] for n in zeroed):.2g} "
+                  f"off relative to its value, where the per-element bound is {res['budgets']['denominator']}; "
+                  f"within the weights' L2 budget instead): {', '.join(zeroed)}.\n")
+    md.append("\nratio = logical bytes of the retained files / `du -B1` of the backing directory after "
+              "`ckptfs gc --grace 0`; the -keep3 rows are compared with one-folder-keep3. Delta versions: "
+              "versions stored with a base / all versions stored as blobs (deleted ones included).\n")
+    if "retention" in res:
+        rt = res["retention"]
+        md.append(f"\nRetention (newest 3 kept): hf-trainer-keep3 store {fmt_mb(rt['hf_trainer_keep3_store_bytes'])} MB, "
+                  f"one-folder-keep3 {fmt_mb(rt['one_folder_keep3_store_bytes'])} MB: "
+                  f"{rt['store_quotient']:.2f}x (target <= {rt['target']}x).\n")
+    c = res["layouts"].get("copy", {}).get("copy")
+    if c:
+        md.append(f"\nByte-identical copies of a {fmt_mb(c['file_bytes'])} MB checkpoint (shutil.copy2): "
+                  + "; ".join(f"{label.replace('_', ' ')}: store +{c[label]['store_growth_bytes'] / 1e3:.1f} kB "
+                              f"({c[label]['growth_pct']:.2f} % of the file, "
+                              f"{'delta' if c[label]['base'] else 'key frame'})" for label in ("same_folder", "other_folder"))
+                  + f" (target < {TARGET_COPY_GROWTH:.0%}).\n")
+    md.append("\nPer file (versions stored as delta / all, codec):\n")
+    for name, r in res["layouts"].items():
+        if "per_file" in r:
+            md.append(f"- `{name}`: " + "; ".join(
+                f"{p} {v['delta']}/{v['versions']} ({', '.join(v['codecs'])})" for p, v in r["per_file"].items()) + "\n")
+    md.append("\nTargets (issue #24):\n")
+    for k, ok in res["targets"].items():
+        md.append(f"- {'met' if ok else 'MISSED'}: {k}\n")
+    with open(os.path.join(results, "layouts.md"), "w") as f:
+        f.write("".join(md))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="full", choices=sorted(SIZES))
+    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--workdir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ckptfs-eval-layouts"))
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--mount-opts", default="", help="extra -o options, comma-separated (K=V,...)")
+    ap.add_argument("--lossy", default="on", choices=["on", "off"])
+    ap.add_argument("--keep-stores", action="store_true",
+                    help="keep each layout's backing directory under WORKDIR/SIZE/LAYOUT (default: removed when it verified)")
+    args = ap.parse_args()
+    layouts = [s for s in args.layouts.split(",") if s]
+    unknown = [s for s in layouts if s not in LAYOUTS]
+    if unknown:
+        ap.error(f"unknown layouts {unknown}; want some of {','.join(LAYOUTS)}")
+    why = bk.fuse_problem()
+    if why:
+        raise SystemExit(f"exp_layouts: cannot mount: {why}")
+    # One intra-op thread unless CKPTFS_EVAL_THREADS says otherwise (common.set_threads:
+    # on a busy 2-core machine two threads ran this MLP's steps 20x slower).
+    common.set_threads()
+    options = [f"lossy={args.lossy}"] + [o for o in args.mount_opts.split(",") if o]
+    budgets = Budgets(options)
+    workdir = os.path.abspath(os.path.join(args.workdir, args.size))
+    os.makedirs(workdir, exist_ok=True)
+
+    h.log(f"[layouts] training the {args.size} run")
+    run, ckpts = train_run(args.size)
+    h.log(f"[layouts] {run['checkpoints']} checkpoints, {run['parameters']} parameters, "
+          f"{run['train_seconds']} s")
+    res = {"experiment": "layouts", "size": args.size, "lossy": args.lossy, "mount_options": options,
+           "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "cpus": os.cpu_count(),
+           "run": run, "budgets": vars(budgets), "layouts": {}}
+    failed = False
+    for name in layouts:
+        h.log(f"[layouts] {name}")
+        try:
+            r = run_layout(name, ckpts, run, workdir, options, budgets, lossless=args.lossy == "off")
+        except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
+            h.log(f"[layouts] {name}: FAILED: {e!r}")
+            res["layouts"][name] = {"status": "failed", "reason": repr(e)[-2000:]}
+            failed = True
+            continue
+        res["layouts"][name] = r
+        failed |= r["status"] != "ok"
+        h.log(f"[layouts] {name}: ratio {r['ratio']:.2f}x, {r['versions']['delta']}/{r['versions']['versions']} "
+              f"delta, fsck {'clean' if r['fsck']['clean'] else 'PROBLEMS'}, reads "
+              f"{'ok' if r['read']['ok'] else 'FAILED: ' + '; '.join(r['read']['problems'][:3])}")
+        if not args.keep_stores and r["status"] == "ok":
+            shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
+    summarize(res)
+    write_outputs(res, args.results)
+    h.log(f"[layouts] wrote {args.results}/layouts.{{json,md}}")
+    print(json.dumps(res, indent=2))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
