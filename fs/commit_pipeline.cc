@@ -151,7 +151,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   std::optional<ObjectId> content_key;
   if (options.dedup) {
     content_key = ContentKey(bytes, layout, options, logical_path);
-    if (auto same = FindIdenticalContent(store, *content_key, bytes.size(), layout.format, log)) {
+    if (auto same = FindStoredContent(store, bytes, layout.format, *content_key, log)) {
       ASSIGN_OR_RETURN(auto reader, store.OpenBlob(same->object));
       v.fields.kind = ManifestKind::kBlob;
       v.fields.format = layout.format;
@@ -206,9 +206,13 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   }
   v.as_base = BaseCandidate{v.fields.object, v.fields.chain_depth, layout.format, bytes.size(), std::move(keys),
                             /*anchor=*/!delta || choice.anchor, std::string(logical_path)};
-  if (content_key)
-    RecordContent(store, *content_key, ContentEntry{v.fields.object, v.fields.chain_depth, layout.format, bytes.size()},
-                  log);
+  if (content_key) {
+    const ContentEntry entry{v.fields.object, v.fields.chain_depth, layout.format, bytes.size()};
+    RecordContent(store, *content_key, entry, log);
+    // Copies of what reads return (the reconstruction) find this blob too.
+    if (auto reader = store.OpenBlob(v.fields.object); reader.ok())
+      RecordContent(store, ExactKey(bytes.size(), (*reader)->file_checksum()), entry, log);
+  }
   RETURN_IF_ERROR(Fault(options, "after_objects"));
   return v;
 }

@@ -139,6 +139,30 @@ std::optional<ContentEntry> FindIdenticalContent(Store& store, const ObjectId& k
   return *entry;
 }
 
+ObjectId ExactKey(uint64_t size, uint64_t checksum64) {
+  const std::string text = fmt::format("ckptfs-exact 1|{}|{:016x}", size, checksum64);
+  return ObjectId::Of(AsBytes(text));
+}
+
+std::optional<ContentEntry> FindStoredContent(Store& store, ByteSpan file, FileFormat format,
+                                              const ObjectId& content_key, Logger* log) {
+  if (auto same = FindIdenticalContent(store, content_key, file.size(), format, log)) return same;
+  const uint64_t checksum = Checksum64(file);
+  auto same = FindIdenticalContent(store, ExactKey(file.size(), checksum), file.size(), format, log);
+  if (!same) return std::nullopt;
+  auto reader = store.OpenBlob(same->object);
+  if (!reader.ok() || (*reader)->file_checksum() != checksum) return std::nullopt;
+  // Equal checksums are not proof: compare the reconstruction piece by piece.
+  std::vector<std::byte> piece(std::min<uint64_t>(file.size(), 4u << 20));
+  for (uint64_t off = 0; off < file.size(); off += piece.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(piece.size(), file.size() - off));
+    if (!(*reader)->ReadAt(off, MutableByteSpan(piece.data(), n)).ok() ||
+        std::memcmp(piece.data(), file.data() + off, n) != 0)
+      return std::nullopt;
+  }
+  return same;
+}
+
 void RecordContent(Store& store, const ObjectId& key, const ContentEntry& entry, Logger* log) {
   if (::mkdir(store.MetaPath("content").c_str(), 0700) != 0 && errno != EEXIST) return;
   // A fresh name in this daemon's temp folder (same file system), made a

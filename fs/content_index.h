@@ -55,6 +55,19 @@ std::string CodingSignature(const EncodeOptions& encode);
 ObjectId ContentKey(ByteSpan file, const Layout& layout, const CommitOptions& options,
                     std::string_view logical_path);
 
+// The key of a file whose bytes *are* a blob's reconstruction (XXH3-64 of
+// the whole file, as the blob records it, and its size): a copy made by
+// reading a lossy file through the mount (`cp`, shutil.copy) has the
+// reconstruction's bytes, not the original's, so ContentKey misses it; the
+// blob gives those bytes back exactly, whatever the policy.
+ObjectId ExactKey(uint64_t size, uint64_t checksum64);
+
+// A blob that already stores `file`: by its content key `content_key`, or
+// by its ExactKey when the blob's reconstruction equals `file` byte for
+// byte (compared, not assumed from the checksum). nullopt when none.
+std::optional<ContentEntry> FindStoredContent(Store& store, ByteSpan file, FileFormat format,
+                                              const ObjectId& content_key, Logger* log);
+
 // The entry of `key`, if any, whose blob exists (its chain refreshed) and
 // matches `logical_size` and `format`; nullopt otherwise (a stale or
 // damaged entry is a debug line, never an error).

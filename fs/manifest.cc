@@ -1,6 +1,7 @@
 #include "fs/manifest.h"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -153,9 +154,19 @@ Status WriteManifest(int fd, Manifest* m, bool durable) {
   if (st.st_size > static_cast<off_t>(2 * Manifest::kSlotSize) &&
       ::ftruncate(fd, static_cast<off_t>(2 * Manifest::kSlotSize)) != 0)
     return Status::Io(errno, "truncate manifest");
+  if (durable && ::fdatasync(fd) != 0) return Status::Io(errno, "fdatasync manifest");
+  // Once a record in slot 0 is durable, slot 1's older record is not
+  // needed: its block is given back (it reads as zeros, an invalid slot
+  // that readers skip), so a committed manifest takes one block, not two.
+  // Commits land in slot 0 (a new file's record is sequence 2, a commit
+  // follows its staging record). A file system without hole punching just
+  // keeps the block.
+  if (durable && at == 0 && st.st_size > static_cast<off_t>(Manifest::kSlotSize))
+    (void)::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(Manifest::kSlotSize),
+                      static_cast<off_t>(Manifest::kSlotSize));
+  // Writing (and punching) changed the times; they are the user's.
   struct timespec times[2] = {st.st_atim, st.st_mtim};
   if (::futimens(fd, times) != 0) return Status::Io(errno, "keep manifest times");
-  if (durable && ::fdatasync(fd) != 0) return Status::Io(errno, "fdatasync manifest");
   return Status::Ok();
 }
 

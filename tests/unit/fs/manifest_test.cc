@@ -1,6 +1,7 @@
 #include "fs/manifest.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -135,6 +136,35 @@ TEST_F(ManifestFileTest, TornWriteOfNewestSlotFallsBackToTheOther) {
   auto m = ReadManifest(fd_);
   ASSERT_TRUE(m.ok() && m->has_value());
   EXPECT_EQ((*m)->logical_size, 111u);
+}
+
+TEST_F(ManifestFileTest, DurableSlotZeroGivesSlotOnesBlockBack) {
+  ASSERT_TRUE(InitEmptyManifest(fd_, true).ok());
+  Manifest a = SampleBlobManifest();
+  a.sequence = 2;
+  a.logical_size = 111;
+  ASSERT_TRUE(WriteManifest(fd_, &a, true).ok());  // sequence 3, slot 1 (the staging record)
+  struct stat two;
+  ASSERT_EQ(::fstat(fd_, &two), 0);
+  Manifest b = a;
+  b.logical_size = 222;
+  ASSERT_TRUE(WriteManifest(fd_, &b, true).ok());  // sequence 4, slot 0 (the commit)
+  struct stat one;
+  ASSERT_EQ(::fstat(fd_, &one), 0);
+  EXPECT_EQ(one.st_size, two.st_size);  // the size stays: slot 1 reads as zeros
+  if (two.st_blocks > 8) {  // where holes exist
+    EXPECT_LT(one.st_blocks, two.st_blocks);
+  }
+  auto m = ReadManifest(fd_);
+  ASSERT_TRUE(m.ok() && m->has_value());
+  EXPECT_EQ((*m)->logical_size, 222u);
+  // The next update goes to slot 1 again, and wins.
+  Manifest c = b;
+  c.logical_size = 333;
+  ASSERT_TRUE(WriteManifest(fd_, &c, true).ok());
+  m = ReadManifest(fd_);
+  ASSERT_TRUE(m.ok() && m->has_value());
+  EXPECT_EQ((*m)->logical_size, 333u);
 }
 
 TEST_F(ManifestFileTest, ConvertingALongPlainFileDropsItsBytes) {

@@ -1,0 +1,195 @@
+"""Framework checkpoint layouts through the mount (issue #24): a later
+version is a delta frame against the previous version of the *same file*
+wherever the framework put it (step folders, staging renames, per-rank
+files, remounts), never against another rank's or another run's file, and a
+byte-identical copy names the stored blob instead of storing it again.
+
+Bases are read from the virtual xattrs user.ckptfs.object / .base /
+.chain_depth right after each commit (lossy=off: reads are bit-exact).
+"""
+import os
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch.set_num_threads(2)
+
+
+def weights(seed, rank=0, drift=None):
+    """A small model state; `drift` (a previous state) gives the next step."""
+    g = torch.Generator().manual_seed(1000 * rank + seed)
+    if drift is None:
+        return {"fc1.weight": torch.randn(192, 256, generator=g), "fc1.bias": torch.randn(192, generator=g),
+                "fc2.weight": torch.randn(64, 192, generator=g)}
+    return {k: v + 1e-3 * torch.randn(v.shape, generator=g) for k, v in drift.items()}
+
+
+def optimizer(model, seed):
+    """Adam-like state that follows the weights (so versions are related);
+    `seed` only tells ranks apart."""
+    return {"state": {i: {"exp_avg": 1e-3 * v + seed * 1e-9, "exp_avg_sq": 1e-6 * v * v}
+                      for i, v in enumerate(model.values())},
+            "param_groups": [{"lr": 1e-3, "params": list(range(len(model)))}]}
+
+
+def xattr(path, name):
+    return os.getxattr(path, "user.ckptfs." + name).decode()
+
+
+def base_of(path):
+    try:
+        return xattr(path, "base")
+    except OSError:
+        return ""
+
+
+def assert_delta_on(path, previous):
+    """`path` is a delta frame whose base is the blob `previous` stored."""
+    assert base_of(path) == xattr(previous, "object"), (path, previous)
+    assert int(xattr(path, "chain_depth")) == int(xattr(previous, "chain_depth")) + 1
+
+
+def test_trainer_step_folders_with_staging_rename_and_rotation(store):
+    """checkpoint-N/{pytorch_model.bin, optimizer.pt, ...} written into
+    tmp-checkpoint-N/ and renamed, the oldest folders removed (keep 2), a
+    remount in the middle: each file chains on its previous save."""
+    store.mount()
+    run = store.path("out")
+    os.makedirs(run)
+    model = weights(0)
+    saved = {}
+    for step in (100, 200, 300, 400):
+        if step == 300:  # the daemon forgets; the store still knows
+            store.umount()
+            store.mount()
+        model = weights(step, drift=model)
+        staging = os.path.join(run, f"tmp-checkpoint-{step}")
+        os.makedirs(staging)
+        torch.save(model, os.path.join(staging, "pytorch_model.bin"))
+        torch.save(optimizer(model, 0), os.path.join(staging, "optimizer.pt"))
+        torch.save({"last_epoch": step}, os.path.join(staging, "scheduler.pt"))
+        with open(os.path.join(staging, "trainer_state.json"), "w") as f:
+            f.write('{"global_step": %d}' % step)
+        final = os.path.join(run, f"checkpoint-{step}")
+        os.rename(staging, final)
+        store.wait_idle()
+        if step > 100:
+            prev = os.path.join(run, f"checkpoint-{step - 100}")
+            for name in ("pytorch_model.bin", "optimizer.pt"):
+                assert_delta_on(os.path.join(final, name), os.path.join(prev, name))
+        saved[step] = model
+        folders = sorted((d for d in os.listdir(run) if d.startswith("checkpoint-")), key=lambda d: int(d[11:]))
+        for old in folders[:-2]:
+            shutil.rmtree(os.path.join(run, old))
+    got = torch.load(os.path.join(run, "checkpoint-400", "pytorch_model.bin"))
+    for k, v in saved[400].items():
+        assert torch.equal(got[k], v)
+    store.umount()
+    r = store.cli("gc", store.backing, "--grace", "0")
+    assert r.returncode == 0, r.stderr
+    r = store.cli("fsck", store.backing)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_per_rank_files_chain_on_their_own_rank(store):
+    """Megatron's iter_N/mp_rank_RR/ and DeepSpeed's per-rank optimizer
+    files in one folder: rank r's file deltas on rank r's previous file; at
+    the first step no rank's file is a base of another's."""
+    store.mount()
+    models = {r: weights(0, rank=r) for r in (0, 1)}
+    for step in (1000, 2000, 3000):
+        for r in (0, 1):
+            models[r] = weights(step, rank=r, drift=models[r])
+            d = store.path(f"iter_{step:07d}", f"mp_rank_{r:02d}")
+            os.makedirs(d)
+            torch.save({"model": models[r], "optimizer": optimizer(models[r], r)},
+                       os.path.join(d, "model_optim_rng.pt"))
+            ds = store.path(f"global_step{step}")
+            os.makedirs(ds, exist_ok=True)
+            torch.save({"optimizer_state_dict": optimizer(models[r], r)},
+                       os.path.join(ds, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+            store.wait_idle()
+        with open(store.path("latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(str(step))
+    for r in (0, 1):
+        first = store.path("iter_0001000", f"mp_rank_{r:02d}", "model_optim_rng.pt")
+        assert xattr(first, "chain_depth") == "0"
+        first_ds = store.path("global_step1000", f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+        assert xattr(first_ds, "chain_depth") == "0", "rank 1's first file must not delta on rank 0's"
+        for step in (2000, 3000):
+            assert_delta_on(store.path(f"iter_{step:07d}", f"mp_rank_{r:02d}", "model_optim_rng.pt"),
+                            store.path(f"iter_{step - 1000:07d}", f"mp_rank_{r:02d}", "model_optim_rng.pt"))
+            assert_delta_on(store.path(f"global_step{step}", f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"),
+                            store.path(f"global_step{step - 1000}", f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+
+
+def test_lightning_top1_and_last_copy(store):
+    """epoch=E-step=S.ckpt (the previous one deleted after each save) and
+    last.ckpt as a byte-identical copy: the copy stores nothing new, each
+    epoch file deltas on the deleted previous one."""
+    store.mount()
+    d = store.path("lightning_logs", "version_0", "checkpoints")
+    os.makedirs(d)
+    model = weights(0)
+    previous = None
+    for epoch, step in enumerate((50, 100, 150)):
+        model = weights(step, drift=model)
+        path = os.path.join(d, f"epoch={epoch}-step={step}.ckpt")
+        torch.save({"state_dict": model, "optimizer_states": [optimizer(model, 0)], "epoch": epoch}, path)
+        store.wait_idle()
+        if previous is not None:
+            obj_prev = xattr(previous, "object")
+            depth_prev = int(xattr(previous, "chain_depth"))
+            os.remove(previous)
+            assert base_of(path) == obj_prev
+            assert int(xattr(path, "chain_depth")) == depth_prev + 1
+        last = os.path.join(d, "last.ckpt")
+        shutil.copy2(path, last)
+        store.wait_idle()
+        assert xattr(last, "object") == xattr(path, "object")
+        previous = path
+    with open(os.path.join(d, "last.ckpt"), "rb") as a, open(previous, "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_other_runs_are_not_bases(store):
+    """Sibling run folders share no role: the second run's first save is a
+    key frame even though its step folder looks like the first run's."""
+    store.mount()
+    model = weights(0)
+    for run in ("run1", "run2"):
+        d = store.path("exp", run, "checkpoint-100")
+        os.makedirs(d)
+        torch.save(model, os.path.join(d, "pytorch_model.bin"))
+        store.wait_idle()
+    # Same tensors, but another run: only a byte-identical file may be
+    # shared, and then it is the same blob, not a delta.
+    second = store.path("exp", "run2", "checkpoint-100", "pytorch_model.bin")
+    first = store.path("exp", "run1", "checkpoint-100", "pytorch_model.bin")
+    assert base_of(second) == ""
+    assert xattr(second, "object") == xattr(first, "object")
+    model2 = weights(1, drift=model)
+    torch.save(model2, store.path("exp", "run2", "checkpoint-100", "pytorch_model.bin"))
+    os.makedirs(store.path("exp", "run3", "checkpoint-100"))
+    torch.save(model2, store.path("exp", "run3", "checkpoint-100", "model.pt"))
+    store.wait_idle()
+    assert xattr(store.path("exp", "run3", "checkpoint-100", "model.pt"), "chain_depth") == "0"
+
+
+def test_copy_of_a_lossy_file_is_stored_once(store):
+    """`cp` of a lossy checkpoint inside the mount copies its reconstruction
+    (what reads return); that copy names the same blob."""
+    store.mount("lossy=on")
+    d = store.path("ckpts")
+    os.makedirs(d)
+    src = os.path.join(d, "best.ckpt")
+    torch.save({"state_dict": weights(3)}, src)
+    store.wait_idle()
+    assert "lossy" in xattr(src, "codec")
+    for dst in (os.path.join(d, "final.ckpt"), store.path("export.ckpt")):
+        shutil.copyfile(src, dst)
+        store.wait_idle()
+        assert xattr(dst, "object") == xattr(src, "object")
+        with open(src, "rb") as a, open(dst, "rb") as b:
+            assert a.read() == b.read()
