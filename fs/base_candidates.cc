@@ -169,19 +169,24 @@ std::string JoinPath(const std::string& dir, std::string_view name) {
   return dir.empty() ? std::string(name) : dir + "/" + std::string(name);
 }
 
+// Directory `rel_dir` of the backing tree opened for readdir (its atime
+// left alone), or null.
+DIR* OpenBackingDir(Store& store, const std::string& rel_dir) {
+  int dfd = OpenNoAtime(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
+                        O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (dfd < 0) return nullptr;
+  DIR* dir = ::fdopendir(dfd);
+  if (dir == nullptr) ::close(dfd);
+  return dir;
+}
+
 // The entries of directory `rel_dir` whose normalized name is `text`, the
 // largest numbers first, at most `limit`.
 std::vector<std::string> MatchingEntries(Store& store, const std::string& rel_dir, const std::string& text,
                                          size_t limit) {
   std::vector<std::pair<std::vector<unsigned long long>, std::string>> hits;
-  int dfd = OpenNoAtime(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
-                        O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-  if (dfd < 0) return {};
-  DIR* dir = ::fdopendir(dfd);
-  if (dir == nullptr) {
-    ::close(dfd);
-    return {};
-  }
+  DIR* dir = OpenBackingDir(store, rel_dir);
+  if (dir == nullptr) return {};
   while (struct dirent* e = ::readdir(dir)) {
     std::string_view name = e->d_name;
     if (name == "." || name == ".." || (rel_dir.empty() && name == kMetaDirName)) continue;
@@ -203,14 +208,9 @@ std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& r
   const size_t slash = rel_path.rfind('/');
   const std::string rel_dir = slash == std::string::npos ? std::string() : rel_path.substr(0, slash);
   const std::string exclude = slash == std::string::npos ? rel_path : rel_path.substr(slash + 1);
-  int dfd = OpenNoAtime(store.backing_fd(), rel_dir.empty() ? "." : rel_dir.c_str(),
-                         O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-  if (dfd < 0) return {};
-  DIR* dir = ::fdopendir(dfd);
-  if (dir == nullptr) {
-    ::close(dfd);
-    return {};
-  }
+  DIR* dir = OpenBackingDir(store, rel_dir);
+  if (dir == nullptr) return {};
+  const int dfd = ::dirfd(dir);
   std::vector<Found> found;
   while (struct dirent* e = ::readdir(dir)) {
     if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN) continue;

@@ -14,15 +14,9 @@
 
 namespace ckptfs::fs {
 namespace {
+using testing::OpenDaemonStore;
 using testing::RandomBytes;
 using testing::TempDir;
-
-std::unique_ptr<Store> OpenDaemonStore(const std::string& backing) {
-  auto store = Store::Open(backing, StoreOptions{});
-  EXPECT_TRUE(store.ok()) << store.status().ToString();
-  EXPECT_TRUE((*store)->ClaimStagingArea().ok());
-  return std::move(*store);
-}
 
 std::unique_ptr<StagingFile> StageBytes(Store& store, const std::vector<std::byte>& bytes) {
   auto staging = store.CreateStaging();

@@ -17,15 +17,9 @@
 
 namespace ckptfs::fs {
 namespace {
+using testing::OpenDaemonStore;
 using testing::RandomBytes;
 using testing::TempDir;
-
-std::unique_ptr<Store> OpenDaemonStore(const std::string& backing) {
-  auto store = Store::Open(backing, StoreOptions{});
-  EXPECT_TRUE(store.ok()) << store.status().ToString();
-  EXPECT_TRUE((*store)->ClaimStagingArea().ok());
-  return std::move(*store);
-}
 
 // Commits `bytes` as the file `rel` of the store (directories created).
 Result<EncodedVersion> Commit(Store& store, const std::string& rel, const std::vector<std::byte>& bytes,

@@ -11,6 +11,7 @@
 
 #include "codec/common/bytes.h"
 #include "codec/common/io.h"
+#include "fs/store.h"
 
 namespace ckptfs::fs::testing {
 
@@ -36,6 +37,15 @@ inline std::vector<std::byte> RandomBytes(size_t n, uint32_t seed) {
   std::vector<std::byte> out(n);
   for (auto& b : out) b = std::byte(rng() & 0xff);
   return out;
+}
+
+// Opens (creating) the store of `backing` as a daemon does: with a claimed
+// staging area.
+inline std::unique_ptr<Store> OpenDaemonStore(const std::string& backing) {
+  auto store = Store::Open(backing, StoreOptions{});
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE((*store)->ClaimStagingArea().ok());
+  return std::move(*store);
 }
 
 }  // namespace ckptfs::fs::testing
