@@ -9,11 +9,15 @@ Bases are read from the virtual xattrs user.ckptfs.object / .base /
 """
 import os
 import shutil
+import subprocess
+import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(2)
+
+from conftest import CKPTFS, force_unmount  # noqa: E402
 
 
 def weights(seed, rank=0, drift=None):
@@ -193,3 +197,43 @@ def test_copy_of_a_lossy_file_is_stored_once(store):
         assert xattr(dst, "object") == xattr(src, "object")
         with open(src, "rb") as a, open(dst, "rb") as b:
             assert a.read() == b.read()
+
+
+def test_ranks_written_by_two_daemons_into_one_store(store, tmp_path):
+    """Two nodes, one shared store: each daemon writes its rank's file of
+    every step; a daemon's first file of a rank it never wrote (a restart
+    on another node) chains on the other daemon's file of that rank."""
+    store.mount("lossy=off")
+    node_b = str(tmp_path / "node_b")
+    os.makedirs(node_b)
+    r = subprocess.run([CKPTFS, "mount", store.backing, node_b, "-o", f"log={tmp_path}/b.log,gc_interval=0,lossy=off"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+    def wait_b():
+        while int(os.getxattr(node_b, "user.ckptfs.pending")) != 0:
+            time.sleep(0.02)
+
+    try:
+        models = {r: weights(0, rank=r) for r in (0, 1)}
+        for step in (100, 200, 300):
+            for rank, root, wait in ((0, store.mnt, store.wait_idle), (1, node_b, wait_b)):
+                if step == 300:  # the ranks change nodes
+                    root, wait = (node_b, wait_b) if rank == 0 else (store.mnt, store.wait_idle)
+                models[rank] = weights(step, rank=rank, drift=models[rank])
+                d = os.path.join(root, f"step-{step}")
+                os.makedirs(d, exist_ok=True)
+                torch.save({"model": models[rank], "optimizer": optimizer(models[rank], rank)},
+                           os.path.join(d, f"__{rank}_0.distcp"))
+                wait()
+        for rank in (0, 1):
+            assert xattr(store.path("step-100", f"__{rank}_0.distcp"), "chain_depth") == "0"
+            for step in (200, 300):
+                assert_delta_on(store.path(f"step-{step}", f"__{rank}_0.distcp"),
+                                store.path(f"step-{step - 100}", f"__{rank}_0.distcp"))
+        r = subprocess.run([CKPTFS, "umount", node_b], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    finally:
+        force_unmount(node_b)
+    store.umount()
+    assert store.cli("fsck", store.backing, check=False).returncode == 0
