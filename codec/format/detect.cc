@@ -3,6 +3,7 @@
 // malformed file of a recognised format says why it fell back to opaque.
 #include <fmt/format.h>
 
+#include "codec/format/dcp.h"
 #include "codec/format/layout.h"
 #include "codec/format/npy.h"
 #include "codec/format/npz.h"
@@ -23,7 +24,13 @@ Layout OrOpaque(Result<Layout> parsed, uint64_t size, std::string_view format) {
 
 Layout DetectZip(ByteSpan file, const ParseLimits& limits) {
   Result<ZipArchive> archive = ParseZipArchive(file, limits);
-  if (!archive.ok()) return OpaqueLayout(file.size(), fmt::format("zip: {}", archive.status().ToString()));
+  if (!archive.ok()) {
+    // Not one archive: a DCP shard is several torch.save archives back to
+    // back (dcp.h).
+    Result<Layout> dcp = ParseTorchZipSequence(file, limits);
+    if (dcp.ok() || dcp.status().code() != StatusCode::kNotFound) return OrOpaque(std::move(dcp), file.size(), "dcp");
+    return OpaqueLayout(file.size(), fmt::format("zip: {}", archive.status().ToString()));
+  }
   Result<Layout> torch = ParseTorchZip(file, *archive, limits);
   if (torch.ok() || torch.status().code() != StatusCode::kNotFound)
     return OrOpaque(std::move(torch), file.size(), "torch zip");
