@@ -72,6 +72,14 @@ BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat f
     if (score >= best_score) best = &c, best_score = score;
     if (has_room(c) && score >= best_room_score) best_room = &c, best_room_score = score;
   }
+  // A delta that cost nearly as much as its chain's key frame (lossless
+  // training weights: every mantissa changes) saves little and ties the
+  // new version, and everything above it, to versions a trainer's
+  // retention deletes: start a new chain instead. Then deleting old
+  // versions frees them.
+  if (best != nullptr && best->chain_depth > 0 && best->key_bytes > 0 &&
+      best->stored_bytes >= kDeltaPaysBelow * static_cast<double>(best->key_bytes))
+    return BaseChoice{};
   if (best != nullptr && has_room(*best)) return BaseChoice{best, false};
   // The best match's chain is full: an older version with room, or the
   // anchor the list keeps for this (then this version is an anchor frame);
@@ -157,8 +165,16 @@ std::vector<BaseCandidate> NewestCandidates(Store& store, std::vector<Found> fou
       if (log) log->Debug("base scan: {}: {}", f.name, reader.status().ToString());
       continue;
     }
+    // The chain's key frame (readers are cached by the store): its size
+    // tells whether this version's delta paid (ChooseBase).
+    std::shared_ptr<const BlobReader> key = *reader;
+    for (uint32_t depth = 0; key != nullptr && key->base() && depth < 4096; ++depth) {
+      auto below = store.OpenBlob(*key->base());
+      key = below.ok() ? *below : nullptr;
+    }
     BaseCandidate c{f.manifest.object, f.manifest.chain_depth, (*reader)->format(), (*reader)->logical_size(),
-                    TensorKeys((*reader)->tensors()), /*anchor=*/f.manifest.chain_depth == 0, f.name};
+                    TensorKeys((*reader)->tensors()), /*anchor=*/f.manifest.chain_depth == 0,
+                    (*reader)->stored_size(), key != nullptr ? key->stored_size() : 0, f.name};
     c.same_role = same_role;
     out.push_back(std::move(c));
   }

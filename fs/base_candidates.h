@@ -44,9 +44,16 @@ struct BaseChoice {
 //     more, not every `keyframe`: a key frame costs several delta versions
 //     (the whole of each tensor at its budget), an anchor frame one delta
 //     over the versions since the previous anchor;
+//  0. none (a key frame) when the best match is a delta frame that cost at
+//     least kDeltaPaysBelow of its chain's key frame (sizes known): deltas
+//     of this file do not pay for the versions they keep alive;
 //  3. else none: a key frame (the anchors' chain is full, or no anchor is
 //     known, as after a remount, where which versions were anchor frames is
 //     not known).
+// A delta version costing at least this fraction of its chain's key frame
+// did not pay: the next version of its kind starts a new chain.
+inline constexpr double kDeltaPaysBelow = 0.75;
+
 BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat format,
                       const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe);
 

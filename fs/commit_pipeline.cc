@@ -162,7 +162,8 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
       v.stats.logical_bytes = bytes.size();
       v.stats.stored_bytes = 0;  // nothing new stored
       v.as_base = BaseCandidate{same->object, same->chain_depth, layout.format, bytes.size(), std::move(keys),
-                                /*anchor=*/same->chain_depth == 0, std::string(logical_path)};
+                                /*anchor=*/same->chain_depth == 0, reader->stored_size(),
+                                same->chain_depth == 0 ? reader->stored_size() : 0, std::string(logical_path)};
       if (log) log->Debug("{}: identical to object {}, stored once", name, same->object.Hex());
       RETURN_IF_ERROR(Fault(options, "after_objects"));
       return v;
@@ -205,7 +206,8 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     v.fields.chain_depth = candidate->chain_depth + 1;
   }
   v.as_base = BaseCandidate{v.fields.object, v.fields.chain_depth, layout.format, bytes.size(), std::move(keys),
-                            /*anchor=*/!delta || choice.anchor, std::string(logical_path)};
+                            /*anchor=*/!delta || choice.anchor, stats->stored_bytes,
+                            delta ? candidate->key_bytes : stats->stored_bytes, std::string(logical_path)};
   if (content_key) {
     const ContentEntry entry{v.fields.object, v.fields.chain_depth, layout.format, bytes.size()};
     RecordContent(store, *content_key, entry, log);

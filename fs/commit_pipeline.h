@@ -70,6 +70,11 @@ struct BaseCandidate {
   // written when the newest version's chain was full): the base of the
   // next anchor frame (ChooseBase, base_candidates.h).
   bool anchor = false;
+  // Stored bytes of this version's object and of its chain's key frame (0:
+  // unknown): a delta that costs nearly a key frame does not pay for the
+  // chain it hangs on (ChooseBase).
+  uint64_t stored_bytes = 0;
+  uint64_t key_bytes = 0;
   // Where the version was committed (relative to the mount root; empty
   // when unknown): what its role (fs/version_role.h) is computed from.
   std::string rel_path;

@@ -210,3 +210,28 @@ TEST(BaseChoice, TheListKeepsTheNewestAnchorBesideTheNewestVersions) {
 
 }  // namespace
 }  // namespace ckptfs::fs
+
+namespace ckptfs::fs {
+namespace {
+
+TEST(ChooseBaseTest, DeltasThatDoNotPayStartANewChain) {
+  const std::vector<std::string> keys = {"w|f32|4"};
+  auto version = [&](uint8_t id, uint32_t depth, uint64_t stored, uint64_t key) {
+    BaseCandidate c{IdOf(id), depth, FileFormat::kTorchZip, 1000, keys, depth == 0, stored, key};
+    return c;
+  };
+  // A lossy delta (a fifth of its key frame) is a base.
+  std::vector<BaseCandidate> paying = {version(1, 0, 1000, 1000), version(2, 1, 200, 1000)};
+  ASSERT_NE(ChooseBase(paying, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
+  EXPECT_EQ(ChooseBase(paying, FileFormat::kTorchZip, keys, 1000, 10).candidate->id, IdOf(2));
+  // A lossless delta that cost 95 % of its key frame: a key frame next.
+  std::vector<BaseCandidate> not_paying = {version(1, 0, 1000, 1000), version(2, 1, 950, 1000)};
+  EXPECT_EQ(ChooseBase(not_paying, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
+  // A key frame itself is always tried as a base; unknown sizes change nothing.
+  EXPECT_NE(ChooseBase({version(1, 0, 1000, 1000)}, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
+  EXPECT_NE(ChooseBase({version(1, 0, 0, 0), version(2, 1, 950, 0)}, FileFormat::kTorchZip, keys, 1000, 10).candidate,
+            nullptr);
+}
+
+}  // namespace
+}  // namespace ckptfs::fs
