@@ -5,7 +5,9 @@ Each iteration (its own seed, its own fresh store):
   1. mounts BACKING with a policy file that stores `lossy/` lossily (rel_l2
      budget) and `exact/` bit-exact;
   2. starts a writer process whose threads write torch.save checkpoints
-     (rewritten in place and saved as new step files, lossless and lossy),
+     (rewritten in place, saved as new step files, and saved into step
+     folders of which only the newest 2 are kept, the oldest rmtree'd after
+     each save, lossless and lossy),
      append to a log (open/append/close), create small files (inline and
      blob sized) and write a file that is fsynced half way; every
      acknowledgement (close returned, fsync returned, user.ckptfs.state read
@@ -13,7 +15,8 @@ Each iteration (its own seed, its own fresh store):
   3. SIGKILLs the daemon at a random moment, kills the writers, lazily
      unmounts the dead mount (fusermount3 -u -z) and remounts;
   4. checks every file against the journal: a file acknowledged as committed
-     or fsynced reads back as that version or a later closed one (lossless:
+     or fsynced reads back as that version or a later closed one, a deleted
+     one stays deleted, (lossless:
      bit-exact; lossy: torch.load and per-tensor rel L2 <= budget; fsynced:
      a prefix at least as long as the fsynced part), nothing else appears,
      every file is committed after recovery, `ckptfs fsck` is clean, and
@@ -49,6 +52,7 @@ files = "exact/*"
 mode = "lossless"
 """
 MANIFEST_MAGIC = b"CKFSMAN1"
+ACK_KINDS = ("closed", "committed", "fsync", "deleted")  # journal events counted in the summary
 KIND_BLOB, KIND_RAW = 1, 2
 
 
@@ -93,6 +97,7 @@ def _write_task(task, mnt, jfd, seed):
                 f.write(data[prev:])
                 _journal(jfd, f=rel, v=version, ev="closing")
         else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 half = len(data) // 2 if task["mode"] == "fsync_half" else len(data)
                 for off in range(0, half, 1 << 20):
@@ -111,6 +116,14 @@ def _write_task(task, mnt, jfd, seed):
                 _journal(jfd, f=rel, v=version, ev="closing")
         _journal(jfd, f=rel, v=version, ev="closed")
         _ack_commit(jfd, path, rel, version, rng.random() < 0.5, rng)
+        keep = task.get("keep")
+        if keep and version >= keep:
+            # A trainer's rotation: the oldest step folder goes (rmtree)
+            # once the new one is saved; retained versions delta on it.
+            old = task["paths"][version - keep]
+            _journal(jfd, f=old, v=version - keep, ev="deleting")
+            shutil.rmtree(os.path.join(mnt, os.path.dirname(old)))
+            _journal(jfd, f=old, v=version - keep, ev="deleted")
 
 
 def writer_main(spec_path):
@@ -164,6 +177,10 @@ def make_tasks(torch, rng, src, scale):
         add(f"{policy_dir}-inplace", "write", _tensor_versions(torch, rng, n, shapes), [f"{policy_dir}/ckpt.pt"] * n)
         add(f"{policy_dir}-steps", "write", _tensor_versions(torch, rng, n, shapes),
             [f"{policy_dir}/step-{i}.pt" for i in range(n)])
+        # Step folders with keep-newest-2 rotation.
+        add(f"{policy_dir}-rotate", "write", _tensor_versions(torch, rng, n, shapes),
+            [f"{policy_dir}/run/checkpoint-{100 * (i + 1)}/model.pt" for i in range(n)])
+        tasks[-1]["keep"] = 2
     lines, log = [], []
     for i in range(40):
         lines.append(f"step {i} loss {rng.random():.6f} {'x' * rng.randrange(0, 200)}\n".encode())
@@ -207,6 +224,10 @@ def expectations(tasks, events):
             st["in_flight"].append((e["v"], None))
         elif e["ev"] == "fsync_start":
             st["in_flight"].append((e["v"], e["len"]))
+        elif e["ev"] == "deleting":
+            st["deleting"] = True
+        elif e["ev"] == "deleted":
+            st["deleted"] = True
         elif e["ev"] == "committed":
             st["acked"] = max(st["acked"] if st["acked"] is not None else -1, e["v"])
         elif e["ev"] == "fsync":
@@ -241,6 +262,10 @@ def rel_l2_ok(torch, got_bytes, want_path, budget):
 
 def check_file(torch, rel, st, got):
     """Returns None when `got` is acceptable, else a description."""
+    if st.get("deleted"):
+        return None if got is None else "a deleted file is back"
+    if st.get("deleting") and got is None:
+        return None  # the rmtree in flight at the kill got this far
     why = _check_acknowledged(torch, rel, st, got)
     if why is None:
         return None
@@ -403,7 +428,7 @@ def run_iteration(ckptfs, torch, seed, work, max_kill_s):
     subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
     events = read_journal(journal)
     result["writer_finished"] = any(e.get("ev") == "writer_done" for e in events)
-    result["acks"] = {k: sum(1 for e in events if e.get("ev") == k) for k in ("closed", "committed", "fsync")}
+    result["acks"] = {k: sum(1 for e in events if e.get("ev") == k) for k in ACK_KINDS}
 
     pid = mount(ckptfs, backing, mnt, opts)
     with open(os.path.join(work, "ckptfs.log")) as f:
@@ -488,7 +513,7 @@ def run(iterations, seed, ckptfs=DEFAULT_CKPTFS, keep=False, max_kill_s=2.0, wor
         "seed": seed,
         "failed": len(failed),
         "files_checked": sum(r.get("files_checked", 0) for r in results),
-        "acks": {k: sum(r.get("acks", {}).get(k, 0) for r in results) for k in ("closed", "committed", "fsync")},
+        "acks": {k: sum(r.get("acks", {}).get(k, 0) for r in results) for k in ACK_KINDS},
         "writer_finished_before_kill": sum(1 for r in results if r.get("writer_finished")),
         "recovered_commits": sum(r.get("recovered_commits", 0) for r in results),
         "orphan_staging_removed": sum(r.get("orphan_staging_removed", 0) for r in results),
