@@ -55,7 +55,21 @@ bool Older(const Found& a, const Found& b) {
   return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec, a.name) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec, b.name);
 }
 
+// A delta frame whose size is known to be at least kDeltaPaysBelow of its
+// chain's key frame.
+bool DidNotPay(const BaseCandidate& c) {
+  return c.chain_depth > 0 && c.key_bytes > 0 && c.stored_bytes >= kDeltaPaysBelow * static_cast<double>(c.key_bytes);
+}
+
 }  // namespace
+
+uint64_t KeyFrameBytes(Store& store, std::shared_ptr<const BlobReader> blob) {
+  for (uint32_t depth = 0; blob != nullptr && blob->base() && depth < 4096; ++depth) {
+    auto below = store.OpenBlob(*blob->base());
+    blob = below.ok() ? *below : nullptr;
+  }
+  return blob != nullptr ? blob->stored_size() : 0;
+}
 
 BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat format,
                       const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe) {
@@ -63,23 +77,27 @@ BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat f
   const BaseCandidate* best = nullptr;       // the best match
   const BaseCandidate* best_room = nullptr;  // the best match with room
   size_t best_score = 0, best_room_score = 0;
+  // Among versions sharing as many tensors, a previous save of the file
+  // itself (its role) wins over another file.
+  auto MatchScoreOf = [&](const BaseCandidate& c) -> size_t {
+    const size_t shared = MatchScore(c, format, keys, size);
+    return shared == 0 ? 0 : 2 * shared + (c.same_role ? 1 : 0);
+  };
   for (const BaseCandidate& c : candidates) {  // oldest first: ties go to the newest
-    // Among versions sharing as many tensors, a previous save of the file
-    // itself (its role) wins over another file.
-    size_t score = MatchScore(c, format, keys, size);
+    const size_t score = MatchScoreOf(c);
     if (score == 0) continue;
-    score = 2 * score + (c.same_role ? 1 : 0);
     if (score >= best_score) best = &c, best_score = score;
     if (has_room(c) && score >= best_room_score) best_room = &c, best_room_score = score;
   }
-  // A delta that cost nearly as much as its chain's key frame (lossless
-  // training weights: every mantissa changes) saves little and ties the
-  // new version, and everything above it, to versions a trainer's
-  // retention deletes: start a new chain instead. Then deleting old
-  // versions frees them.
-  if (best != nullptr && best->chain_depth > 0 && best->key_bytes > 0 &&
-      best->stored_bytes >= kDeltaPaysBelow * static_cast<double>(best->key_bytes))
-    return BaseChoice{};
+  // A recent delta of this kind of file (as good a match as the best) that
+  // cost nearly as much as its chain's key frame (lossless training
+  // weights: every mantissa changes) says deltas save little here, while
+  // each one ties the new version, and everything above it, to versions a
+  // trainer's retention deletes: write a key frame, so that deleting old
+  // versions frees them. Once that delta leaves the list of recent
+  // versions, a delta is tried again.
+  for (const BaseCandidate& c : candidates)
+    if (best != nullptr && DidNotPay(c) && MatchScoreOf(c) == best_score) return BaseChoice{};
   if (best != nullptr && has_room(*best)) return BaseChoice{best, false};
   // The best match's chain is full: an older version with room, or the
   // anchor the list keeps for this (then this version is an anchor frame);
@@ -165,16 +183,9 @@ std::vector<BaseCandidate> NewestCandidates(Store& store, std::vector<Found> fou
       if (log) log->Debug("base scan: {}: {}", f.name, reader.status().ToString());
       continue;
     }
-    // The chain's key frame (readers are cached by the store): its size
-    // tells whether this version's delta paid (ChooseBase).
-    std::shared_ptr<const BlobReader> key = *reader;
-    for (uint32_t depth = 0; key != nullptr && key->base() && depth < 4096; ++depth) {
-      auto below = store.OpenBlob(*key->base());
-      key = below.ok() ? *below : nullptr;
-    }
     BaseCandidate c{f.manifest.object, f.manifest.chain_depth, (*reader)->format(), (*reader)->logical_size(),
                     TensorKeys((*reader)->tensors()), /*anchor=*/f.manifest.chain_depth == 0,
-                    (*reader)->stored_size(), key != nullptr ? key->stored_size() : 0, f.name};
+                    (*reader)->stored_size(), KeyFrameBytes(store, *reader), f.name};
     c.same_role = same_role;
     out.push_back(std::move(c));
   }

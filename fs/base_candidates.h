@@ -44,12 +44,17 @@ struct BaseChoice {
 //     more, not every `keyframe`: a key frame costs several delta versions
 //     (the whole of each tensor at its budget), an anchor frame one delta
 //     over the versions since the previous anchor;
-//  0. none (a key frame) when the best match is a delta frame that cost at
-//     least kDeltaPaysBelow of its chain's key frame (sizes known): deltas
-//     of this file do not pay for the versions they keep alive;
+//  0. none (a key frame) when a candidate matching as well as the best is a
+//     delta frame that cost at least kDeltaPaysBelow of its chain's key
+//     frame (sizes known): deltas of this file do not pay for the versions
+//     they keep alive (tried again once that delta leaves the list);
 //  3. else none: a key frame (the anchors' chain is full, or no anchor is
 //     known, as after a remount, where which versions were anchor frames is
 //     not known).
+// The stored size of the key frame at the bottom of `blob`'s chain (the
+// store caches the readers); 0 when a link cannot be opened.
+uint64_t KeyFrameBytes(Store& store, std::shared_ptr<const BlobReader> blob);
+
 // A delta version costing at least this fraction of its chain's key frame
 // did not pay: the next version of its kind starts a new chain.
 inline constexpr double kDeltaPaysBelow = 0.75;

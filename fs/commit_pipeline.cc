@@ -163,7 +163,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
       v.stats.stored_bytes = 0;  // nothing new stored
       v.as_base = BaseCandidate{same->object, same->chain_depth, layout.format, bytes.size(), std::move(keys),
                                 /*anchor=*/same->chain_depth == 0, reader->stored_size(),
-                                same->chain_depth == 0 ? reader->stored_size() : 0, std::string(logical_path)};
+                                KeyFrameBytes(store, reader), std::string(logical_path)};
       if (log) log->Debug("{}: identical to object {}, stored once", name, same->object.Hex());
       RETURN_IF_ERROR(Fault(options, "after_objects"));
       return v;

@@ -227,6 +227,15 @@ TEST(ChooseBaseTest, DeltasThatDoNotPayStartANewChain) {
   // A lossless delta that cost 95 % of its key frame: a key frame next.
   std::vector<BaseCandidate> not_paying = {version(1, 0, 1000, 1000), version(2, 1, 950, 1000)};
   EXPECT_EQ(ChooseBase(not_paying, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
+  // ... also when a newer key frame is the best match: the recent delta
+  // says deltas of this file do not pay.
+  not_paying.push_back(version(3, 0, 1000, 1000));
+  EXPECT_EQ(ChooseBase(not_paying, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
+  // A non-paying delta of another kind of file (fewer shared tensors) does
+  // not count.
+  std::vector<BaseCandidate> other = {version(1, 0, 1000, 1000), version(2, 1, 950, 1000)};
+  other[1].tensor_keys = {"x|f32|4"};
+  EXPECT_NE(ChooseBase(other, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
   // A key frame itself is always tried as a base; unknown sizes change nothing.
   EXPECT_NE(ChooseBase({version(1, 0, 1000, 1000)}, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
   EXPECT_NE(ChooseBase({version(1, 0, 0, 0), version(2, 1, 950, 0)}, FileFormat::kTorchZip, keys, 1000, 10).candidate,
