@@ -58,10 +58,16 @@ bool Older(const Found& a, const Found& b) {
 // A delta frame whose size is known to be at least kDeltaPaysBelow of its
 // chain's key frame.
 bool DidNotPay(const BaseCandidate& c) {
-  return c.chain_depth > 0 && c.key_bytes > 0 && c.stored_bytes >= kDeltaPaysBelow * static_cast<double>(c.key_bytes);
+  return c.lossless && c.chain_depth > 0 && c.key_bytes > 0 &&
+         c.stored_bytes >= kDeltaPaysBelow * static_cast<double>(c.key_bytes);
 }
 
 }  // namespace
+
+bool HasLossyChunks(const BlobReader& blob) {
+  const auto& chunks = blob.chunks();
+  return std::any_of(chunks.begin(), chunks.end(), [](const ChunkInfo& c) { return c.codec == ChunkCodec::kLossy; });
+}
 
 uint64_t KeyFrameBytes(Store& store, std::shared_ptr<const BlobReader> blob) {
   for (uint32_t depth = 0; blob != nullptr && blob->base() && depth < 4096; ++depth) {
@@ -72,7 +78,7 @@ uint64_t KeyFrameBytes(Store& store, std::shared_ptr<const BlobReader> blob) {
 }
 
 BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat format,
-                      const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe) {
+                      const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe, bool retention) {
   auto has_room = [keyframe](const BaseCandidate& c) { return c.chain_depth + 1 < keyframe; };
   const BaseCandidate* best = nullptr;       // the best match
   const BaseCandidate* best_room = nullptr;  // the best match with room
@@ -97,7 +103,7 @@ BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat f
   // versions frees them. Once that delta leaves the list of recent
   // versions, a delta is tried again.
   for (const BaseCandidate& c : candidates)
-    if (best != nullptr && DidNotPay(c) && MatchScoreOf(c) == best_score) return BaseChoice{};
+    if (retention && best != nullptr && DidNotPay(c) && MatchScoreOf(c) == best_score) return BaseChoice{};
   if (best != nullptr && has_room(*best)) return BaseChoice{best, false};
   // The best match's chain is full: an older version with room, or the
   // anchor the list keeps for this (then this version is an anchor frame);
@@ -185,7 +191,7 @@ std::vector<BaseCandidate> NewestCandidates(Store& store, std::vector<Found> fou
     }
     BaseCandidate c{f.manifest.object, f.manifest.chain_depth, (*reader)->format(), (*reader)->logical_size(),
                     TensorKeys((*reader)->tensors()), /*anchor=*/f.manifest.chain_depth == 0,
-                    (*reader)->stored_size(), KeyFrameBytes(store, *reader), f.name};
+                    (*reader)->stored_size(), KeyFrameBytes(store, *reader), !HasLossyChunks(**reader), f.name};
     c.same_role = same_role;
     out.push_back(std::move(c));
   }

@@ -44,9 +44,10 @@ struct BaseChoice {
 //     more, not every `keyframe`: a key frame costs several delta versions
 //     (the whole of each tensor at its budget), an anchor frame one delta
 //     over the versions since the previous anchor;
-//  0. none (a key frame) when a candidate matching as well as the best is a
-//     delta frame that cost at least kDeltaPaysBelow of its chain's key
-//     frame (sizes known): deltas of this file do not pay for the versions
+//  0. with `retention` (old versions of the file are being deleted): none
+//     (a key frame) when a candidate matching as well as the best is a
+//     lossless delta frame that cost at least kDeltaPaysBelow of its
+//     chain's key frame (sizes known): deltas of this file do not pay for the versions
 //     they keep alive (tried again once that delta leaves the list);
 //  3. else none: a key frame (the anchors' chain is full, or no anchor is
 //     known, as after a remount, where which versions were anchor frames is
@@ -55,12 +56,16 @@ struct BaseChoice {
 // store caches the readers); 0 when a link cannot be opened.
 uint64_t KeyFrameBytes(Store& store, std::shared_ptr<const BlobReader> blob);
 
+// Whether any chunk of `blob` is lossy.
+bool HasLossyChunks(const BlobReader& blob);
+
 // A delta version costing at least this fraction of its chain's key frame
 // did not pay: the next version of its kind starts a new chain.
 inline constexpr double kDeltaPaysBelow = 0.75;
 
 BaseChoice ChooseBase(const std::vector<BaseCandidate>& candidates, FileFormat format,
-                      const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe);
+                      const std::vector<std::string>& keys, uint64_t size, uint32_t keyframe,
+                      bool retention = false);
 
 // Drops from a directory's candidate list (oldest first) the versions older
 // than the newest `max_count`, except the newest anchor of each kind of

@@ -163,13 +163,14 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
       v.stats.stored_bytes = 0;  // nothing new stored
       v.as_base = BaseCandidate{same->object, same->chain_depth, layout.format, bytes.size(), std::move(keys),
                                 /*anchor=*/same->chain_depth == 0, reader->stored_size(),
-                                KeyFrameBytes(store, reader), std::string(logical_path)};
+                                KeyFrameBytes(store, reader), !HasLossyChunks(*reader), std::string(logical_path)};
       if (log) log->Debug("{}: identical to object {}, stored once", name, same->object.Hex());
       RETURN_IF_ERROR(Fault(options, "after_objects"));
       return v;
     }
   }
-  const BaseChoice choice = ChooseBase(candidates, layout.format, keys, bytes.size(), options.keyframe);
+  const BaseChoice choice =
+      ChooseBase(candidates, layout.format, keys, bytes.size(), options.keyframe, options.retention);
   const BaseCandidate* candidate = choice.candidate;
   BaseRef base_ref;
   bool have_base = false;
@@ -207,13 +208,13 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   }
   v.as_base = BaseCandidate{v.fields.object, v.fields.chain_depth, layout.format, bytes.size(), std::move(keys),
                             /*anchor=*/!delta || choice.anchor, stats->stored_bytes,
-                            delta ? candidate->key_bytes : stats->stored_bytes, std::string(logical_path)};
+                            delta ? candidate->key_bytes : stats->stored_bytes, stats->lossy_chunks == 0,
+                            std::string(logical_path)};
   if (content_key) {
     const ContentEntry entry{v.fields.object, v.fields.chain_depth, layout.format, bytes.size()};
     RecordContent(store, *content_key, entry, log);
     // Copies of what reads return (the reconstruction) find this blob too.
-    if (auto reader = store.OpenBlob(v.fields.object); reader.ok())
-      RecordContent(store, ExactKey(bytes.size(), (*reader)->file_checksum()), entry, log);
+    RecordContent(store, ExactKey(bytes.size(), stats->file_checksum), entry, log);
   }
   RETURN_IF_ERROR(Fault(options, "after_objects"));
   return v;

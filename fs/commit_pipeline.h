@@ -45,6 +45,9 @@ struct CommitOptions {
   std::string coding;
   // Look byte-identical content up in the content index and reuse its blob.
   bool dedup = true;
+  // Old versions of this file's role are being deleted (seen since mount):
+  // lossless deltas that do not pay start new chains (ChooseBase).
+  bool retention = false;
   ParseLimits parse;
   // Which tensors are stored lossily (null: all lossless). EncodeStaged
   // applies it with the file's path relative to the mount root.
@@ -75,6 +78,11 @@ struct BaseCandidate {
   // chain it hangs on (ChooseBase).
   uint64_t stored_bytes = 0;
   uint64_t key_bytes = 0;
+  // No chunk of this version is lossy. A lossy chain's key frame was coded
+  // under an earlier budget (the schedule tightens it as training
+  // converges), so its size says nothing about what a key frame would cost
+  // now: the rule applies to lossless versions only.
+  bool lossless = false;
   // Where the version was committed (relative to the mount root; empty
   // when unknown): what its role (fs/version_role.h) is computed from.
   std::string rel_path;

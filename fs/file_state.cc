@@ -199,8 +199,15 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
       commit_options = &with_gpu;
     }
     std::string rel_path = RelativePath(*inode);
-    version = EncodeStaged(*store_, staging->fd(), staging->path(), BaseCandidatesFor(dir, rel_path), *commit_options,
-                           log_, rel_path);
+    bool retention = false;
+    std::vector<BaseCandidate> candidates = BaseCandidatesFor(dir, rel_path, &retention);
+    CommitOptions with_retention;
+    if (retention) {
+      with_retention = *commit_options;
+      with_retention.retention = true;
+      commit_options = &with_retention;
+    }
+    version = EncodeStaged(*store_, staging->fd(), staging->path(), candidates, *commit_options, log_, rel_path);
   }
   std::shared_ptr<StagingFile> done;
   std::vector<std::shared_ptr<StagingFile>> superseded;  // no manifest names them now

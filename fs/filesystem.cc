@@ -185,13 +185,22 @@ void Filesystem::GcLoop() {
   }
 }
 
-std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir, const std::string& rel_path) {
+void Filesystem::NoteDeleted(const std::string& rel_path) {
+  std::string role = RoleOf(rel_path).key;
+  if (role.empty()) return;
+  std::lock_guard<std::mutex> lock(bases_mu_);
+  if (rotated_roles_.size() >= kMaxRotatedRoles) rotated_roles_.clear();
+  rotated_roles_.insert(std::move(role));
+}
+
+std::vector<BaseCandidate> Filesystem::BaseCandidatesFor(ino_t dir, const std::string& rel_path, bool* retention) {
   const std::string dir_key = std::to_string(dir);
   const FileRole role = RoleOf(rel_path);
   std::vector<BaseCandidate> in_dir, in_role;
   bool have_dir, have_role;
   {
     std::lock_guard<std::mutex> lock(bases_mu_);
+    *retention = rotated_roles_.count(role.key) != 0;
     have_dir = dir_bases_.Get(dir_key, &in_dir);
     have_role = role.key.empty() || role_bases_.Get(role.key, &in_role);
   }

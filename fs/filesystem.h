@@ -154,7 +154,12 @@ class Filesystem {
   // directory and of its role (fs/version_role.h), merged by
   // MergeBaseCandidates. The first call for a directory or a role since
   // mount seeds its list from the store.
-  std::vector<BaseCandidate> BaseCandidatesFor(ino_t dir, const std::string& rel_path);
+  // `*retention` says whether files of its role were deleted since mount.
+  std::vector<BaseCandidate> BaseCandidatesFor(ino_t dir, const std::string& rel_path, bool* retention);
+  // A file at `rel_path` (relative to the mount root) was deleted: its role
+  // is rotated (a trainer's retention), so deltas of it that do not pay
+  // start new chains (ChooseBase).
+  void NoteDeleted(const std::string& rel_path);
   void AddBaseCandidate(ino_t dir, const BaseCandidate& candidate);
   void GcLoop();
   std::vector<ObjectId> LiveObjectsInMemory();
@@ -225,6 +230,8 @@ class Filesystem {
   std::mutex bases_mu_;  // leaf lock; guards both lists
   CandidateLists dir_bases_{kMaxCandidateLists, kMaxBaseCandidates};   // keyed by the backing inode
   CandidateLists role_bases_{kMaxCandidateLists, kMaxBaseCandidates};  // keyed by FileRole::key
+  static constexpr size_t kMaxRotatedRoles = 4096;  // forgotten all at once past this
+  std::unordered_set<std::string> rotated_roles_;  // roles with a file deleted since mount
 
   std::mutex gc_mu_;  // leaf lock; guards gc_stop_
   std::condition_variable gc_cv_;

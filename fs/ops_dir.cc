@@ -119,7 +119,12 @@ void Filesystem::Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   if (IsHidden(parent, name)) return (void)fuse_reply_err(req, EPERM);
   // Open handles keep reading: the inode holds the file's O_PATH fd and its
   // staging file or object reader.
-  fuse_reply_err(req, ::unlinkat(dir->fd, name, 0) != 0 ? errno : 0);
+  const bool removed = ::unlinkat(dir->fd, name, 0) == 0;
+  const int err = removed ? 0 : errno;
+  std::string rel;
+  if (removed) rel = parent == FUSE_ROOT_ID ? std::string(name) : RelativePath(*dir) + "/" + name;
+  fuse_reply_err(req, err);
+  if (removed && rel.front() != '/') NoteDeleted(rel);
 }
 
 void Filesystem::RmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {

@@ -141,6 +141,7 @@ struct EncodeStats {
   bool uses_base = false;      // true if the blob references the base
   uint32_t lossy_chunks = 0;   // chunks stored with ChunkCodec::kLossy
   double max_rel_l2 = 0.0;     // largest per-tensor rel_l2 achieved (0 = exact)
+  uint64_t file_checksum = 0;  // the blob's file_checksum (of the reconstruction)
 };
 
 // Encodes `file` described by `layout` into `sink`.

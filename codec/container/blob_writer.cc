@@ -584,6 +584,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
 
   stats.logical_bytes = file.size();
   stats.stored_bytes = stored_at + out.size();
+  stats.file_checksum = index.header.file_checksum;
   stats.chunks = static_cast<uint32_t>(index.chunks.size());
   stats.uses_base = stats.delta_chunks > 0;
   for (size_t t = 0; t < tensor_err2.size(); ++t)

@@ -217,29 +217,36 @@ namespace {
 TEST(ChooseBaseTest, DeltasThatDoNotPayStartANewChain) {
   const std::vector<std::string> keys = {"w|f32|4"};
   auto version = [&](uint8_t id, uint32_t depth, uint64_t stored, uint64_t key) {
-    BaseCandidate c{IdOf(id), depth, FileFormat::kTorchZip, 1000, keys, depth == 0, stored, key};
+    BaseCandidate c{IdOf(id), depth, FileFormat::kTorchZip, 1000, keys, depth == 0, stored, key, /*lossless=*/true};
     return c;
   };
   // A lossy delta (a fifth of its key frame) is a base.
   std::vector<BaseCandidate> paying = {version(1, 0, 1000, 1000), version(2, 1, 200, 1000)};
-  ASSERT_NE(ChooseBase(paying, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
-  EXPECT_EQ(ChooseBase(paying, FileFormat::kTorchZip, keys, 1000, 10).candidate->id, IdOf(2));
-  // A lossless delta that cost 95 % of its key frame: a key frame next.
+  ASSERT_NE(ChooseBase(paying, FileFormat::kTorchZip, keys, 1000, 10, true).candidate, nullptr);
+  EXPECT_EQ(ChooseBase(paying, FileFormat::kTorchZip, keys, 1000, 10, true).candidate->id, IdOf(2));
+  // A lossless delta that cost 95 % of its key frame: a key frame next,
+  // when versions of the file are being deleted (else deltas still save).
   std::vector<BaseCandidate> not_paying = {version(1, 0, 1000, 1000), version(2, 1, 950, 1000)};
-  EXPECT_EQ(ChooseBase(not_paying, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
+  EXPECT_NE(ChooseBase(not_paying, FileFormat::kTorchZip, keys, 1000, 10, false).candidate, nullptr);
+  EXPECT_EQ(ChooseBase(not_paying, FileFormat::kTorchZip, keys, 1000, 10, true).candidate, nullptr);
   // ... also when a newer key frame is the best match: the recent delta
   // says deltas of this file do not pay.
   not_paying.push_back(version(3, 0, 1000, 1000));
-  EXPECT_EQ(ChooseBase(not_paying, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
+  EXPECT_EQ(ChooseBase(not_paying, FileFormat::kTorchZip, keys, 1000, 10, true).candidate, nullptr);
   // A non-paying delta of another kind of file (fewer shared tensors) does
   // not count.
   std::vector<BaseCandidate> other = {version(1, 0, 1000, 1000), version(2, 1, 950, 1000)};
   other[1].tensor_keys = {"x|f32|4"};
-  EXPECT_NE(ChooseBase(other, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
+  EXPECT_NE(ChooseBase(other, FileFormat::kTorchZip, keys, 1000, 10, true).candidate, nullptr);
+  // Lossy deltas are judged by their budget, not by an old key frame's size.
+  std::vector<BaseCandidate> lossy = {version(1, 0, 1000, 1000), version(2, 1, 950, 1000)};
+  lossy[1].lossless = false;
+  EXPECT_NE(ChooseBase(lossy, FileFormat::kTorchZip, keys, 1000, 10, true).candidate, nullptr);
   // A key frame itself is always tried as a base; unknown sizes change nothing.
-  EXPECT_NE(ChooseBase({version(1, 0, 1000, 1000)}, FileFormat::kTorchZip, keys, 1000, 10).candidate, nullptr);
-  EXPECT_NE(ChooseBase({version(1, 0, 0, 0), version(2, 1, 950, 0)}, FileFormat::kTorchZip, keys, 1000, 10).candidate,
-            nullptr);
+  const std::vector<BaseCandidate> key_only = {version(1, 0, 1000, 1000)};
+  EXPECT_NE(ChooseBase(key_only, FileFormat::kTorchZip, keys, 1000, 10, true).candidate, nullptr);
+  const std::vector<BaseCandidate> unknown = {version(1, 0, 0, 0), version(2, 1, 950, 0)};
+  EXPECT_NE(ChooseBase(unknown, FileFormat::kTorchZip, keys, 1000, 10, true).candidate, nullptr);
 }
 
 }  // namespace
