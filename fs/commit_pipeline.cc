@@ -150,8 +150,9 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   // Byte-identical content encoded under the same promises is stored once.
   std::optional<ObjectId> content_key;
   if (options.dedup) {
-    content_key = ContentKey(bytes, layout, options, logical_path);
-    if (auto same = FindStoredContent(store, bytes, layout.format, *content_key, log)) {
+    const FileDigests digests = DigestFile(bytes);
+    content_key = ContentKey(digests, layout, options, logical_path);
+    if (auto same = FindStoredContent(store, bytes, digests, layout.format, *content_key, log)) {
       ASSIGN_OR_RETURN(auto reader, store.OpenBlob(same->object));
       v.fields.kind = ManifestKind::kBlob;
       v.fields.format = layout.format;

@@ -91,7 +91,19 @@ std::string CodingSignature(const EncodeOptions& e) {
                      e.momentum_dither, e.trellis, e.blob_version);
 }
 
-ObjectId ContentKey(ByteSpan file, const Layout& layout, const CommitOptions& options,
+FileDigests DigestFile(ByteSpan file) {
+  ObjectIdStream id;
+  Checksum64Stream checksum;
+  constexpr size_t kBlock = 256 << 10;  // hashed by both while in cache
+  for (size_t off = 0; off < file.size(); off += kBlock) {
+    const ByteSpan block = file.subspan(off, std::min(kBlock, file.size() - off));
+    id.Update(block);
+    checksum.Update(block);
+  }
+  return FileDigests{id.Digest(), checksum.Digest()};
+}
+
+ObjectId ContentKey(const FileDigests& file, const Layout& layout, const CommitOptions& options,
                     std::string_view logical_path) {
   // What the key covers besides the bytes: the settings of the encoder and
   // each tensor's budget at this path (a policy may give two paths
@@ -108,9 +120,8 @@ ObjectId ContentKey(ByteSpan file, const Layout& layout, const CommitOptions& op
       AppendDouble(&how, b.step_rel_l2);
     }
   }
-  const ObjectId data = ObjectId::Of(file);
   ObjectIdStream key;
-  key.Update(ByteSpan(reinterpret_cast<const std::byte*>(data.bytes.data()), data.bytes.size()));
+  key.Update(ByteSpan(reinterpret_cast<const std::byte*>(file.id.bytes.data()), file.id.bytes.size()));
   key.Update(AsBytes(how));
   return key.Digest();
 }
@@ -144,10 +155,10 @@ ObjectId ExactKey(uint64_t size, uint64_t checksum64) {
   return ObjectId::Of(AsBytes(text));
 }
 
-std::optional<ContentEntry> FindStoredContent(Store& store, ByteSpan file, FileFormat format,
-                                              const ObjectId& content_key, Logger* log) {
+std::optional<ContentEntry> FindStoredContent(Store& store, ByteSpan file, const FileDigests& digests,
+                                              FileFormat format, const ObjectId& content_key, Logger* log) {
   if (auto same = FindIdenticalContent(store, content_key, file.size(), format, log)) return same;
-  const uint64_t checksum = Checksum64(file);
+  const uint64_t checksum = digests.checksum;
   auto same = FindIdenticalContent(store, ExactKey(file.size(), checksum), file.size(), format, log);
   if (!same) return std::nullopt;
   auto reader = store.OpenBlob(same->object);

@@ -47,12 +47,21 @@ struct ContentEntry {
 // Compression levels are left out: they change the bytes, not the values.
 std::string CodingSignature(const EncodeOptions& encode);
 
+// The two hashes of a file's bytes the index uses, from one pass over them
+// (a commit hashes every file it stores: the bytes are read from memory
+// once): XXH3-128 (ObjectId::Of) and XXH3-64 (Checksum64).
+struct FileDigests {
+  ObjectId id;
+  uint64_t checksum = 0;
+};
+FileDigests DigestFile(ByteSpan file);
+
 // The content key of `file` (parsed as `layout`) stored with `options` at
 // `logical_path`: its bytes, the encoder's settings (options.coding) and
 // the error budget the policy gives each of its tensors there. Equal keys
 // mean equal bytes that would be encoded under the same promises, so one
 // blob serves both (its errors were measured against these very values).
-ObjectId ContentKey(ByteSpan file, const Layout& layout, const CommitOptions& options,
+ObjectId ContentKey(const FileDigests& file, const Layout& layout, const CommitOptions& options,
                     std::string_view logical_path);
 
 // The key of a file whose bytes *are* a blob's reconstruction (XXH3-64 of
@@ -65,8 +74,8 @@ ObjectId ExactKey(uint64_t size, uint64_t checksum64);
 // A blob that already stores `file`: by its content key `content_key`, or
 // by its ExactKey when the blob's reconstruction equals `file` byte for
 // byte (compared, not assumed from the checksum). nullopt when none.
-std::optional<ContentEntry> FindStoredContent(Store& store, ByteSpan file, FileFormat format,
-                                              const ObjectId& content_key, Logger* log);
+std::optional<ContentEntry> FindStoredContent(Store& store, ByteSpan file, const FileDigests& digests,
+                                              FileFormat format, const ObjectId& content_key, Logger* log);
 
 // The entry of `key`, if any, whose blob exists (its chain refreshed) and
 // matches `logical_size` and `format`; nullopt otherwise (a stale or

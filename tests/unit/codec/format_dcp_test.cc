@@ -27,10 +27,25 @@ TEST(FormatDcpTest, ArchivesBackToBackAreOneLayout) {
   ASSERT_EQ(layout.tensors.size(), la.tensors.size() + lb.tensors.size() + lc.tensors.size());
   EXPECT_EQ(layout.tensors[0].name, "0/" + la.tensors[0].name);
   EXPECT_EQ(layout.tensors[la.tensors.size()].name, "1/" + lb.tensors[0].name);
-  // Tensor bytes are where the archive's own layout put them, moved.
-  for (const Segment& s : layout.segments) {
-    if (!s.is_tensor()) continue;
-    EXPECT_LT(s.offset + s.length, file.size() + 1);
+  // Each archive's tensor segments are its own layout's, moved to where the
+  // archive starts.
+  std::vector<Segment> want;
+  uint64_t start = 0;
+  int32_t first = 0;
+  for (const Layout* part : {&la, &lb, &lc}) {
+    for (Segment s : part->segments)
+      if (s.is_tensor()) want.push_back({s.offset + start, s.length, s.tensor + first});
+    start += part == &la ? a.size() : part == &lb ? b.size() : c.size();
+    first += static_cast<int32_t>(part->tensors.size());
+  }
+  std::vector<Segment> have;
+  for (const Segment& s : layout.segments)
+    if (s.is_tensor()) have.push_back(s);
+  ASSERT_EQ(have.size(), want.size());
+  for (size_t i = 0; i < have.size(); ++i) {
+    EXPECT_EQ(have[i].offset, want[i].offset) << i;
+    EXPECT_EQ(have[i].length, want[i].length) << i;
+    EXPECT_EQ(have[i].tensor, want[i].tensor) << i;
   }
   // Every CRC field still holds the CRC of its payload.
   ASSERT_EQ(layout.zip_crcs.size(), la.zip_crcs.size() + lb.zip_crcs.size() + lc.zip_crcs.size());

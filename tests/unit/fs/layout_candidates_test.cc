@@ -55,7 +55,6 @@ void SetMtime(const std::string& path, time_t when) {
 TEST(RoleCandidates, SiblingStepFoldersOfTheSameFileOnly) {
   TempDir dir;
   auto store = OpenDaemonStore(dir.path());
-  const auto bytes = RandomBytes(20000, 1);
   int n = 0;
   for (const char* rel : {"run/checkpoint-100/optimizer.pt", "run/checkpoint-200/optimizer.pt",
                           "run/checkpoint-200/scheduler.pt", "run/tmp-checkpoint-250/optimizer.pt",
@@ -77,7 +76,6 @@ TEST(RoleCandidates, SiblingStepFoldersOfTheSameFileOnly) {
   EXPECT_EQ(ScanRoleCandidates(*store, "run/tmp-checkpoint-400/optimizer.pt", 4, nullptr).size(), 4u);
   // A path with nothing that changes between saves has no role siblings.
   EXPECT_TRUE(ScanRoleCandidates(*store, "run/plain/optimizer.pt", 4, nullptr).empty());
-  (void)bytes;
 }
 
 TEST(RoleCandidates, PerRankFilesChainAgainstTheSameRank) {
@@ -171,7 +169,14 @@ TEST(ContentIndex, IdenticalBytesAreStoredOnce) {
   Layout layout = OpaqueLayout(bytes.size(), "test");
   CommitOptions other_coding;
   other_coding.coding = "trellis=1";
-  EXPECT_NE(ContentKey(bytes, layout, CommitOptions{}, "a/ckpt.pt"), ContentKey(bytes, layout, other_coding, "a/ckpt.pt"));
+  const FileDigests digests = DigestFile(bytes);
+  EXPECT_EQ(digests.id, ObjectId::Of(bytes));
+  EXPECT_EQ(digests.checksum, Checksum64(bytes));
+  const auto large = RandomBytes((600 << 10) + 7, 3);  // several blocks and a tail
+  EXPECT_EQ(DigestFile(large).id, ObjectId::Of(large));
+  EXPECT_EQ(DigestFile(large).checksum, Checksum64(large));
+  EXPECT_NE(ContentKey(digests, layout, CommitOptions{}, "a/ckpt.pt"),
+            ContentKey(digests, layout, other_coding, "a/ckpt.pt"));
 }
 
 TEST(ContentIndex, StaleAndDamagedEntriesAreIgnoredAndSwept) {
@@ -180,7 +185,7 @@ TEST(ContentIndex, StaleAndDamagedEntriesAreIgnoredAndSwept) {
   const auto bytes = RandomBytes(50000, 9);
   auto first = Commit(*store, "ckpt.pt", bytes);
   ASSERT_TRUE(first.ok());
-  const ObjectId key = ContentKey(bytes, OpaqueLayout(bytes.size(), "test"), CommitOptions{}, "ckpt.pt");
+  const ObjectId key = ContentKey(DigestFile(bytes), OpaqueLayout(bytes.size(), "test"), CommitOptions{}, "ckpt.pt");
   ASSERT_TRUE(FindIdenticalContent(*store, key, bytes.size(), FileFormat::kOpaque, nullptr).has_value());
   // Wrong size or format: no match.
   EXPECT_FALSE(FindIdenticalContent(*store, key, bytes.size() + 1, FileFormat::kOpaque, nullptr).has_value());
