@@ -2,7 +2,7 @@
 //   ckptfs encode IN BLOB [--base BASE_BLOB] [--zstd-level N] [--threads N]
 //                 [--budget REL_L2 [--opt-budget REL_L2] [--schedule off|dsq] [--predict on|off]
 //                  [--momentum plain|step] [--momentum-budget REL_L2] [--denominator-budget MAX_REL]]
-//   ckptfs decode BLOB OUT [--base BASE_BLOB ...]
+//   ckptfs decode BLOB OUT [--base BASE_BLOB ...] [--threads N]
 //   ckptfs inspect-blob BLOB [--json] [--chunks] [--base BASE_BLOB ...]
 // (`ckptfs inspect` also accepts a bare blob and forwards it here.)
 // A delta blob names its base by content address; --base supplies the base
@@ -144,7 +144,7 @@ int RunDecode(const BlobArgs& a) {
     if (Status s = resolver.AddFile(b); !s.ok()) return ReportStatus(s, "decode: --base");
   auto reader = OpenBlobFile(a.in, &resolver);
   if (!reader.ok()) return ReportStatus(reader.status(), "decode " + a.in);
-  auto bytes = DecodeAll(**reader);
+  auto bytes = DecodeAll(**reader, a.threads);
   if (!bytes.ok()) return ReportStatus(bytes.status(), "decode " + a.in);
   return ReportStatus(WriteWholeFile(a.out, *bytes), "decode");
 }
@@ -225,6 +225,7 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
   dec->add_option("BLOB", args->in, "blob")->required()->check(CLI::ExistingFile);
   dec->add_option("OUT", args->out, "output file")->required();
   dec->add_option("--base", args->bases, "base blobs of a delta chain");
+  dec->add_option("--threads", args->threads, "decode threads")->check(CLI::Range(1, 256));
   dec->callback([args, exit_code] { *exit_code = RunDecode(*args); });
 
   CLI::App* ins = app.add_subcommand("inspect-blob", "Describe a blob: format, tensors, codecs, sizes");

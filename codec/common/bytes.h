@@ -3,6 +3,7 @@
 // length is used before it has been checked.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -25,28 +26,38 @@ inline std::string_view AsChars(ByteSpan b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
 
+// Little-endian loads and stores as one memcpy (a plain move on a
+// little-endian host): the element loops of the codec call these per
+// element, and a byte-by-byte form kept them from being vectorized.
 inline uint16_t LoadLE16(const std::byte* p) {
-  return static_cast<uint16_t>(static_cast<uint16_t>(p[0]) | (static_cast<uint16_t>(p[1]) << 8));
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap16(v);
+  return v;
 }
 inline uint32_t LoadLE32(const std::byte* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint32_t>(p[i]);
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
   return v;
 }
 inline uint64_t LoadLE64(const std::byte* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint64_t>(p[i]);
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
   return v;
 }
 inline void StoreLE16(std::byte* p, uint16_t v) {
-  p[0] = std::byte(v & 0xff);
-  p[1] = std::byte(v >> 8);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap16(v);
+  std::memcpy(p, &v, sizeof v);
 }
 inline void StoreLE32(std::byte* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = std::byte((v >> (8 * i)) & 0xff);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
+  std::memcpy(p, &v, sizeof v);
 }
 inline void StoreLE64(std::byte* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = std::byte((v >> (8 * i)) & 0xff);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+  std::memcpy(p, &v, sizeof v);
 }
 
 // Appends little-endian fields to a growable buffer.

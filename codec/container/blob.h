@@ -263,8 +263,10 @@ class BlobReader {
   virtual void DropCached(uint32_t index) const = 0;
 };
 
-// Decodes the whole file and checks the whole-file checksum.
-Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader);
+// Decodes the whole file and checks the whole-file checksum. With threads >
+// 1 the chunks are decoded on that many threads (pieces of whole chunks,
+// taken in file order), a delta chain's bases included.
+Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader, unsigned threads = 1);
 
 // A thread-safe LRU of decoded chunks shared by readers, keyed by
 // (blob id, chunk index). Capacity in bytes.

@@ -34,17 +34,6 @@ constexpr uint64_t kMinSimdElements = 4096;
 
 uint64_t PackedLogBytes(uint64_t n, uint32_t bits) { return (n * bits + 7) / 8; }
 
-// Symbol i of a packed bit string (b <= 24 bits each) by one unaligned
-// 8-byte load: the bit offset in the byte plus b stays below 64. REQUIRES
-// kPackedSlack readable bytes after the packed size.
-constexpr size_t kPackedSlack = 8;
-uint32_t SymbolAt(const std::byte* packed, uint64_t i, uint32_t bits, uint32_t mask) {
-  const uint64_t pos = i * bits;
-  uint64_t word;
-  std::memcpy(&word, packed + pos / 8, 8);
-  return static_cast<uint32_t>(le64toh(word) >> (pos % 8)) & mask;
-}
-
 template <typename E>
 typename E::Bits GridElement(const LogGrid& grid, int64_t q) {
   return E::FromFloat(grid.FloatValue(q));
@@ -356,7 +345,8 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
 
 // `packed` has kPackedSlack readable bytes past its end. With avx512 an
 // f32 key frame's table decode runs by AVX-512, and with a vector_table
-// (see DecodeDeltaF32Avx512's requirements) an f32 delta frame.
+// (see DecodeDeltaF32Avx2's requirements) an f32 delta frame by AVX-512
+// (its small tables) or AVX2.
 // Decodes the elements of a log stream slice by slice: [first, first +
 // count) of `out` from the packed symbols and, for a delta frame, the base.
 // What depends on the whole chunk (the key-frame symbol table, the path)
@@ -397,7 +387,10 @@ class LogSliceDecoder {
     const std::byte* b = base_.empty() ? nullptr : base_.data() + first * sizeof(Bits);
     if constexpr (std::is_same_v<E, F32Elem>) {
       if (vector_table_ != nullptr && b != nullptr) {
-        DecodeDeltaF32Avx512(grid_, *vector_table_, p, bits_, origin_, shift_, zero_carry_, b, n, out);
+        if (avx512_ && vector_table_->has_small)
+          DecodeDeltaF32Avx512(grid_, *vector_table_, p, bits_, origin_, shift_, zero_carry_, b, n, out);
+        else
+          DecodeDeltaF32Avx2(grid_, *vector_table_, p, bits_, origin_, shift_, zero_carry_, b, n, out);
         return Status::Ok();
       }
     }
@@ -521,19 +514,19 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
                                     MutableByteSpan(s.packed.data(), packed_bytes), "log symbols"));
   std::fill_n(s.packed.begin() + static_cast<ptrdiff_t>(packed_bytes), kPackedSlack, std::byte{0});
   ByteSpan packed(s.packed.data(), packed_bytes);
-  // The AVX-512 delta decode: f32, a grid of under 64 levels per octave, an
-  // origin whose indices fit its 32-bit lanes, and enough elements to pay
-  // for the table (unless the scratch holds it already).
+  // The vector delta decode (AVX-512 when the grid has under 64 levels per
+  // octave, else AVX2): f32, an origin whose indices fit 32-bit lanes, and
+  // enough elements to pay for the table (unless the scratch holds it).
   const LogFractionTable* vector_table = nullptr;
   const uint64_t n = h.element_count;
   const bool avx512 = max_simd == SimdLevel::kAvx512 && LogAvx512Available();
-  if (type == ElementType::kF32 && delta && avx512 && grid->per_octave() < 64 && origin > -kMaxVectorOrigin &&
-      origin < kMaxVectorOrigin) {
+  const bool avx2 = max_simd >= SimdLevel::kAvx2 && LogSimdAvailable();
+  if (type == ElementType::kF32 && delta && avx2 && origin > -kMaxVectorOrigin && origin < kMaxVectorOrigin) {
     if ((!s.log_table || s.log_table->ratio != grid->ratio()) && n >= kMinSimdElements) {
       std::optional<LogFractionTable> table = LogFractionTable::Build(*grid);
       s.log_table = table ? std::make_shared<const LogFractionTable>(std::move(*table)) : nullptr;
     }
-    if (s.log_table && s.log_table->ratio == grid->ratio() && s.log_table->has_small) vector_table = s.log_table.get();
+    if (s.log_table && s.log_table->ratio == grid->ratio()) vector_table = s.log_table.get();
   }
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list));
   auto run = [&]<typename E>(bool vector_ok) {

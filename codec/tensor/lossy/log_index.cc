@@ -427,6 +427,74 @@ __attribute__((target("avx2"))) uint64_t PackSymbolsAvx2(const uint32_t* symbols
   return zeros;
 }
 
+__attribute__((target("avx2"))) void DecodeDeltaF32Avx2(const LogGrid& grid, const LogFractionTable& table,
+                                                        const std::byte* packed, uint32_t bits, int64_t origin,
+                                                        int64_t shift, bool zero_carry, const std::byte* base,
+                                                        uint64_t n, std::byte* out) {
+  const uint32_t per_octave = grid.per_octave();
+  const __m256i k = _mm256_set1_epi32(static_cast<int>(per_octave));
+  const __m256d inv_k = _mm256_set1_pd(1.0 / static_cast<double>(per_octave));
+  const __m256i origin_v = _mm256_set1_epi32(static_cast<int32_t>(origin));
+  const __m256i shift_v = _mm256_set1_epi32(static_cast<int32_t>(shift));
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i zero = _mm256_setzero_si256();
+  const uint32_t mask = (1u << bits) - 1;
+  const int* level_bits = reinterpret_cast<const int*>(table.level_bits.data());
+  alignas(32) uint32_t syms[8];
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // The group's symbols start on a byte (i is a multiple of 8).
+    const std::byte* group = packed + i / 8 * bits;
+    for (uint32_t l = 0; l < 8; ++l) syms[l] = SymbolAt(group, l, bits, mask);
+    const __m256i stored_sym = _mm256_load_si256(reinterpret_cast<const __m256i*>(syms));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 4 * i));
+    __m256i sym = stored_sym;
+    if (zero_carry) {  // over a +0.0 base element, symbols 0 and 1 exchange
+      const __m256i low_sym = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), sym);  // sym <= 1 (symbols < 2^24)
+      const __m256i swap = _mm256_and_si256(_mm256_cmpeq_epi32(b, zero), low_sym);
+      sym = _mm256_xor_si256(sym, _mm256_and_si256(swap, one));
+    }
+    const __m256i base_on_grid = OnGridLanes(b);
+    int slow = _mm256_movemask_epi8(_mm256_andnot_si256(FastLanes(b), base_on_grid));
+    // predicted + Unzigzag(sym - 1) (0 for symbol 0; symbol 1 is +0.0).
+    const __m256i z = _mm256_sub_epi32(sym, one);
+    const __m256i dz = _mm256_xor_si256(_mm256_srli_epi32(z, 1), _mm256_sub_epi32(zero, _mm256_and_si256(z, one)));
+    const __m256i is_zero = _mm256_cmpeq_epi32(sym, one);
+    const __m256i qb = LocateLanes(table, k, b, false).q;
+    const __m256i predicted = _mm256_blendv_epi8(origin_v, _mm256_add_epi32(qb, shift_v), base_on_grid);
+    const __m256i q = _mm256_add_epi32(predicted, _mm256_andnot_si256(_mm256_cmpeq_epi32(sym, zero), dz));
+    // FloatValue(q): e = floor(q / K) estimated in doubles (at most one off,
+    // corrected), j = q - e K, then the level's bits with e added to the
+    // exponent field when e is in [-126, 126].
+    const __m128i e_lo = _mm256_cvttpd_epi32(
+        _mm256_floor_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(q)), inv_k)));
+    const __m128i e_hi = _mm256_cvttpd_epi32(
+        _mm256_floor_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(q, 1)), inv_k)));
+    __m256i e = _mm256_set_m128i(e_hi, e_lo);
+    __m256i j = _mm256_sub_epi32(q, _mm256_mullo_epi32(e, k));
+    const __m256i low = _mm256_cmpgt_epi32(zero, j);
+    e = _mm256_add_epi32(e, low);  // the mask is -1
+    j = _mm256_add_epi32(j, _mm256_and_si256(low, k));
+    const __m256i high = _mm256_cmpgt_epi32(j, _mm256_sub_epi32(k, one));
+    e = _mm256_sub_epi32(e, high);
+    j = _mm256_sub_epi32(j, _mm256_and_si256(high, k));
+    const __m256i abnormal = _mm256_cmpgt_epi32(_mm256_abs_epi32(e), _mm256_set1_epi32(126));
+    slow |= _mm256_movemask_epi8(_mm256_andnot_si256(is_zero, abnormal));
+    if (slow != 0) {
+      for (uint32_t l = 0; l < 8; ++l)
+        StoreLogBits<F32Elem>(out, i + l,
+                              DecodeLogElement<F32Elem>(grid, syms[l], base, i + l, origin, shift, zero_carry));
+      continue;
+    }
+    const __m256i value = _mm256_add_epi32(_mm256_i32gather_epi32(level_bits, j, 4), _mm256_slli_epi32(e, 23));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * i), _mm256_andnot_si256(is_zero, value));
+  }
+  for (; i < n; ++i)
+    StoreLogBits<F32Elem>(out, i,
+                          DecodeLogElement<F32Elem>(grid, SymbolAt(packed, i, bits, mask), base, i, origin, shift,
+                                                    zero_carry));
+}
+
 #else
 
 bool LogSimdAvailable() { return false; }
@@ -437,6 +505,8 @@ void EscapedErrorSumsF32Avx2(const std::byte*, const std::byte*, const int32_t*,
 void IndexPassF32Avx2(const LogGrid&, const LogFractionTable&, const std::byte*, const std::byte*, double, uint64_t,
                       int32_t*, int32_t*, std::byte*, LogIndexSums*) {}
 void SymbolPassAvx2(const int32_t*, const int32_t*, int64_t, int64_t, uint64_t, uint32_t*, LogWidthCounts*) {}
+void DecodeDeltaF32Avx2(const LogGrid&, const LogFractionTable&, const std::byte*, uint32_t, int64_t, int64_t, bool,
+                        const std::byte*, uint64_t, std::byte*) {}
 
 #endif
 

@@ -5,6 +5,8 @@
 // bit for bit, which tests/unit/codec/lossy_log_simd_test.cc checks.
 #pragma once
 
+#include <endian.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -55,6 +57,17 @@ typename E::Bits LoadLogBits(const std::byte* p, size_t i) {
 template <typename E>
 void StoreLogBits(std::byte* p, size_t i, typename E::Bits b) {
   std::memcpy(p + i * sizeof b, &b, sizeof b);
+}
+
+// Symbol i of a packed bit string (b <= 24 bits each) by one unaligned
+// 8-byte load: the bit offset in the byte plus b stays below 64. REQUIRES
+// kPackedSlack readable bytes after the packed size.
+inline constexpr size_t kPackedSlack = 8;
+inline uint32_t SymbolAt(const std::byte* packed, uint64_t i, uint32_t bits, uint32_t mask) {
+  const uint64_t pos = i * bits;
+  uint64_t word;
+  std::memcpy(&word, packed + pos / 8, 8);
+  return static_cast<uint32_t>(le64toh(word) >> (pos % 8)) & mask;
 }
 
 // The grid index of a base element, or kNoIndex when it is not on the grid.
@@ -262,5 +275,12 @@ void DecodeKeyTableF32Avx512(const uint32_t* table, const std::byte* packed, uin
 void DecodeDeltaF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits,
                           int64_t origin, int64_t shift, bool zero_carry, const std::byte* base, uint64_t n,
                           std::byte* out);
+// DecodeDeltaF32Avx512 by AVX2 (groups of 8; gathers instead of permutes,
+// so any table serves). REQUIRES: LogSimdAvailable(), table built from
+// grid, |origin| < kMaxVectorOrigin, |shift| <= kMaxShift, 1 <= bits <= 24,
+// packed readable for 8 bytes past its packed size.
+void DecodeDeltaF32Avx2(const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits,
+                        int64_t origin, int64_t shift, bool zero_carry, const std::byte* base, uint64_t n,
+                        std::byte* out);
 
 }  // namespace ckptfs::lossy

@@ -126,10 +126,20 @@ std::vector<std::byte> DecodeLog(ElementType type, const std::vector<std::byte>&
 // class of the vector decode: a base at, below and above the table's
 // exponent range, off the grid (zero, negative, NaN, Inf), symbols 0 and
 // +0.0, and values that leave the normal range.
+// The vector levels this CPU runs (AVX2, and AVX-512 where present).
+std::vector<SimdLevel> VectorLevels() {
+  std::vector<SimdLevel> levels;
+  if (LogSimdAvailable()) levels.push_back(SimdLevel::kAvx2);
+  if (CpuHasSimd(SimdLevel::kAvx512) && LogAvx512Available()) levels.push_back(SimdLevel::kAvx512);
+  return levels;
+}
+
 TEST(LossyLogSimd, FramesDecodeAsTheScalarReference) {
-  if (!CpuHasSimd(SimdLevel::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  if (VectorLevels().empty()) GTEST_SKIP() << "no AVX2";
+  for (SimdLevel level : VectorLevels()) {
+  SCOPED_TRACE("level " + std::to_string(static_cast<int>(level)));
   Scratch vector_scratch, scalar_scratch;
-  for (double max_rel : {1e-2, 0.1, 0.5}) {
+  for (double max_rel : {1e-3, 1e-2, 0.1, 0.5}) {
     for (size_t n : {size_t{4096}, size_t{70001}}) {
       SCOPED_TRACE("max_rel " + std::to_string(max_rel) + " n " + std::to_string(n));
       const std::vector<float> v0 = Mixed(n, static_cast<uint32_t>(n + 1));
@@ -149,8 +159,7 @@ TEST(LossyLogSimd, FramesDecodeAsTheScalarReference) {
       Result<std::optional<EncodedChunk>> k =
           EncodeLogChunk(ElementType::kF32, key, {}, max_rel, scalar_scratch.buffers(), 1, {}, SimdLevel::kScalar);
       ASSERT_TRUE(k.ok() && k->has_value());
-      EXPECT_TRUE(DecodeLog(ElementType::kF32, (*k)->bytes, {}, vector_scratch, SimdLevel::kAvx512) ==
-                  (*k)->reconstruction);
+      EXPECT_TRUE(DecodeLog(ElementType::kF32, (*k)->bytes, {}, vector_scratch, level) == (*k)->reconstruction);
       EXPECT_TRUE(DecodeLog(ElementType::kF32, (*k)->bytes, {}, scalar_scratch, SimdLevel::kScalar) ==
                   (*k)->reconstruction);
       Result<std::optional<EncodedChunk>> d =
@@ -158,12 +167,13 @@ TEST(LossyLogSimd, FramesDecodeAsTheScalarReference) {
       ASSERT_TRUE(d.ok() && d->has_value());
       const EncodedChunk& delta = **d;
       const std::vector<std::byte> scalar = DecodeLog(ElementType::kF32, delta.bytes, key, scalar_scratch, SimdLevel::kScalar);
-      const std::vector<std::byte> vector = DecodeLog(ElementType::kF32, delta.bytes, key, vector_scratch, SimdLevel::kAvx512);
+      const std::vector<std::byte> vector = DecodeLog(ElementType::kF32, delta.bytes, key, vector_scratch, level);
       ASSERT_TRUE(scalar == delta.reconstruction);
       ASSERT_EQ(vector.size(), scalar.size());
       for (size_t i = 0; i < scalar.size(); i += 4)
         ASSERT_EQ(std::memcmp(vector.data() + i, scalar.data() + i, 4), 0) << "element " << i / 4;
     }
+  }
   }
 }
 
@@ -172,13 +182,16 @@ TEST(LossyLogSimd, FramesDecodeAsTheScalarReference) {
 // of every class, large symbols that leave the normal range, origins far
 // from the bases' indices.
 TEST(LossyLogSimd, DeltaDecodeEqualsDecodeLogElement) {
-  if (!CpuHasSimd(SimdLevel::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  if (VectorLevels().empty()) GTEST_SKIP() << "no AVX2";
+  for (SimdLevel level : VectorLevels()) {
   std::mt19937_64 rng(11);
-  for (double max_rel : {8e-3, 1e-2, 2e-2, 3e-2, 0.1, 0.5}) {  // 3 to 46 levels per octave
+  // 3 to 46 levels per octave, and (AVX2 only) 460.
+  for (double max_rel : {8e-3, 1e-2, 2e-2, 3e-2, 0.1, 0.5, 1e-3}) {
     Result<LogGrid> grid = LogGrid::FromRatio(LogGrid::RatioFor(max_rel));
     ASSERT_TRUE(grid.ok());
     std::optional<LogFractionTable> table = LogFractionTable::Build(*grid);
-    ASSERT_TRUE(table && table->has_small);
+    ASSERT_TRUE(table);
+    if (level == SimdLevel::kAvx512 && !table->has_small) continue;
     for (uint32_t bits = 1; bits <= 24; ++bits) {
       SCOPED_TRACE("max_rel " + std::to_string(max_rel) + " bits " + std::to_string(bits));
       const size_t n = 1000 + bits;
@@ -189,7 +202,12 @@ TEST(LossyLogSimd, DeltaDecodeEqualsDecodeLogElement) {
       const int64_t shift = static_cast<int64_t>(rng() % (2 * kMaxShift + 1)) - kMaxShift;
       for (bool zero_carry : {false, true}) {
         std::vector<std::byte> out(4 * n);
-        DecodeDeltaF32Avx512(*grid, *table, packed.data(), bits, origin, shift, zero_carry, base.data(), n, out.data());
+        if (level == SimdLevel::kAvx512)
+          DecodeDeltaF32Avx512(*grid, *table, packed.data(), bits, origin, shift, zero_carry, base.data(), n,
+                               out.data());
+        else
+          DecodeDeltaF32Avx2(*grid, *table, packed.data(), bits, origin, shift, zero_carry, base.data(), n,
+                             out.data());
         const uint32_t mask = (1u << bits) - 1;
         for (size_t i = 0; i < n; ++i) {
           uint64_t word;
@@ -198,10 +216,12 @@ TEST(LossyLogSimd, DeltaDecodeEqualsDecodeLogElement) {
           const uint32_t want = DecodeLogElement<F32Elem>(*grid, sym, base.data(), i, origin, shift, zero_carry);
           uint32_t got;
           std::memcpy(&got, out.data() + 4 * i, 4);
-          ASSERT_EQ(got, want) << "element " << i << " symbol " << sym << " zero_carry " << zero_carry;
+          ASSERT_EQ(got, want) << "level " << static_cast<int>(level) << " element " << i << " symbol " << sym
+                               << " zero_carry " << zero_carry;
         }
       }
     }
+  }
   }
 }
 
