@@ -8,14 +8,18 @@
 // A delta blob names its base by content address; --base supplies the base
 // blob files (their ids are computed from their bytes), so a chain can be
 // decoded offline.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
-#include <mutex>
-
+#include <cerrno>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
 
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
@@ -138,15 +142,52 @@ int RunEncode(const BlobArgs& a) {
   return kExitOk;
 }
 
+// Writes a new file piece by piece; removes it unless Finish succeeded.
+class OutputFileSink final : public ByteSink {
+ public:
+  static Result<std::unique_ptr<OutputFileSink>> Create(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Status::Io(errno, "create " + path);
+    return std::unique_ptr<OutputFileSink>(new OutputFileSink(fd, path));
+  }
+  ~OutputFileSink() override {
+    if (fd_ >= 0) ::close(fd_);
+    if (!finished_) ::unlink(path_.c_str());  // no partial or unchecked output is left behind
+  }
+  Status Append(ByteSpan data) override {
+    for (size_t done = 0; done < data.size();) {
+      const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Status::Io(errno, "write " + path_);
+      done += static_cast<size_t>(n);
+    }
+    return Status::Ok();
+  }
+  Status Finish() {
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) return Status::Io(errno, "close " + path_);
+    finished_ = true;
+    return Status::Ok();
+  }
+
+ private:
+  OutputFileSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_;
+  std::string path_;
+  bool finished_ = false;
+};
+
 int RunDecode(const BlobArgs& a) {
   FileListResolver resolver;
   for (const auto& b : a.bases)
     if (Status s = resolver.AddFile(b); !s.ok()) return ReportStatus(s, "decode: --base");
   auto reader = OpenBlobFile(a.in, &resolver);
   if (!reader.ok()) return ReportStatus(reader.status(), "decode " + a.in);
-  auto bytes = DecodeAll(**reader, a.threads);
-  if (!bytes.ok()) return ReportStatus(bytes.status(), "decode " + a.in);
-  return ReportStatus(WriteWholeFile(a.out, *bytes), "decode");
+  auto sink = OutputFileSink::Create(a.out);
+  if (!sink.ok()) return ReportStatus(sink.status(), "decode");
+  // Streamed through a few reused buffers: memory does not grow with the file.
+  if (Status s = DecodeToSink(**reader, sink->get(), a.threads); !s.ok()) return ReportStatus(s, "decode " + a.in);
+  return ReportStatus((*sink)->Finish(), "decode");
 }
 
 int RunInspect(const BlobArgs& a) {

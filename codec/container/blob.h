@@ -268,6 +268,15 @@ class BlobReader {
 // taken in file order), a delta chain's bases included.
 Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader, unsigned threads = 1);
 
+// Decodes the whole file into `sink` in file order: pieces of whole chunks
+// (about kDecodePieceBytes) decoded on `threads` threads into buffers that
+// are reused from piece to piece, so memory stays at a few pieces per
+// thread whatever the file's size (and no fresh memory is touched per
+// piece). The whole-file checksum is checked at the end, when the sink has
+// received every byte: on an error the caller discards what it received.
+inline constexpr uint64_t kDecodePieceBytes = uint64_t{8} << 20;
+Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads = 1);
+
 // A thread-safe LRU of decoded chunks shared by readers, keyed by
 // (blob id, chunk index). Capacity in bytes.
 //

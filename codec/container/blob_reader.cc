@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "codec/common/hash.h"
 #include "codec/container/blob_format.h"
 #include "codec/container/step_space.h"
 #include "codec/tensor/lossy/dither.h"
@@ -21,6 +22,7 @@
 #include "codec/tensor/lossy/row_column_base.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/chunk_codec.h"
+#include "codec/tensor/scratch.h"
 #include "codec/tensor/scratch_pool.h"
 
 namespace ckptfs {
@@ -496,50 +498,101 @@ Result<std::shared_ptr<const BlobReader>> BlobReader::Open(std::shared_ptr<const
       std::make_shared<BlobReaderImpl>(std::move(blob), id, resolver, cache, limits, std::move(index)));
 }
 
+namespace {
+
+// [begin, end) ranges of the file of whole chunks, each at least `target`
+// bytes (but the last), in file order.
+std::vector<std::pair<uint64_t, uint64_t>> ChunkPieces(const std::vector<ChunkInfo>& chunks, uint64_t target) {
+  std::vector<std::pair<uint64_t, uint64_t>> pieces;
+  for (const ChunkInfo& c : chunks) {
+    const uint64_t end = c.logical_offset + c.logical_length;
+    if (pieces.empty() || pieces.back().second - pieces.back().first >= target)
+      pieces.emplace_back(c.logical_offset, end);
+    else
+      pieces.back().second = end;
+  }
+  return pieces;
+}
+
+// Runs decode(piece, thread) for pieces [first, first + count) on up to
+// `threads` threads (piece first + t on thread t when count <= threads,
+// else taken in order by whichever thread is free); the first error wins.
+template <typename Decode>
+Status DecodePieces(size_t first, size_t count, unsigned threads, const Decode& decode) {
+  threads = static_cast<unsigned>(std::min<size_t>(threads, count));
+  if (threads <= 1) {
+    for (size_t i = first; i < first + count; ++i) RETURN_IF_ERROR(decode(i, 0u));
+    return Status::Ok();
+  }
+  std::atomic<size_t> next{first};
+  std::vector<Status> failures(threads);
+  auto work = [&](unsigned t) {
+    for (size_t i = next++; i < first + count; i = next++) {
+      Status s = decode(i, t);
+      if (!s.ok()) {
+        failures[t] = std::move(s);
+        next = first + count;  // the others stop after their current piece
+        return;
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> helpers;
+    for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work, t);
+    work(0);
+  }
+  for (Status& s : failures) RETURN_IF_ERROR(std::move(s));
+  return Status::Ok();
+}
+
+Status CheckFileChecksum(const BlobReader& reader, uint64_t have) {
+  if (have == reader.file_checksum()) return Status::Ok();
+  return Status::ChecksumMismatch(
+      fmt::format("blob: whole-file checksum want={:016x} have={:016x}", reader.file_checksum(), have));
+}
+
+}  // namespace
+
 Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader, unsigned threads) {
   if (reader.logical_size() > SIZE_MAX) return Status::NoMemory("decode: file too large for memory");
   std::vector<std::byte> out(reader.logical_size());
-  const std::vector<ChunkInfo>& chunks = reader.chunks();
-  threads = static_cast<unsigned>(std::min<size_t>(threads, chunks.size()));
   if (threads <= 1) {
     RETURN_IF_ERROR(reader.ReadAt(0, out));
   } else {
-    // Pieces of whole chunks, about 4 per thread and at most 16 MiB, handed
-    // out in file order: threads finish together and a piece's base chunks
-    // are decoded once (a piece starts and ends on a chunk boundary).
-    const uint64_t target = std::clamp<uint64_t>(out.size() / (4 * threads), 1, uint64_t{16} << 20);
-    std::vector<std::pair<uint64_t, uint64_t>> pieces;  // [begin, end) of the file
-    for (const ChunkInfo& c : chunks) {
-      const uint64_t end = c.logical_offset + c.logical_length;
-      if (pieces.empty() || pieces.back().second - pieces.back().first >= target)
-        pieces.emplace_back(c.logical_offset, end);
-      else
-        pieces.back().second = end;
-    }
-    std::atomic<size_t> next{0};
-    std::vector<Status> failures(threads);
-    auto work = [&](unsigned t) {
-      for (size_t i = next++; i < pieces.size(); i = next++) {
-        auto [begin, end] = pieces[i];
-        Status s = reader.ReadAt(begin, MutableByteSpan(out.data() + begin, end - begin));
-        if (!s.ok()) {
-          failures[t] = std::move(s);
-          next = pieces.size();  // the others stop after their current piece
-          return;
-        }
-      }
-    };
-    {
-      std::vector<std::jthread> helpers;
-      for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work, t);
-      work(0);
-    }
-    for (Status& s : failures) RETURN_IF_ERROR(std::move(s));
+    // About 4 pieces per thread and at most 16 MiB each, so that threads
+    // finish together; a piece starts and ends on a chunk boundary, so its
+    // base chunks are decoded once.
+    const auto pieces = ChunkPieces(reader.chunks(), std::clamp<uint64_t>(out.size() / (4 * threads), 1,
+                                                                          uint64_t{16} << 20));
+    RETURN_IF_ERROR(DecodePieces(0, pieces.size(), threads, [&](size_t i, unsigned) {
+      auto [begin, end] = pieces[i];
+      return reader.ReadAt(begin, MutableByteSpan(out.data() + begin, end - begin));
+    }));
   }
-  if (uint64_t have = Checksum64(out); have != reader.file_checksum())
-    return Status::ChecksumMismatch(
-        fmt::format("blob: whole-file checksum want={:016x} have={:016x}", reader.file_checksum(), have));
+  RETURN_IF_ERROR(CheckFileChecksum(reader, Checksum64(out)));
   return out;
+}
+
+Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads) {
+  threads = std::max(1u, threads);
+  const auto pieces = ChunkPieces(reader.chunks(), kDecodePieceBytes);
+  std::vector<ScratchBuffer> buffers(threads);
+  Checksum64Stream hash;
+  // Rounds of one piece per thread, appended in file order.
+  for (size_t first = 0; first < pieces.size(); first += threads) {
+    const size_t count = std::min<size_t>(threads, pieces.size() - first);
+    RETURN_IF_ERROR(DecodePieces(first, count, threads, [&](size_t i, unsigned) {
+      auto [begin, end] = pieces[i];
+      return reader.ReadAt(begin, MutableByteSpan(buffers[i - first].Reserve(end - begin), end - begin));
+    }));
+    for (size_t k = 0; k < count; ++k) {
+      auto [begin, end] = pieces[first + k];
+      const ByteSpan piece(buffers[k].data(), end - begin);
+      hash.Update(piece);
+      RETURN_IF_ERROR(sink->Append(piece));
+    }
+  }
+  return CheckFileChecksum(reader, hash.Digest());
 }
 
 }  // namespace ckptfs

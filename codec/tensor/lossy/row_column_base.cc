@@ -89,7 +89,11 @@ bool SynthesizeRowColumnBase(ByteSpan block, uint64_t columns, MutableByteSpan o
     for (uint64_t c = 0; c < columns; ++c) {
       const int64_t e = std::clamp<int64_t>(global + row[r] + column[c], kLowest, kHighest);
       // e >> 3 is floor(e / 8) and e & 7 its remainder, negative e included.
-      StoreLE32(at + 4 * c, std::bit_cast<uint32_t>(std::ldexp(kEighths[e & 7], static_cast<int>(e >> 3))));
+      // ldexp(kEighths[e & 7], e >> 3) is a normal float for every e in
+      // [kLowest, kHighest] (its exponent in [-126, 127]): the eighth's bits
+      // with e >> 3 added to the exponent field, exactly.
+      const uint32_t eighth = std::bit_cast<uint32_t>(kEighths[e & 7]);
+      StoreLE32(at + 4 * c, eighth + static_cast<uint32_t>(static_cast<int32_t>(e >> 3) * (int32_t{1} << 23)));
     }
   }
   return true;

@@ -42,6 +42,15 @@ TEST(RowColumnBase, SynthesisIsExactPowersOfTwoInEighthsAndClamped) {
     ASSERT_TRUE(lossy::SynthesizeRowColumnBase(Block(e, {0}, {0}), 1, one));
     EXPECT_NEAR(std::log2(F32At(one, 0)), e / 8.0, 1e-6) << e;
   }
+  // Every exponent in range equals ldexp of its eighth (the synthesis adds
+  // to the exponent field instead of calling it).
+  const float eighths[8] = {0x1p+0f, 0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f,
+                            0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f};
+  for (int e = -126 * 8; e <= 127 * 8 + 7; ++e) {
+    std::vector<std::byte> one(4);
+    ASSERT_TRUE(lossy::SynthesizeRowColumnBase(Block(e, {0}, {0}), 1, one));
+    ASSERT_EQ(F32At(one, 0), std::ldexp(eighths[e & 7], e >> 3)) << e;
+  }
   std::vector<std::byte> one(4);
   ASSERT_TRUE(lossy::SynthesizeRowColumnBase(Block(-5000, {-100}, {-100}), 1, one));
   EXPECT_EQ(F32At(one, 0), 0x1p-126f) << "never a denormal";
