@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "codec/common/bytes.h"
+#include "codec/tensor/scratch.h"
 
 namespace ckptfs {
 
@@ -21,7 +22,7 @@ class ChunkBuffer {
   // memory is kept when it is large enough, else replaced (nothing copied).
   void Resize(size_t size) {
     if (size > capacity_) {
-      bytes_ = std::make_unique_for_overwrite<std::byte[]>(size);
+      bytes_ = ScratchBuffer::AllocateLarge(size);  // huge pages from 4 MiB (scratch.h)
       capacity_ = size;
     }
     size_ = size;
@@ -35,7 +36,7 @@ class ChunkBuffer {
   MutableByteSpan mutable_span() { return {bytes_.get(), size_}; }
 
  private:
-  std::unique_ptr<std::byte[]> bytes_;
+  ScratchBuffer::Memory bytes_;
   size_t size_ = 0;
   size_t capacity_ = 0;
 };

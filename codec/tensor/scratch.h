@@ -25,7 +25,7 @@ class ScratchBuffer {
   // Returns at least `n` writable bytes; earlier contents are not kept.
   std::byte* Reserve(size_t n) {
     if (n > capacity_) {
-      data_.reset(new std::byte[n]);
+      data_ = AllocateLarge(n);
       capacity_ = n;
     }
     return data_.get();
@@ -34,8 +34,19 @@ class ScratchBuffer {
   const std::byte* data() const { return data_.get(); }
   size_t capacity() const { return capacity_; }
 
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  using Memory = std::unique_ptr<std::byte[], Free>;
+  // Uninitialised memory of n bytes; from kHugePageFrom bytes on, aligned to
+  // 2 MiB and advised to use transparent huge pages: its first touch then
+  // faults once per 2 MiB instead of once per 4 KiB (page faults were a
+  // fifth of a large file's lossy encode).
+  static constexpr size_t kHugePageFrom = size_t{4} << 20;
+  static Memory AllocateLarge(size_t n);
+
  private:
-  std::unique_ptr<std::byte[]> data_;
+  Memory data_;
   size_t capacity_ = 0;
 };
 
