@@ -1,5 +1,5 @@
 // encode / decode / inspect: the codec on single files, without a store.
-//   ckptfs encode IN BLOB [--base BASE_BLOB] [--zstd-level N] [--threads N]
+//   ckptfs encode IN BLOB [--base BASE_BLOB] [--zstd-level N] [--threads N] [--stages]
 //                 [--budget REL_L2 [--opt-budget REL_L2] [--schedule off|dsq] [--predict on|off]
 //                  [--momentum plain|step] [--momentum-budget REL_L2] [--denominator-budget MAX_REL]]
 //   ckptfs decode BLOB OUT [--base BASE_BLOB ...] [--threads N]
@@ -68,6 +68,7 @@ struct BlobArgs {
   unsigned threads = 1;
   bool json = false;
   bool chunks = false;
+  bool stages = false;  // encode: print the time per stage (JSON)
   double budget = 0.0;       // 0: lossless (the default of a single-file encode)
   double opt_budget = -1.0;  // < 0: the mount's default (policy::DefaultOptimizerBudget)
   std::string schedule = "dsq";  // the mount's default
@@ -139,6 +140,15 @@ int RunEncode(const BlobArgs& a) {
                            a.in, stats->logical_bytes, stats->stored_bytes, ratio,
                            FileFormatName(layout.format), layout.tensors.size(), stats->chunks,
                            stats->delta_chunks, ObjectId::Of(sink.bytes).Hex());
+  if (a.stages) {
+    nlohmann::json j;
+    for (size_t k = 0; k < static_cast<size_t>(EncodeStage::kCount); ++k) {
+      const EncodeStageStat& st = stats->stages.stage[k];
+      j[std::string(EncodeStageName(static_cast<EncodeStage>(k)))] = {
+          {"seconds", st.seconds}, {"chunks", st.calls}, {"kept", st.kept}, {"saved_bytes", st.saved_bytes}};
+    }
+    std::cout << "stages: " << j.dump() << "\n";
+  }
   return kExitOk;
 }
 
@@ -222,6 +232,8 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
   enc->add_option("--base", args->bases, "previous version's blob (delta frame); more for its chain");
   enc->add_option("--zstd-level", args->zstd_level, "zstd level")->check(CLI::Range(-7, 22));
   enc->add_option("--threads", args->threads, "encode threads")->check(CLI::Range(1, 256));
+  enc->add_flag("--stages", args->stages,
+                "print the time spent per stage and what the optional candidates saved (one JSON line)");
   enc->add_option("--budget", args->budget, "lossy: per-tensor rel_l2 budget of float tensors (0 = lossless)")
       ->check(CLI::Range(0.0, 1.0));
   enc->add_option("--opt-budget", args->opt_budget, "lossy: budget of optimizer state (default: --budget, at least 0.2)")

@@ -18,6 +18,7 @@
 #include "codec/common/io.h"
 #include "codec/common/status.h"
 #include "codec/container/chunk_buffer.h"
+#include "codec/container/encode_stages.h"
 #include "codec/format/layout.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/schedule.h"
@@ -142,6 +143,7 @@ struct EncodeStats {
   uint32_t lossy_chunks = 0;   // chunks stored with ChunkCodec::kLossy
   double max_rel_l2 = 0.0;     // largest per-tensor rel_l2 achieved (0 = exact)
   uint64_t file_checksum = 0;  // the blob's file_checksum (of the reconstruction)
+  EncodeStageStats stages;     // time per stage, and what the candidates won
 };
 
 // Encodes `file` described by `layout` into `sink`.

@@ -165,9 +165,10 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
 // are smaller than `result` (the chunk encoded lossily without one, whose
 // reconstruction is in `recon`); otherwise `result` and `recon` stay. Only
 // with options.low_rank_moments, a base, and a range that changed.
+// *tried: whether the candidate was encoded.
 Status TryLowRank(ByteSpan file, const PlannedChunk& plan, const Layout& layout, const StepStates& states,
                   ByteSpan base_bytes, const SourceMatch& source, const EncodeOptions& options, CodecScratch& scratch,
-                  MutableByteSpan recon, LossyResult* result, const StepSpaceInput& space) {
+                  MutableByteSpan recon, LossyResult* result, const StepSpaceInput& space, bool* tried) {
   if (!options.low_rank_moments || source.unchanged || space.base_x.empty() || !result->used) return Status::Ok();
   const std::optional<uint64_t> tensor_offset = states.tensor_offset[plan.tensor];
   if (!tensor_offset || plan.offset < *tensor_offset || !(result->params.budget_rel_l2 > 0)) return Status::Ok();
@@ -177,6 +178,7 @@ Status TryLowRank(ByteSpan file, const PlannedChunk& plan, const Layout& layout,
   std::optional<LowRankCandidate> candidate =
       PredictLowRank(space.x, space.base_x, *columns, result->params.budget_rel_l2, scratch);
   if (!candidate) return Status::Ok();
+  *tried = true;
   MutableByteSpan range = recon.subspan(plan.offset, plan.length);
   std::byte* kept = scratch.step_inputs[3].Reserve(plan.length);  // unused by this pass otherwise
   std::copy(range.begin(), range.end(), kept);
@@ -204,10 +206,51 @@ Status TryLowRank(ByteSpan file, const PlannedChunk& plan, const Layout& layout,
 // frame); a near version predicts its successor better than any outer
 // product.
 constexpr double kRowColumnFromBits = 1.0;
+// The candidate costs a second encode of the chunk, and on most chunks it
+// saved little (`ckptfs encode --stages` on a 201 MB MLP near
+// initialization: 45 % of the key frame's time for 0.4 % of its bytes; on
+// a transformer 36 % for 9 %): it is first tried on a band of
+// 1/kRowColumnSampleShare of the chunk's rows (middle rows, their own fit),
+// and the whole chunk follows only when the band's candidate is below
+// kRowColumnSampleGain of the band's share of the stream.
+constexpr uint64_t kRowColumnSampleShare = 8;
+constexpr uint64_t kRowColumnSampleRows = 64;  // fewer rows: no band, the whole chunk is tried
+constexpr double kRowColumnSampleGain = 0.97;
+
+bool RowColumnSamplePays(ByteSpan file, const PlannedChunk& plan, uint64_t columns, const SourceMatch& source,
+                         const EncodeOptions& options, CodecScratch& scratch, MutableByteSpan recon,
+                         uint64_t stream_bytes) {
+  const uint64_t rows = plan.length / 4 / columns;
+  if (rows < kRowColumnSampleRows) return true;
+  const uint64_t band_rows = rows / kRowColumnSampleShare;
+  const uint64_t skip = (rows - band_rows) / 2 * columns * 4;
+  PlannedChunk band = plan;
+  band.offset += skip;
+  band.length = band_rows * columns * 4;
+  if (band.base_offset) *band.base_offset += skip;
+  std::optional<std::vector<std::byte>> block = lossy::FitRowColumnBase(file.subspan(band.offset, band.length), columns);
+  if (!block) return false;
+  MutableByteSpan base(scratch.step_inputs[3].Reserve(band.length), band.length);
+  if (!lossy::SynthesizeRowColumnBase(*block, columns, base)) return false;
+  // The probe writes its reconstruction over the band's: put it back.
+  MutableByteSpan range = recon.subspan(band.offset, band.length);
+  std::byte* kept = scratch.step_inputs[2].Reserve(band.length);
+  std::copy(range.begin(), range.end(), kept);
+  LossyResult probe;
+  const Status encoded =
+      EncodeLossy(file, band, base, source, nullptr, options, options.lossy_kernels, scratch, recon.data(), &probe);
+  std::copy(kept, kept + band.length, range.begin());
+  if (!encoded.ok() || !probe.used || !probe.params.delta() || probe.params.mode != 2) return false;
+  const double band_share = static_cast<double>(stream_bytes) * static_cast<double>(band.length) /
+                            static_cast<double>(plan.length);
+  return static_cast<double>(probe.stored.size() + block->size()) < kRowColumnSampleGain * band_share;
+}
+
+// *tried: whether the candidate was encoded.
 Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, const Layout& layout,
                         const std::vector<std::optional<uint64_t>>& tensor_offsets, const SourceMatch& source,
                         const EncodeOptions& options, CodecScratch& scratch, MutableByteSpan recon,
-                        LossyResult* result) {
+                        LossyResult* result, bool* tried) {
   const uint64_t n = plan.length / 4;
   if (!result->used || result->params.mode != 2 || plan.dtype != DType::kF32 || !(plan.budget.max_rel > 0) ||
       static_cast<double>(result->stored.size()) * 8 < kRowColumnFromBits * static_cast<double>(n))
@@ -219,11 +262,14 @@ Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, const Layout& l
   const std::optional<uint64_t> columns =
       ChunkColumns(layout.tensors[plan.tensor], (plan.offset - *tensor_offset) / 4, n);
   if (!columns) return Status::Ok();
+  if (!RowColumnSamplePays(file, plan, *columns, source, options, scratch, recon, result->stored.size()))
+    return Status::Ok();
   const ByteSpan data = file.subspan(plan.offset, plan.length);
   std::optional<std::vector<std::byte>> block = lossy::FitRowColumnBase(data, *columns);
   if (!block) return Status::Ok();
   MutableByteSpan base(scratch.step_inputs[3].Reserve(plan.length), plan.length);
   if (!lossy::SynthesizeRowColumnBase(*block, *columns, base)) return Status::Ok();
+  *tried = true;
   MutableByteSpan range = recon.subspan(plan.offset, plan.length);
   std::byte* kept = scratch.step_inputs[2].Reserve(plan.length);
   std::copy(range.begin(), range.end(), kept);
@@ -411,6 +457,14 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       if (recon.capacity() > kKeptReconBytes) recon = ScratchBuffer();
     }
   } release_large_recon{recon_buffer};
+  EncodeStageRecorder stages;
+  // The base's reconstruction of a chunk, timed.
+  auto read_base_bytes = [&](const PlannedChunk& p, CodecScratch& scratch) {
+    StageTimer timer;
+    const ByteSpan bytes = ReadBaseBytes(p, base, scratch);
+    stages.Add(EncodeStage::kBaseRead, timer.Seconds(), !bytes.empty());
+    return bytes;
+  };
   std::vector<LossyResult> lossy_results;
   std::vector<double> tensor_err2(layout.tensors.size()), tensor_ref2(layout.tensors.size());
   if (std::any_of(plan.begin(), plan.end(), [](const PlannedChunk& c) { return c.lossy(); })) {
@@ -443,19 +497,31 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     auto encode_as_is = [&](size_t i, ByteSpan base_bytes, const SourceMatch& source, CodecScratch& scratch) {
       std::optional<ChunkPrediction> scaled;
       if (predict && states.is_momentum.size() > 0 && states.is_momentum[plan[i].tensor] &&
-          plan[i].budget.rel_l2 > 0 && !base_bytes.empty() && !source.unchanged)
+          plan[i].budget.rel_l2 > 0 && !base_bytes.empty() && !source.unchanged) {
+        StageTimer timer;
         scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, scratch);
+        stages.Add(EncodeStage::kPrediction, timer.Seconds());
+      }
+      StageTimer lossy_timer;
       statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
-      if (statuses[i].ok())
+      stages.Add(EncodeStage::kLossy, lossy_timer.Seconds());
+      if (statuses[i].ok()) {
+        StageTimer timer;
+        const size_t before = lossy_results[i].stored.size();
+        bool tried = false;
         statuses[i] = TryRowColumnBase(file, plan[i], layout, tensor_offsets, source, options, scratch, recon,
-                                       &lossy_results[i]);
+                                       &lossy_results[i], &tried);
+        const bool kept = lossy_results[i].params.row_column.has_value();
+        stages.Add(EncodeStage::kRowColumn, timer.Seconds(), tried, kept,
+                   static_cast<int64_t>(before) - static_cast<int64_t>(lossy_results[i].stored.size()));
+      }
     };
     // A caller's kernel backend is one object: never used by two threads.
     parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
       if (deferred[i] || in_step_space(i)) return;
       if (plan[i].lossy()) {
-        const ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
+        const ByteSpan base_bytes = read_base_bytes(plan[i], scratch);
         encode_as_is(i, base_bytes, MatchSource(plan[i], base, chunk_data(i), base_bytes), scratch);
       } else {
         ByteSpan data = file.subspan(plan[i].offset, plan[i].length);
@@ -467,7 +533,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       if (in_step_space(i)) moments.push_back(i);
     parallel(moments.size(), lossy_threads, [&](size_t k, CodecScratch& scratch) {
       const size_t i = moments[k];
-      const ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
+      const ByteSpan base_bytes = read_base_bytes(plan[i], scratch);
       const SourceMatch source = MatchSource(plan[i], base, chunk_data(i), base_bytes);
       const uint64_t length = plan[i].length;
       std::byte* scales = scratch.step_inputs[0].Reserve(length);
@@ -483,6 +549,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       PlannedChunk in_space = plan[i];
       if (in_space.budget.step_rel_l2 > 0) in_space.budget.rel_l2 = in_space.budget.step_rel_l2;
       std::optional<ChunkPrediction> scaled;
+      StageTimer prediction_timer;
       if (!base_bytes.empty()) {
         std::byte* base_x = scratch.step_inputs[2].Reserve(length);
         DivideByScales(base_bytes, scales, base_x);  // any values: the codec keeps non-finite ones
@@ -495,29 +562,43 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         } else if (predict && !source.unchanged) {
           scaled = PredictScaledBase(lossy::ElementType::kF32, space.x, space.base_x, scratch);
         }
+        stages.Add(EncodeStage::kPrediction, prediction_timer.Seconds());
       }
+      StageTimer lossy_timer;
       statuses[i] = EncodeLossy(file, in_space, base_bytes, source, scaled ? &*scaled : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i], &space);
-      if (statuses[i].ok() && predict && !space.dithered)
+      stages.Add(EncodeStage::kLossy, lossy_timer.Seconds());
+      if (statuses[i].ok() && predict && !space.dithered) {
+        StageTimer timer;
+        const size_t before = lossy_results[i].stored.size();
+        bool tried = false;
         statuses[i] = TryLowRank(file, in_space, layout, states, base_bytes, source, options, scratch, recon,
-                                 &lossy_results[i], space);
+                                 &lossy_results[i], space, &tried);
+        const bool kept = lossy_results[i].params.low_rank.has_value();
+        stages.Add(EncodeStage::kLowRank, timer.Seconds(), tried, kept,
+                   static_cast<int64_t>(before) - static_cast<int64_t>(lossy_results[i].stored.size()));
+      }
     });
     std::vector<size_t> second;
     for (size_t i = 0; i < plan.size(); ++i)
       if (deferred[i]) second.push_back(i);
     parallel(second.size(), lossy_threads, [&](size_t k, CodecScratch& scratch) {
       const size_t i = second[k];
-      ByteSpan base_bytes = ReadBaseBytes(plan[i], base, scratch);
+      ByteSpan base_bytes = read_base_bytes(plan[i], scratch);
       const SourceMatch source = MatchSource(plan[i], base, chunk_data(i), base_bytes);
       std::optional<ChunkPrediction> prediction;
       if (!base_bytes.empty() && !source.unchanged) {
+        StageTimer timer;
         const std::vector<StepCandidate> candidates = StepCandidates(layout, states, base_match, plan[i]);
         auto read_base = [&](uint64_t offset, MutableByteSpan out) { return base->reader->ReadAt(offset, out); };
         prediction = PredictChunk(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, recon, candidates,
                                   read_base, scratch);
+        stages.Add(EncodeStage::kPrediction, timer.Seconds());
       }
+      StageTimer lossy_timer;
       statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, prediction ? &*prediction : nullptr, options,
                                 options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
+      stages.Add(EncodeStage::kLossy, lossy_timer.Seconds());
     });
     for (size_t i = 0; i < plan.size(); ++i) {
       RETURN_IF_ERROR(statuses[i].WithContext(fmt::format("encode: lossy chunk {} at offset {}", i, plan[i].offset)));
@@ -540,6 +621,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   slots.resize(std::min(window, std::max<size_t>(plan.size(), 1)));
   Checksum64Stream file_checksum;
   EncodeStats stats;
+  StageTimer stored_pass_timer;
   for (size_t first = 0; first < plan.size(); first += slots.size()) {
     const size_t count = std::min(slots.size(), plan.size() - first);
     parallel(count, threads, [&](size_t i, CodecScratch& scratch) {
@@ -568,6 +650,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     }
   }
 
+  stages.Add(EncodeStage::kStoredPass, stored_pass_timer.Seconds(), false);
   index.header.file_checksum = file_checksum.Digest();
   index.header.tensor_count = static_cast<uint32_t>(index.tensors.size());
   index.header.segment_count = static_cast<uint32_t>(index.segments.size());
@@ -587,6 +670,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   stats.file_checksum = index.header.file_checksum;
   stats.chunks = static_cast<uint32_t>(index.chunks.size());
   stats.uses_base = stats.delta_chunks > 0;
+  stats.stages = stages.Take();
   for (size_t t = 0; t < tensor_err2.size(); ++t)
     if (tensor_err2[t] > 0)
       stats.max_rel_l2 = std::max(stats.max_rel_l2, tensor_ref2[t] > 0 ? std::sqrt(tensor_err2[t] / tensor_ref2[t]) : 1.0);
