@@ -28,6 +28,7 @@ namespace ckptfs {
 class BlobReader;
 class ChunkCache;
 class CodecScratchPool;
+struct ChunkInfo;
 
 // Chunk codecs. Stored in blobs: never renumber, only append.
 enum class ChunkCodec : uint8_t {
@@ -123,6 +124,11 @@ struct EncodeOptions {
   // Blob format version to write (FORMAT.md): 2 stores the index as a zstd
   // frame; 1 stores it as it is, for readers from before 2026-12-01.
   uint16_t blob_version = 2;
+  // Called once the blob is written, with what reads of it will return (the
+  // reconstruction) and its chunks: the mount keeps it in its chunk cache
+  // under the blob's id, so that the next version's encode finds its base
+  // decoded. The span is valid during the call only.
+  std::function<void(ByteSpan reconstruction, const std::vector<ChunkInfo>& chunks)> on_reconstruction;
 };
 
 // The previous version of the file, for delta frames. Tensors are matched by
@@ -277,7 +283,8 @@ Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader, unsigned thre
 // piece). The whole-file checksum is checked at the end, when the sink has
 // received every byte: on an error the caller discards what it received.
 inline constexpr uint64_t kDecodePieceBytes = uint64_t{8} << 20;
-Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads = 1);
+Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads = 1,
+                    uint64_t piece_bytes = kDecodePieceBytes);
 
 // A thread-safe LRU of decoded chunks shared by readers, keyed by
 // (blob id, chunk index). Capacity in bytes.
@@ -300,6 +307,7 @@ class ChunkCache {
   std::shared_ptr<const ChunkBuffer> Get(const ObjectId& blob, uint32_t chunk);
   void Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const ChunkBuffer> data);
   uint64_t size_bytes() const;
+  uint64_t capacity_bytes() const;
   // Bytes of idle buffers kept for AcquireBuffer (tests, stats).
   uint64_t idle_bytes() const;
   // A buffer of exactly `size` bytes (contents unspecified) to decode a

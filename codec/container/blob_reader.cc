@@ -573,25 +573,73 @@ Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader, unsigned thre
   return out;
 }
 
-Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads) {
+Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, uint64_t piece_bytes) {
   threads = std::max(1u, threads);
-  const auto pieces = ChunkPieces(reader.chunks(), kDecodePieceBytes);
-  std::vector<ScratchBuffer> buffers(threads);
+  const auto pieces = ChunkPieces(reader.chunks(), std::max<uint64_t>(1, piece_bytes));
   Checksum64Stream hash;
-  // Rounds of one piece per thread, appended in file order.
-  for (size_t first = 0; first < pieces.size(); first += threads) {
-    const size_t count = std::min<size_t>(threads, pieces.size() - first);
-    RETURN_IF_ERROR(DecodePieces(first, count, threads, [&](size_t i, unsigned) {
-      auto [begin, end] = pieces[i];
-      return reader.ReadAt(begin, MutableByteSpan(buffers[i - first].Reserve(end - begin), end - begin));
-    }));
-    for (size_t k = 0; k < count; ++k) {
-      auto [begin, end] = pieces[first + k];
-      const ByteSpan piece(buffers[k].data(), end - begin);
-      hash.Update(piece);
-      RETURN_IF_ERROR(sink->Append(piece));
+  auto append = [&](ByteSpan piece) {
+    hash.Update(piece);
+    return sink->Append(piece);
+  };
+  if (threads == 1 || pieces.size() <= 1) {
+    ScratchBuffer buffer;
+    for (auto [begin, end] : pieces) {
+      RETURN_IF_ERROR(reader.ReadAt(begin, MutableByteSpan(buffer.Reserve(end - begin), end - begin)));
+      RETURN_IF_ERROR(append(ByteSpan(buffer.data(), end - begin)));
     }
+    return CheckFileChecksum(reader, hash.Digest());
   }
+  // `threads` decoders fill a ring of 2 slots per thread in file order
+  // while this thread hashes and appends the finished pieces in order, so
+  // the output's copy overlaps the decode of the next pieces.
+  const size_t slots = 2 * size_t{threads};
+  std::vector<ScratchBuffer> buffers(slots);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t next_to_take = 0, next_to_append = 0;
+  std::vector<char> done(pieces.size(), 0);
+  Status failure;
+  bool stop = false;
+  auto decoder = [&] {
+    for (;;) {
+      size_t i;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return stop || next_to_take >= pieces.size() || next_to_take < next_to_append + slots; });
+        if (stop || next_to_take >= pieces.size()) return;
+        i = next_to_take++;
+      }
+      auto [begin, end] = pieces[i];
+      Status s = reader.ReadAt(begin, MutableByteSpan(buffers[i % slots].Reserve(end - begin), end - begin));
+      std::lock_guard lock(mu);
+      if (!s.ok() && failure.ok()) failure = std::move(s), stop = true;
+      done[i] = 1;
+      cv.notify_all();
+    }
+  };
+  Status appended;
+  {
+    std::vector<std::jthread> workers;
+    for (unsigned t = 0; t < threads; ++t) workers.emplace_back(decoder);
+    for (size_t k = 0; k < pieces.size() && appended.ok(); ++k) {
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return stop || done[k]; });
+        if (stop) break;
+      }
+      auto [begin, end] = pieces[k];
+      appended = append(ByteSpan(buffers[k % slots].data(), end - begin));
+      std::lock_guard lock(mu);
+      next_to_append = k + 1;
+      if (!appended.ok()) stop = true;
+      cv.notify_all();
+    }
+    std::lock_guard lock(mu);  // the workers see stop or the end and return
+    stop = true;
+    cv.notify_all();
+  }
+  RETURN_IF_ERROR(std::move(failure));
+  RETURN_IF_ERROR(std::move(appended));
   return CheckFileChecksum(reader, hash.Digest());
 }
 

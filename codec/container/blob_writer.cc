@@ -665,6 +665,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   RETURN_IF_ERROR(AppendIndexAndFooter(index_bytes, stored_at, options.blob_version, &out));
   RETURN_IF_ERROR(sink->Append(out));
 
+  if (options.on_reconstruction) options.on_reconstruction(file, index.chunks);
   stats.logical_bytes = file.size();
   stats.stored_bytes = stored_at + out.size();
   stats.file_checksum = index.header.file_checksum;

@@ -208,6 +208,8 @@ bool ChunkCache::NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes) 
 
 CodecScratchPool& ChunkCache::scratch_pool() { return impl_->scratch; }
 
+uint64_t ChunkCache::capacity_bytes() const { return impl_->capacity; }
+
 uint64_t ChunkCache::size_bytes() const {
   std::lock_guard lock(impl_->mu);
   return impl_->bytes;

@@ -81,10 +81,42 @@ TEST(BlobCorruption, DamagedChunkErrorNamesTheChunk) {
   EXPECT_EQ(s.code(), StatusCode::kChecksumMismatch);
   EXPECT_NE(s.message().find("chunk 2 at logical offset " + std::to_string(c.logical_offset)), std::string::npos)
       << s.message();
+  // Streamed decodes fail alike, on one thread or several, and so does a
+  // parallel whole-file decode.
+  for (unsigned threads : {1u, 2u, 3u}) {
+    VectorSink sink;
+    Status streamed = DecodeToSink(**damaged, &sink, threads, 1);
+    EXPECT_EQ(streamed.code(), StatusCode::kChecksumMismatch) << threads;
+    EXPECT_NE(streamed.message().find("chunk 2 at logical offset"), std::string::npos) << streamed.message();
+    EXPECT_EQ(DecodeAll(**damaged, threads).status().code(), StatusCode::kChecksumMismatch) << threads;
+  }
   // The chunks before it still read.
   std::vector<std::byte> head(c.logical_offset);
   EXPECT_TRUE((*damaged)->ReadAt(0, head).ok());
   EXPECT_EQ((*damaged)->VerifyChunk(2).code(), StatusCode::kChecksumMismatch);
+}
+
+// A sink that fails stops a streamed decode with its error, on any number
+// of threads (no thread is left waiting).
+TEST(BlobCorruption, AFailingSinkStopsAStreamedDecode) {
+  FileBuilder f = SmallFile();
+  std::vector<std::byte> blob = Encode(f.bytes, f.layout, EncodeOptions{3, 256, 1});
+  auto reader = OpenBytes(blob);
+  ASSERT_TRUE(reader.ok());
+  ASSERT_GT((*reader)->chunks().size(), 3u);
+  class FailingSink final : public ByteSink {
+   public:
+    int appends = 0;
+    Status Append(ByteSpan) override {
+      return ++appends == 2 ? Status::Io(5, "write out: device error") : Status::Ok();
+    }
+  };
+  for (unsigned threads : {1u, 2u, 4u}) {
+    FailingSink sink;
+    Status s = DecodeToSink(**reader, &sink, threads, 1);
+    EXPECT_EQ(s.code(), StatusCode::kIo) << threads;
+    EXPECT_EQ(sink.appends, 2) << "nothing is appended after the failure";
+  }
 }
 
 // A chunk whose stored bytes are intact but whose decoded bytes are not what

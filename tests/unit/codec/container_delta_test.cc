@@ -77,6 +77,21 @@ TEST(BlobDelta, ChainOfThreeRoundTripsThroughTheResolver) {
     auto all = DecodeAll(**reader);
     ASSERT_TRUE(all.ok()) << all.status().ToString();
     EXPECT_EQ(*all, versions[v].bytes) << "version " << v;
+    // On threads, and streamed in pieces of one or more chunks (the chain's
+    // bases decoded by several threads at once).
+    for (unsigned threads : {2u, 3u}) {
+      auto parallel = DecodeAll(**reader, threads);
+      ASSERT_TRUE(parallel.ok()) << parallel.status().ToString();
+      EXPECT_EQ(*parallel, versions[v].bytes) << "version " << v << " threads " << threads;
+    }
+    for (unsigned threads : {1u, 2u, 3u}) {
+      for (uint64_t piece : {uint64_t{1}, uint64_t{20000}, kDecodePieceBytes}) {
+        VectorSink sink;
+        Status s = DecodeToSink(**reader, &sink, threads, piece);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        EXPECT_EQ(sink.bytes, versions[v].bytes) << "version " << v << " threads " << threads << " piece " << piece;
+      }
+    }
     std::vector<std::byte> part(5000);
     ASSERT_TRUE((*reader)->ReadAt(1234, part).ok());
     EXPECT_TRUE(std::equal(part.begin(), part.end(), versions[v].bytes.begin() + 1234));

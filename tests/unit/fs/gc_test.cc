@@ -102,26 +102,6 @@ void Age(Store& store, const ObjectId& id, time_t seconds) {
   ASSERT_EQ(::utimensat(AT_FDCWD, store.ObjectPath(id).c_str(), times, 0), 0);
 }
 
-// A float32 .npy of `n` values: the codec deltas one version against another.
-std::vector<std::byte> Npy(size_t n, uint32_t seed, float shift) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::string head = std::string("\x93NUMPY\x01\x00", 8);
-  head += static_cast<char>(header.size() & 0xff);
-  head += static_cast<char>(header.size() >> 8);
-  head += header;
-  std::vector<std::byte> out(head.size() + 4 * n);
-  std::memcpy(out.data(), head.data(), head.size());
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    float v = static_cast<float>(x >> 8) / 16777216.0f - 0.5f + (i % 64 == 0 ? shift : 0.0f);
-    std::memcpy(out.data() + head.size() + 4 * i, &v, 4);
-  }
-  return out;
-}
-
 // A young unreferenced delta (a commit in flight may be about to name it)
 // keeps the old blob below it.
 TEST(GcTest, KeepsTheChainBelowAYoungBlob) {
@@ -130,8 +110,8 @@ TEST(GcTest, KeepsTheChainBelowAYoungBlob) {
   ASSERT_TRUE(opened.ok());
   Store& store = **opened;
   ASSERT_TRUE(store.ClaimStagingArea().ok());
-  auto v1_bytes = Npy(200000, 3, 0.0f);
-  auto v2_bytes = Npy(200000, 3, 0.001f);
+  auto v1_bytes = testing::Npy(200000, 3, 0.0f);
+  auto v2_bytes = testing::Npy(200000, 3, 0.001f);
   Committed v1 = Commit(store, dir.path() + "/v1", v1_bytes, {});
   Committed v2 = Commit(store, dir.path() + "/v2", v2_bytes, {*v1.version.as_base});
   ASSERT_TRUE(v2.version.fields.base.has_value()) << "the codec did not delta v2 against v1";
@@ -175,8 +155,8 @@ TEST(GcTest, ABaseRemovedByGcIsNotUsed) {
   ASSERT_TRUE(opened.ok());
   Store& store = **opened;
   ASSERT_TRUE(store.ClaimStagingArea().ok());
-  auto v1_bytes = Npy(200000, 5, 0.0f);
-  auto v2_bytes = Npy(200000, 5, 0.001f);
+  auto v1_bytes = testing::Npy(200000, 5, 0.0f);
+  auto v2_bytes = testing::Npy(200000, 5, 0.001f);
   Committed v1 = Commit(store, dir.path() + "/v1", v1_bytes, {});
   // The same pair deltas while the base exists (so the test below can fail).
   Committed probe = Commit(store, dir.path() + "/probe", v2_bytes, {*v1.version.as_base});

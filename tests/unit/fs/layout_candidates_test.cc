@@ -1,5 +1,6 @@
 // Delta bases across a framework's folders (ScanRoleCandidates,
-// MergeBaseCandidates) and identical content stored once (content_index.h),
+// MergeBaseCandidates), a committed version's reconstruction kept decoded
+// for the next one, and identical content stored once (content_index.h),
 // on a store without FUSE.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -136,6 +137,55 @@ TEST(RoleCandidates, MergeDropsOtherRanksAndPrefersTheOwnRole) {
                                 {Candidate(4, "ckpts/epoch=0-step=100.ckpt", keys)})
                 .size(),
             1u);
+}
+
+// A committed checkpoint's reconstruction stays in the chunk cache under
+// its blob's id (the next version's encode reads it as its base without
+// decoding); a file over half the cache, or an opaque one, does not.
+TEST(ReconstructionCache, ACommittedCheckpointIsCachedDecoded) {
+  TempDir dir;
+  auto store = OpenDaemonStore(dir.path());
+  const auto v1 = testing::Npy(300000, 3, 0.0f);
+  auto first = Commit(*store, "run/ckpt-1.npy", v1);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto reader = store->OpenBlob(first->fields.object);
+  ASSERT_TRUE(reader.ok());
+  ASSERT_GT((*reader)->chunks().size(), 1u);
+  for (uint32_t c = 0; c < (*reader)->chunks().size(); ++c) {
+    const ChunkInfo& info = (*reader)->chunks()[c];
+    auto cached = store->chunk_cache()->Get(first->fields.object, c);
+    ASSERT_NE(cached, nullptr) << "chunk " << c;
+    ASSERT_EQ(cached->size(), info.logical_length);
+    EXPECT_TRUE(std::equal(cached->span().begin(), cached->span().end(),
+                           v1.begin() + static_cast<ptrdiff_t>(info.logical_offset)))
+        << "chunk " << c << " holds the file's bytes";
+  }
+  // The next version deltas against it and reads back.
+  const auto v2 = testing::Npy(300000, 3, 0.01f);
+  std::vector<BaseCandidate> bases{*first->as_base};
+  auto second = Commit(*store, "run/ckpt-2.npy", v2, {}, bases);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->fields.base, first->fields.object);
+  auto second_reader = store->OpenBlob(second->fields.object);
+  ASSERT_TRUE(second_reader.ok());
+  store->chunk_cache()->Drop(second->fields.object, 0);  // read some of it by decoding
+  auto decoded = DecodeAll(**second_reader);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, v2);
+
+  TempDir small_dir;
+  StoreOptions small;
+  small.chunk_cache_bytes = 1 << 20;  // the file is over half of it
+  auto opened = Store::Open(small_dir.path(), small);
+  ASSERT_TRUE(opened.ok());
+  ASSERT_TRUE((*opened)->ClaimStagingArea().ok());
+  auto big = Commit(**opened, "ckpt.npy", v1);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ((*opened)->chunk_cache()->Get(big->fields.object, 0), nullptr);
+  const auto opaque = RandomBytes(100000, 9);
+  auto plain = Commit(*store, "notes.bin", opaque);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(store->chunk_cache()->Get(plain->fields.object, 0), nullptr);
 }
 
 TEST(ContentIndex, IdenticalBytesAreStoredOnce) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -36,6 +37,27 @@ inline std::vector<std::byte> RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::byte> out(n);
   for (auto& b : out) b = std::byte(rng() & 0xff);
+  return out;
+}
+
+// A float32 .npy of `n` values (every 64th shifted by `shift`): the codec
+// deltas one version against another.
+inline std::vector<std::byte> Npy(size_t n, uint32_t seed, float shift) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string head = std::string("\x93NUMPY\x01\x00", 8);
+  head += static_cast<char>(header.size() & 0xff);
+  head += static_cast<char>(header.size() >> 8);
+  head += header;
+  std::vector<std::byte> out(head.size() + 4 * n);
+  std::memcpy(out.data(), head.data(), head.size());
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    float v = static_cast<float>(x >> 8) / 16777216.0f - 0.5f + (i % 64 == 0 ? shift : 0.0f);
+    std::memcpy(out.data() + head.size() + 4 * i, &v, 4);
+  }
   return out;
 }
 
