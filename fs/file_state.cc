@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <future>
 
 #include "fs/filesystem.h"
 
@@ -174,14 +175,15 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
     staging = inode->file.staging;
     dir = inode->file.parent_dir;
   }
-  Status s = SyncStaging(*staging, commit_options_);
-  if (s.ok()) {
-    std::lock_guard<std::mutex> lock(inode->mu);
-    if (inode->file.encode_ticket != ticket) return;
-    s = RecordStagingLocked(*inode, *staging, commit_options_).status();
-  }
-  Result<EncodedVersion> version = Result<EncodedVersion>(s);
-  if (s.ok()) {
+  // The staging file is made durable while it is encoded: its fsync takes
+  // about as long as writing it to the disk, and the encode only needs its
+  // bytes, which are in the page cache. Both finish before anything is
+  // recorded, in the order recovery relies on: the staging file durable,
+  // then marked in the manifest, then the object and the new manifest.
+  std::future<Status> synced =
+      std::async(std::launch::async, [&staging, this] { return SyncStaging(*staging, commit_options_); });
+  Result<EncodedVersion> version = Status::Internal("commit: not encoded");
+  {
     struct stat st;
     uint64_t size = ::fstat(staging->fd(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
     MemoryBudget::Reservation memory = encode_budget_.Reserve(EncodeMemoryEstimate(size, commit_options_));
@@ -189,26 +191,40 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
       std::lock_guard<std::mutex> lock(inode->mu);  // a writer may have come back while this waited
       if (inode->file.encode_ticket != ticket) return;
     }
+    // This commit's options: the mount's, with the GPU backend when there
+    // is one (one encode at a time uses it), the retention rule when the
+    // file's old versions are being deleted, and a share of the cores.
+    CommitOptions commit_options = commit_options_;
     std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
-    const CommitOptions* commit_options = &commit_options_;
-    CommitOptions with_gpu;
     if (gpu_kernels_) {
       gpu_lock.lock();
-      with_gpu = commit_options_;
-      with_gpu.encode.lossy_kernels = gpu_kernels_.get();
-      commit_options = &with_gpu;
+      commit_options.encode.lossy_kernels = gpu_kernels_.get();
     }
     std::string rel_path = RelativePath(*inode);
     bool retention = false;
     std::vector<BaseCandidate> candidates = BaseCandidatesFor(dir, rel_path, &retention);
-    CommitOptions with_retention;
-    if (retention) {
-      with_retention = *commit_options;
-      with_retention.retention = true;
-      commit_options = &with_retention;
-    }
-    version = EncodeStaged(*store_, staging->fd(), staging->path(), candidates, *commit_options, log_, rel_path);
+    commit_options.retention = retention;
+    // threads= cores shared among the encodes running now: a lone commit
+    // (one torch.save, the common case) encodes its chunks on all of them,
+    // several share them. The output does not depend on the thread count.
+    struct RunningEncode {
+      std::atomic<unsigned>& count;
+      unsigned now;
+      explicit RunningEncode(std::atomic<unsigned>& c) : count(c), now(++c) {}
+      ~RunningEncode() { --count; }
+    } running(running_encodes_);
+    commit_options.encode.threads = std::max(1u, options_.threads / running.now);
+    version = EncodeStaged(*store_, staging->fd(), staging->path(), candidates, commit_options, log_, rel_path);
   }
+  // Marked even when the encode failed: the staging file then stays the
+  // file's content, and the next release or a remount retries.
+  Status s = synced.get();
+  if (s.ok()) {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (inode->file.encode_ticket != ticket) return;
+    s = RecordStagingLocked(*inode, *staging, commit_options_).status();
+  }
+  if (!s.ok()) version = s;
   std::shared_ptr<StagingFile> done;
   std::vector<std::shared_ptr<StagingFile>> superseded;  // no manifest names them now
   {

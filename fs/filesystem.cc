@@ -57,7 +57,7 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
   commit_options_.release_input_pages = options.mem_mib != 0;
   commit_options_.keyframe = options.keyframe;
   commit_options_.encode.zstd_level = options.zstd_level;
-  commit_options_.encode.threads = 1;  // parallelism comes from several workers
+  commit_options_.encode.threads = 1;  // each commit: threads= shared among the running encodes
   commit_options_.policy = options.policy;
   commit_options_.encode.budget_schedule = options.schedule;
   commit_options_.encode.step_prediction = options.step_prediction;

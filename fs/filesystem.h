@@ -206,6 +206,9 @@ class Filesystem {
   std::unique_ptr<ReadAhead> read_ahead_;
   // mem=: encodes reserve their working set here before they start.
   MemoryBudget encode_budget_;
+  // Encodes running now: the threads= cores are shared among them (a lone
+  // commit, the common case of one torch.save, encodes its chunks on all).
+  std::atomic<unsigned> running_encodes_{0};
   // Writable handles closed by their process (FLUSH seen) whose RELEASE has
   // not arrived yet. Part of `user.ckptfs.pending`, so that "nothing
   // pending" right after a close() really means the commit has finished.

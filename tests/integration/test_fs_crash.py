@@ -55,10 +55,34 @@ def test_crash_at_each_commit_step(store, step):
     store.mount()  # recovery runs before the mount returns
     got = read(store.path("f"))
     assert got in (old, new), "a half-written file appeared"
-    if step != "after_staging_sync":
-        # From the staging manifest on, the new version is durable.
+    if step not in ("after_staging_sync", "after_objects"):
+        # From the staging manifest on, the new version is durable (the
+        # mount records it once the staging file is synced and encoded).
         assert got == new
     assert read(store.path("s")) == small_old
+    assert state(store.path("f")) == "committed"
+    store.umount()
+    assert staging_files(store.backing) == []
+    fsck_clean(store)
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_crash_after_fsync_keeps_the_new_version(store, step):
+    # fsync() records the staging file itself: whatever step of the commit
+    # that follows the close aborts, the fsynced bytes are what a remount shows.
+    old = os.urandom(1 << 20)
+    new = os.urandom((1 << 20) + 777)
+    store.mount()
+    write(store.path("f"), old)
+    store.umount()
+    store.mount(f"crash_at={step}")
+    pid = store.pid
+    write(store.path("f"), new, fsync=True)
+    store.pid = pid
+    store.wait_dead()
+    force_unmount(store.mnt)
+    store.mount()
+    assert read(store.path("f")) == new
     assert state(store.path("f")) == "committed"
     store.umount()
     assert staging_files(store.backing) == []
