@@ -193,6 +193,7 @@ std::vector<BaseCandidate> NewestCandidates(Store& store, std::vector<Found> fou
                     TensorKeys((*reader)->tensors()), /*anchor=*/f.manifest.chain_depth == 0,
                     (*reader)->stored_size(), KeyFrameBytes(store, *reader), !HasLossyChunks(**reader), f.name};
     c.same_role = same_role;
+    c.committed_ns = int64_t{f.mtime.tv_sec} * 1000000000 + f.mtime.tv_nsec;
     out.push_back(std::move(c));
   }
   return out;
@@ -309,6 +310,12 @@ std::vector<BaseCandidate> MergeBaseCandidates(const FileRole& role, std::vector
     c.same_role = true;
     out.push_back(std::move(c));
   }
+  // Oldest first across both lists (each is oldest first): ChooseBase gives
+  // ties to the newest, and a role's older saves appended after the
+  // directory's newer ones made the save before the previous one win (a
+  // folder with two files per save: every delta skipped a version).
+  std::stable_sort(out.begin(), out.end(),
+                   [](const BaseCandidate& a, const BaseCandidate& b) { return a.committed_ns < b.committed_ns; });
   return out;
 }
 

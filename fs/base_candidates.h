@@ -103,9 +103,10 @@ std::vector<BaseCandidate> ScanRoleCandidates(Store& store, const std::string& r
 // The candidates of a new version of the file whose role is `role`: those
 // of its directory (`in_dir`, oldest first), less other ranks' files (named
 // like it but for a rank or shard number: same rank_blind key, another
-// role), then those of its role not already among them (`in_role`). Every
-// version of the file's own role is marked `same_role` (ChooseBase prefers
-// it among equal tensor matches).
+// role), and those of its role not already among them (`in_role`), all
+// ordered oldest first by committed_ns (a stable sort: unknown times keep
+// this order). Every version of the file's own role is marked `same_role`
+// (ChooseBase prefers it among equal tensor matches).
 std::vector<BaseCandidate> MergeBaseCandidates(const FileRole& role, std::vector<BaseCandidate> in_dir,
                                                std::vector<BaseCandidate> in_role);
 

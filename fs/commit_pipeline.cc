@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 
 #include "fs/base_candidates.h"
 #include "fs/content_index.h"
@@ -165,6 +166,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
       v.as_base = BaseCandidate{same->object, same->chain_depth, layout.format, bytes.size(), std::move(keys),
                                 /*anchor=*/same->chain_depth == 0, reader->stored_size(),
                                 KeyFrameBytes(store, reader), !HasLossyChunks(*reader), std::string(logical_path)};
+      v.as_base->committed_ns = CommitTimeNow();
       if (log) log->Debug("{}: identical to object {}, stored once", name, same->object.Hex());
       RETURN_IF_ERROR(Fault(options, "after_objects"));
       return v;
@@ -230,6 +232,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
                             /*anchor=*/!delta || choice.anchor, stats->stored_bytes,
                             delta ? candidate->key_bytes : stats->stored_bytes, stats->lossy_chunks == 0,
                             std::string(logical_path)};
+  v.as_base->committed_ns = CommitTimeNow();
   if (content_key) {
     const ContentEntry entry{v.fields.object, v.fields.chain_depth, layout.format, bytes.size()};
     RecordContent(store, *content_key, entry, log);
@@ -238,6 +241,12 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   }
   RETURN_IF_ERROR(Fault(options, "after_objects"));
   return v;
+}
+
+int64_t CommitTimeNow() {
+  struct timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);  // comparable with manifest mtimes
+  return int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
 }
 
 uint64_t EncodeWorkingSet(const CommitOptions& options) {

@@ -90,7 +90,15 @@ struct BaseCandidate {
   // save of the same file): preferred over other files sharing as many
   // tensors.
   bool same_role = false;
+  // When the version was committed (ns since the epoch; its manifest's
+  // mtime for a version found by a scan; 0: unknown): candidates of the
+  // directory's and the role's lists are merged oldest first by it, since
+  // ChooseBase gives ties to the newest.
+  int64_t committed_ns = 0;
 };
+
+// The time to record as a version's committed_ns now.
+int64_t CommitTimeNow();
 
 struct EncodedVersion {
   Manifest fields;         // kind, format, sizes, object, base, depth, inline data

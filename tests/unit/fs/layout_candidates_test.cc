@@ -103,6 +103,35 @@ BaseCandidate Candidate(uint8_t id, const std::string& rel_path, std::vector<std
   return c;
 }
 
+// Two files per save in one folder (a checkpoint and its weights): the
+// folder's list holds the newest saves of both, the role's list older saves
+// of the checkpoint too. Merged oldest first by commit time, the previous
+// save is the base, not the one before it (which used to come last).
+TEST(RoleCandidates, MergeOrdersBothListsByCommitTime) {
+  const std::vector<std::string> ckpt_keys = {"model.w|f32|4", "optimizer.m|f32|4"};
+  const std::vector<std::string> weight_keys = {"w|f32|4"};
+  auto at = [](BaseCandidate c, int64_t t) {
+    c.committed_ns = t;
+    return c;
+  };
+  const FileRole role = RoleOf("run/ckpt_000025.pt");
+  std::vector<BaseCandidate> in_dir = {at(Candidate(15, "run/ckpt_000015.pt", ckpt_keys), 150),
+                                       at(Candidate(16, "run/model_000015.safetensors", weight_keys), 151),
+                                       at(Candidate(20, "run/ckpt_000020.pt", ckpt_keys), 200),
+                                       at(Candidate(21, "run/model_000020.safetensors", weight_keys), 201)};
+  std::vector<BaseCandidate> in_role = {at(Candidate(5, "run/ckpt_000005.pt", ckpt_keys), 50),
+                                        at(Candidate(10, "run/ckpt_000010.pt", ckpt_keys), 100),
+                                        at(Candidate(15, "run/ckpt_000015.pt", ckpt_keys), 150),
+                                        at(Candidate(20, "run/ckpt_000020.pt", ckpt_keys), 200)};
+  auto merged = MergeBaseCandidates(role, in_dir, in_role);
+  EXPECT_EQ(Paths(merged), (std::vector<std::string>{"run/ckpt_000005.pt", "run/ckpt_000010.pt", "run/ckpt_000015.pt",
+                                                     "run/model_000015.safetensors", "run/ckpt_000020.pt",
+                                                     "run/model_000020.safetensors"}));
+  BaseChoice choice = ChooseBase(merged, FileFormat::kTorchZip, ckpt_keys, 1000, 10);
+  ASSERT_NE(choice.candidate, nullptr);
+  EXPECT_EQ(choice.candidate->rel_path, "run/ckpt_000020.pt");
+}
+
 TEST(RoleCandidates, MergeDropsOtherRanksAndPrefersTheOwnRole) {
   const std::vector<std::string> keys = {"a|f32|4", "b|f32|4"};
   const FileRole role = RoleOf("step-200/__1_0.distcp");
