@@ -33,7 +33,7 @@ struct MountOptions {
   bool foreground = false;
   bool debug_fuse = false;       // -o debug: libfuse's request trace
   bool compress = true;          // compress=on|off
-  unsigned threads = 2;          // threads=N encode workers
+  unsigned threads = 2;          // threads=N encode workers, and the cores a commit's chunks share
   unsigned fuse_threads = 16;    // fuse_threads=N request threads
   uint32_t keyframe = 10;        // keyframe=N
   uint64_t cache_mib = 256;      // cache=MiB decoded chunk cache
