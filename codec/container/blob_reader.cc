@@ -16,7 +16,7 @@
 
 #include "codec/common/hash.h"
 #include "codec/container/blob_format.h"
-#include "codec/container/step_space.h"
+#include "codec/optimizer/step_space.h"
 #include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/low_rank.h"
 #include "codec/tensor/lossy/row_column_base.h"

@@ -1,7 +1,7 @@
 #include "codec/container/chunk_plan.h"
 
 #include "codec/common/hash.h"
-#include "codec/container/step_space.h"
+#include "codec/optimizer/step_space.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 
 namespace ckptfs {

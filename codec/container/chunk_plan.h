@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "codec/container/blob.h"
-#include "codec/container/step_sources.h"
+#include "codec/optimizer/step_sources.h"
 #include "codec/format/layout.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/scratch.h"

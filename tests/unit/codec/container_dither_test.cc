@@ -10,8 +10,8 @@
 
 #include "adam_run_test_util.h"
 #include "blob_test_util.h"
-#include "codec/container/dither_candidate.h"
-#include "codec/container/step_space.h"
+#include "codec/optimizer/dither_candidate.h"
+#include "codec/optimizer/step_space.h"
 #include "codec/policy/policy.h"
 #include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/element_ops.h"

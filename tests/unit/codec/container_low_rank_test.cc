@@ -14,8 +14,8 @@
 
 #include "adam_run_test_util.h"
 #include "blob_test_util.h"
-#include "codec/container/low_rank_candidate.h"
-#include "codec/container/step_space.h"
+#include "codec/optimizer/low_rank_candidate.h"
+#include "codec/optimizer/step_space.h"
 #include "codec/policy/policy.h"
 #include "codec/tensor/lossy/low_rank.h"
 #include "codec/tensor/lossy_chunk_codec.h"

@@ -1,4 +1,4 @@
-// Step space (codec/container/step_space.h, FORMAT.md "Step space"): Adam's
+// Step space (codec/optimizer/step_space.h, FORMAT.md "Step space"): Adam's
 // first moment coded as m / (sqrt(v) + eps) against the same version's
 // reconstructed second moment. The parameters area (version 5), whole chains
 // of an Adam run (decoded bit for bit with and without a chunk cache, the
@@ -15,7 +15,7 @@
 #include "adam_run_test_util.h"
 #include "blob_test_util.h"
 #include "codec/container/lossy_report.h"
-#include "codec/container/step_space.h"
+#include "codec/optimizer/step_space.h"
 #include "codec/policy/policy.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 

@@ -1,4 +1,4 @@
-#include "codec/container/step_space.h"
+#include "codec/optimizer/step_space.h"
 
 #include <bit>
 #include <cmath>

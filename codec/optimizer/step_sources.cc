@@ -1,4 +1,4 @@
-#include "codec/container/step_sources.h"
+#include "codec/optimizer/step_sources.h"
 
 #include <cmath>
 #include <string_view>

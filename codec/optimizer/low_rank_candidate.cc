@@ -1,4 +1,4 @@
-#include "codec/container/low_rank_candidate.h"
+#include "codec/optimizer/low_rank_candidate.h"
 
 #include <bit>
 #include <cmath>

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "codec/common/bytes.h"
-#include "codec/container/step_sources.h"
+#include "codec/optimizer/step_sources.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/scratch.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "codec/common/bytes.h"
-#include "codec/container/step_sources.h"
+#include "codec/optimizer/step_sources.h"
 #include "codec/format/layout.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/scratch.h"

@@ -1,4 +1,4 @@
-#include "codec/container/dither_candidate.h"
+#include "codec/optimizer/dither_candidate.h"
 
 #include <cmath>
 
