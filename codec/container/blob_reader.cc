@@ -500,13 +500,14 @@ Result<std::shared_ptr<const BlobReader>> BlobReader::Open(std::shared_ptr<const
 
 namespace {
 
-// [begin, end) ranges of the file of whole chunks, each at least `target`
-// bytes (but the last), in file order.
+// [begin, end) ranges of the file of whole chunks, in file order: a chunk
+// joins the piece before it while that stays within `target` bytes (a
+// larger chunk is a piece of its own).
 std::vector<std::pair<uint64_t, uint64_t>> ChunkPieces(const std::vector<ChunkInfo>& chunks, uint64_t target) {
   std::vector<std::pair<uint64_t, uint64_t>> pieces;
   for (const ChunkInfo& c : chunks) {
     const uint64_t end = c.logical_offset + c.logical_length;
-    if (pieces.empty() || pieces.back().second - pieces.back().first >= target)
+    if (pieces.empty() || end - pieces.back().first > target)
       pieces.emplace_back(c.logical_offset, end);
     else
       pieces.back().second = end;
@@ -575,6 +576,9 @@ Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader, unsigned thre
 
 Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, uint64_t piece_bytes) {
   threads = std::max(1u, threads);
+  // On threads, a file of a few pieces is cut finer (about 4 pieces per
+  // thread, whole chunks still), so that the threads finish together.
+  if (threads > 1) piece_bytes = std::min(piece_bytes, reader.logical_size() / (4 * uint64_t{threads}));
   const auto pieces = ChunkPieces(reader.chunks(), std::max<uint64_t>(1, piece_bytes));
   Checksum64Stream hash;
   auto append = [&](ByteSpan piece) {
