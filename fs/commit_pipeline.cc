@@ -36,16 +36,7 @@ class FdSink final : public ByteSink {
   FdSink(int fd, std::string path, ByteSpan input = {}) : fd_(fd), path_(std::move(path)), input_(input) {}
   Status Append(ByteSpan data) override {
     if (!input_.empty() && ++appends_ % kReleaseEvery == 0) ReleaseInput();
-    size_t done = 0;
-    while (done < data.size()) {
-      ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return Status::Io(errno, "write " + path_);
-      }
-      done += static_cast<size_t>(n);
-    }
-    return Status::Ok();
+    return WriteAll(fd_, data, path_);
   }
 
  private:

@@ -184,17 +184,28 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
       std::async(std::launch::async, [&staging, this] { return SyncStaging(*staging, commit_options_); });
   Result<EncodedVersion> version = Status::Internal("commit: not encoded");
   {
+    // This commit's options: the mount's, with a share of the cores
+    // (threads= shared among the encodes running now: a lone commit, one
+    // torch.save, encodes its chunks on all of them; the output does not
+    // depend on the thread count), the GPU backend when there is one (one
+    // encode at a time uses it), and the retention rule when the file's old
+    // versions are being deleted.
+    struct RunningEncode {
+      std::atomic<unsigned>& count;
+      unsigned now;
+      explicit RunningEncode(std::atomic<unsigned>& c) : count(c), now(++c) {}
+      ~RunningEncode() { --count; }
+    } running(running_encodes_);
+    CommitOptions commit_options = commit_options_;
+    commit_options.encode.threads = std::max(1u, options_.threads / running.now);
     struct stat st;
     uint64_t size = ::fstat(staging->fd(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-    MemoryBudget::Reservation memory = encode_budget_.Reserve(EncodeMemoryEstimate(size, commit_options_));
+    // The working set of this many threads.
+    MemoryBudget::Reservation memory = encode_budget_.Reserve(EncodeMemoryEstimate(size, commit_options));
     {
       std::lock_guard<std::mutex> lock(inode->mu);  // a writer may have come back while this waited
       if (inode->file.encode_ticket != ticket) return;
     }
-    // This commit's options: the mount's, with the GPU backend when there
-    // is one (one encode at a time uses it), the retention rule when the
-    // file's old versions are being deleted, and a share of the cores.
-    CommitOptions commit_options = commit_options_;
     std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
     if (gpu_kernels_) {
       gpu_lock.lock();
@@ -204,16 +215,6 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
     bool retention = false;
     std::vector<BaseCandidate> candidates = BaseCandidatesFor(dir, rel_path, &retention);
     commit_options.retention = retention;
-    // threads= cores shared among the encodes running now: a lone commit
-    // (one torch.save, the common case) encodes its chunks on all of them,
-    // several share them. The output does not depend on the thread count.
-    struct RunningEncode {
-      std::atomic<unsigned>& count;
-      unsigned now;
-      explicit RunningEncode(std::atomic<unsigned>& c) : count(c), now(++c) {}
-      ~RunningEncode() { --count; }
-    } running(running_encodes_);
-    commit_options.encode.threads = std::max(1u, options_.threads / running.now);
     version = EncodeStaged(*store_, staging->fd(), staging->path(), candidates, commit_options, log_, rel_path);
   }
   // Marked even when the encode failed: the staging file then stays the

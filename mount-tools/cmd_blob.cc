@@ -164,15 +164,7 @@ class OutputFileSink final : public ByteSink {
     if (fd_ >= 0) ::close(fd_);
     if (!finished_) ::unlink(path_.c_str());  // no partial or unchecked output is left behind
   }
-  Status Append(ByteSpan data) override {
-    for (size_t done = 0; done < data.size();) {
-      const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return Status::Io(errno, "write " + path_);
-      done += static_cast<size_t>(n);
-    }
-    return Status::Ok();
-  }
+  Status Append(ByteSpan data) override { return WriteAll(fd_, data, path_); }
   Status Finish() {
     const int fd = std::exchange(fd_, -1);
     if (::close(fd) != 0) return Status::Io(errno, "close " + path_);

@@ -100,19 +100,22 @@ Result<std::vector<std::byte>> ReadWholeFile(const std::string& path) {
   return data;
 }
 
+Status WriteAll(int fd, ByteSpan data, const std::string& path) {
+  for (size_t done = 0; done < data.size();) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Io(errno, "write " + path);
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
 Status WriteWholeFile(const std::string& path, ByteSpan data) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Io(errno, "create " + path);
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return Status::Io(err, "write " + path);
-    }
-    done += static_cast<size_t>(n);
+  if (Status s = WriteAll(fd, data, path); !s.ok()) {
+    ::close(fd);
+    return s;
   }
   if (::close(fd) != 0) return Status::Io(errno, "close " + path);
   return Status::Ok();

@@ -94,5 +94,8 @@ class MappedFile {
 // durability do it themselves).
 Result<std::vector<std::byte>> ReadWholeFile(const std::string& path);
 Status WriteWholeFile(const std::string& path, ByteSpan data);
+// Writes all of `data` to `fd` (retrying short writes and EINTR); errors
+// name `path`.
+Status WriteAll(int fd, ByteSpan data, const std::string& path);
 
 }  // namespace ckptfs

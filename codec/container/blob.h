@@ -271,10 +271,9 @@ class BlobReader {
   virtual void DropCached(uint32_t index) const = 0;
 };
 
-// Decodes the whole file and checks the whole-file checksum. With threads >
-// 1 the chunks are decoded on that many threads (pieces of whole chunks,
-// taken in file order), a delta chain's bases included.
-Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader, unsigned threads = 1);
+// Decodes the whole file into memory and checks the whole-file checksum
+// (DecodeToSink streams it, on threads).
+Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader);
 
 // Decodes the whole file into `sink` in file order: pieces of whole chunks
 // (about kDecodePieceBytes) decoded on `threads` threads into buffers that

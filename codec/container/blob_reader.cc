@@ -515,37 +515,6 @@ std::vector<std::pair<uint64_t, uint64_t>> ChunkPieces(const std::vector<ChunkIn
   return pieces;
 }
 
-// Runs decode(piece, thread) for pieces [first, first + count) on up to
-// `threads` threads (piece first + t on thread t when count <= threads,
-// else taken in order by whichever thread is free); the first error wins.
-template <typename Decode>
-Status DecodePieces(size_t first, size_t count, unsigned threads, const Decode& decode) {
-  threads = static_cast<unsigned>(std::min<size_t>(threads, count));
-  if (threads <= 1) {
-    for (size_t i = first; i < first + count; ++i) RETURN_IF_ERROR(decode(i, 0u));
-    return Status::Ok();
-  }
-  std::atomic<size_t> next{first};
-  std::vector<Status> failures(threads);
-  auto work = [&](unsigned t) {
-    for (size_t i = next++; i < first + count; i = next++) {
-      Status s = decode(i, t);
-      if (!s.ok()) {
-        failures[t] = std::move(s);
-        next = first + count;  // the others stop after their current piece
-        return;
-      }
-    }
-  };
-  {
-    std::vector<std::jthread> helpers;
-    for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work, t);
-    work(0);
-  }
-  for (Status& s : failures) RETURN_IF_ERROR(std::move(s));
-  return Status::Ok();
-}
-
 Status CheckFileChecksum(const BlobReader& reader, uint64_t have) {
   if (have == reader.file_checksum()) return Status::Ok();
   return Status::ChecksumMismatch(
@@ -554,22 +523,10 @@ Status CheckFileChecksum(const BlobReader& reader, uint64_t have) {
 
 }  // namespace
 
-Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader, unsigned threads) {
+Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader) {
   if (reader.logical_size() > SIZE_MAX) return Status::NoMemory("decode: file too large for memory");
   std::vector<std::byte> out(reader.logical_size());
-  if (threads <= 1) {
-    RETURN_IF_ERROR(reader.ReadAt(0, out));
-  } else {
-    // About 4 pieces per thread and at most 16 MiB each, so that threads
-    // finish together; a piece starts and ends on a chunk boundary, so its
-    // base chunks are decoded once.
-    const auto pieces = ChunkPieces(reader.chunks(), std::clamp<uint64_t>(out.size() / (4 * threads), 1,
-                                                                          uint64_t{16} << 20));
-    RETURN_IF_ERROR(DecodePieces(0, pieces.size(), threads, [&](size_t i, unsigned) {
-      auto [begin, end] = pieces[i];
-      return reader.ReadAt(begin, MutableByteSpan(out.data() + begin, end - begin));
-    }));
-  }
+  RETURN_IF_ERROR(reader.ReadAt(0, out));
   RETURN_IF_ERROR(CheckFileChecksum(reader, Checksum64(out)));
   return out;
 }
