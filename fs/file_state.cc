@@ -18,6 +18,10 @@ Status Filesystem::LoadLocked(Inode& inode) {
   if (f.phase != FilePhase::kUnloaded) return Status::Ok();
   int fd = OpenNoAtime(AT_FDCWD, inode.ProcPath().c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::Io(errno, "open manifest");
+  struct stat st;
+  // Taken before the read: a commit racing with it leaves a ctime that
+  // differs, so the next revalidation reads again.
+  if (::fstat(fd, &st) == 0) f.loaded_ctime = st.st_ctim;
   auto m = ReadManifest(fd);
   ::close(fd);
   if (!m.ok()) return m.status();
@@ -29,6 +33,34 @@ Status Filesystem::LoadLocked(Inode& inode) {
     f.has_manifest = false;
     f.manifest = Manifest{};
     f.phase = FilePhase::kPlain;
+  }
+  return Status::Ok();
+}
+
+Status Filesystem::RevalidateLocked(Inode& inode, const struct stat& st) {
+  FileState& f = inode.file;
+  if (f.phase != FilePhase::kCommitted && f.phase != FilePhase::kPlain) return Status::Ok();
+  if (st.st_ctim.tv_sec == f.loaded_ctime.tv_sec && st.st_ctim.tv_nsec == f.loaded_ctime.tv_nsec)
+    return Status::Ok();
+  // The backing file changed: a commit of another daemon sharing the store
+  // (or this daemon's own, or a chmod). Read the manifest again; a new
+  // record means new bytes.
+  const Manifest before = f.manifest;
+  const bool had_manifest = f.has_manifest;
+  f.phase = FilePhase::kUnloaded;
+  Status s = LoadLocked(inode);
+  if (!s.ok()) {
+    f.phase = had_manifest ? FilePhase::kCommitted : FilePhase::kPlain;
+    f.manifest = before;
+    f.has_manifest = had_manifest;
+    return s;
+  }
+  bool same = had_manifest == f.has_manifest &&
+              (!had_manifest || (before.sequence == f.manifest.sequence && before.object == f.manifest.object &&
+                                 before.logical_size == f.manifest.logical_size));
+  if (!same || !had_manifest) {  // a plain file may have been rewritten by anyone
+    f.content.reset();
+    ++f.content_gen;
   }
   return Status::Ok();
 }
@@ -142,8 +174,9 @@ void Filesystem::MaybeQueueCommitLocked(const std::shared_ptr<Inode>& inode) {
     return;
   }
   if (!f.dirty && !(f.has_manifest && f.manifest.kind == ManifestKind::kStaging)) {
-    f.staging.reset();  // opened for writing but unchanged
+    f.staging.reset();  // opened for writing but unchanged, or committed by fsync
     f.phase = f.has_manifest ? FilePhase::kCommitted : FilePhase::kPlain;
+    ++f.content_gen;  // the kernel's pages hold the staged bytes, not a lossy reconstruction
     return;
   }
   f.phase = FilePhase::kEncoding;
@@ -166,6 +199,67 @@ Result<int> Filesystem::RecordStagingLocked(Inode& inode, StagingFile& staging, 
   return mfd;
 }
 
+Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& staging, ino_t dir,
+                                                   const std::function<bool()>& wanted) {
+  // This commit's options: the mount's, with a share of the cores
+  // (threads= shared among the encodes running now: a lone commit, one
+  // torch.save, encodes its chunks on all of them; the output does not
+  // depend on the thread count), the GPU backend when there is one (one
+  // encode at a time uses it), and the retention rule when the file's old
+  // versions are being deleted.
+  struct RunningEncode {
+    std::atomic<unsigned>& count;
+    unsigned now;
+    explicit RunningEncode(std::atomic<unsigned>& c) : count(c), now(++c) {}
+    ~RunningEncode() { --count; }
+  } running(running_encodes_);
+  CommitOptions commit_options = commit_options_;
+  commit_options.encode.threads = std::max(1u, options_.threads / running.now);
+  struct stat st;
+  uint64_t size = ::fstat(staging.fd(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  // The working set of this many threads.
+  MemoryBudget::Reservation memory = encode_budget_.Reserve(EncodeMemoryEstimate(size, commit_options));
+  if (!wanted()) return Status::Internal("commit superseded");  // a writer came back while this waited
+  std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
+  if (gpu_kernels_) {
+    gpu_lock.lock();
+    commit_options.encode.lossy_kernels = gpu_kernels_.get();
+  }
+  std::string rel_path = RelativePath(inode);
+  bool retention = false;
+  std::vector<BaseCandidate> candidates = BaseCandidatesFor(dir, rel_path, &retention);
+  commit_options.retention = retention;
+  return EncodeStaged(*store_, staging.fd(), staging.path(), candidates, commit_options, log_, rel_path);
+}
+
+Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version) {
+  FileState& f = inode.file;
+  ASSIGN_OR_RETURN(int mfd, ManifestFdLocked(inode));
+  RETURN_IF_ERROR(CommitManifest(mfd, &f.manifest, version, commit_options_));
+  f.has_manifest = true;
+  if (f.pending_mtime) {
+    struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
+    ::futimens(mfd, times);
+  }
+  f.pending_mtime.reset();
+  f.content.reset();
+  f.dirty = false;
+  return Status::Ok();
+}
+
+void Filesystem::AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version) {
+  log_->Debug("committed inode {}: {} bytes -> {} ({} bytes, depth {})", inode.ino, version.fields.logical_size,
+              ManifestKindName(version.fields.kind), version.fields.stored_bytes, version.fields.chain_depth);
+  if (version.as_base) AddBaseCandidate(dir, *version.as_base);
+  if (version.fields.kind == ManifestKind::kBlob && session_ != nullptr) {
+    // The reconstruction of a lossy codec differs from the staged bytes the
+    // kernel may have cached: drop them. Called with no lock held, since
+    // the kernel may wait on a READ of this inode.
+    int rc = fuse_lowlevel_notify_inval_inode(session_, inode.ino, 0, 0);
+    if (rc != 0 && rc != -ENOENT) log_->Debug("notify_inval_inode({}): {}", inode.ino, rc);
+  }
+}
+
 void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket) {
   std::shared_ptr<StagingFile> staging;
   ino_t dir;
@@ -175,52 +269,29 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
     staging = inode->file.staging;
     dir = inode->file.parent_dir;
   }
-  // The staging file is made durable while it is encoded: its fsync takes
-  // about as long as writing it to the disk, and the encode only needs its
-  // bytes, which are in the page cache. Both finish before anything is
-  // recorded, in the order recovery relies on: the staging file durable,
-  // then marked in the manifest, then the object and the new manifest.
-  std::future<Status> synced =
-      std::async(std::launch::async, [&staging, this] { return SyncStaging(*staging, commit_options_); });
-  Result<EncodedVersion> version = Status::Internal("commit: not encoded");
-  {
-    // This commit's options: the mount's, with a share of the cores
-    // (threads= shared among the encodes running now: a lone commit, one
-    // torch.save, encodes its chunks on all of them; the output does not
-    // depend on the thread count), the GPU backend when there is one (one
-    // encode at a time uses it), and the retention rule when the file's old
-    // versions are being deleted.
-    struct RunningEncode {
-      std::atomic<unsigned>& count;
-      unsigned now;
-      explicit RunningEncode(std::atomic<unsigned>& c) : count(c), now(++c) {}
-      ~RunningEncode() { --count; }
-    } running(running_encodes_);
-    CommitOptions commit_options = commit_options_;
-    commit_options.encode.threads = std::max(1u, options_.threads / running.now);
-    struct stat st;
-    uint64_t size = ::fstat(staging->fd(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-    // The working set of this many threads.
-    MemoryBudget::Reservation memory = encode_budget_.Reserve(EncodeMemoryEstimate(size, commit_options));
-    {
-      std::lock_guard<std::mutex> lock(inode->mu);  // a writer may have come back while this waited
-      if (inode->file.encode_ticket != ticket) return;
-    }
-    std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
-    if (gpu_kernels_) {
-      gpu_lock.lock();
-      commit_options.encode.lossy_kernels = gpu_kernels_.get();
-    }
-    std::string rel_path = RelativePath(*inode);
-    bool retention = false;
-    std::vector<BaseCandidate> candidates = BaseCandidatesFor(dir, rel_path, &retention);
-    commit_options.retention = retention;
-    version = EncodeStaged(*store_, staging->fd(), staging->path(), candidates, commit_options, log_, rel_path);
+  auto wanted = [&] {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    return inode->file.encode_ticket == ticket;
+  };
+  // In the store, the staging file is made durable while it is encoded: its
+  // fsync takes about as long as writing it to the disk, and the encode
+  // only needs its bytes, which are in the page cache. Both finish before
+  // anything is recorded, in the order recovery relies on: the staging
+  // file durable, then marked in the manifest, then the object and the new
+  // manifest. A node-local staging file is never named by the store: a
+  // close is committed by the encode alone (fsync commits, fs/STORE.md §3).
+  bool mark = store_->staging_in_store();
+  std::future<Status> synced;
+  if (mark) synced = std::async(std::launch::async, [&staging, this] { return SyncStaging(*staging, commit_options_); });
+  Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted);
+  if (!wanted()) {
+    if (mark) (void)synced.get();
+    return;  // superseded: the object is garbage for GC
   }
   // Marked even when the encode failed: the staging file then stays the
   // file's content, and the next release or a remount retries.
-  Status s = synced.get();
-  if (s.ok()) {
+  Status s = mark ? synced.get() : Status::Ok();
+  if (s.ok() && mark) {
     std::lock_guard<std::mutex> lock(inode->mu);
     if (inode->file.encode_ticket != ticket) return;
     s = RecordStagingLocked(*inode, *staging, commit_options_).status();
@@ -232,16 +303,7 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
     std::lock_guard<std::mutex> lock(inode->mu);
     FileState& f = inode->file;
     if (f.encode_ticket != ticket) return;  // superseded: the object is garbage for GC
-    if (version.ok()) {
-      auto mfd = ManifestFdLocked(*inode);
-      s = mfd.ok() ? CommitManifest(*mfd, &f.manifest, *version, commit_options_) : mfd.status();
-      if (s.ok() && f.pending_mtime) {
-        struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
-        ::futimens(*mfd, times);
-      }
-    } else {
-      s = version.status();
-    }
+    s = version.ok() ? WriteCommitLocked(*inode, *version) : version.status();
     if (!s.ok()) {
       // The staging file stays the content (durable if MarkStaging
       // succeeded); the next release or a remount retries.
@@ -249,26 +311,14 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
       f.phase = FilePhase::kStaging;
       return;
     }
-    f.pending_mtime.reset();
-    f.content.reset();
-    f.dirty = false;
     f.phase = FilePhase::kCommitted;
     done = std::move(f.staging);
     superseded.swap(f.superseded);
   }
-  log_->Debug("committed inode {}: {} bytes -> {} ({} bytes, depth {})", inode->ino, version->fields.logical_size,
-              ManifestKindName(version->fields.kind), version->fields.stored_bytes, version->fields.chain_depth);
   if (Status r = RemoveStagingFile(*done, commit_options_); !r.ok())
     log_->Warn("removing staging file {}: {}", done->path(), r.ToString());
   for (auto& old : superseded) (void)old->Remove();
-  if (version->as_base) AddBaseCandidate(dir, *version->as_base);
-  if (version->fields.kind == ManifestKind::kBlob && session_ != nullptr) {
-    // The reconstruction of a lossy codec differs from the staged bytes the
-    // kernel may have cached: drop them. Called with no lock held, since
-    // the kernel may wait on a READ of this inode.
-    int rc = fuse_lowlevel_notify_inval_inode(session_, inode->ino, 0, 0);
-    if (rc != 0 && rc != -ENOENT) log_->Debug("notify_inval_inode({}): {}", inode->ino, rc);
-  }
+  AfterCommit(*inode, dir, *version);
   inodes_.EraseIfUnused(inode->ino);
 }
 
@@ -279,6 +329,7 @@ Result<struct stat> Filesystem::StatInode(Inode& inode) {
   if (!inode.is_reg()) return st;
   std::lock_guard<std::mutex> lock(inode.mu);
   RETURN_IF_ERROR(LoadLocked(inode));
+  RETURN_IF_ERROR(RevalidateLocked(inode, st));
   ASSIGN_OR_RETURN(uint64_t size, SizeLocked(inode));
   st.st_size = static_cast<off_t>(size);
   FileState& f = inode.file;
@@ -325,8 +376,8 @@ Status Filesystem::DoLookup(Inode& parent, const char* name, fuse_entry_param* e
   e->ino = inode->ino;
   e->generation = inode->generation;
   e->attr = *attr;
-  e->attr_timeout = 1.0;
-  e->entry_timeout = 1.0;
+  e->attr_timeout = cache_timeout_;
+  e->entry_timeout = cache_timeout_;
   return Status::Ok();
 }
 

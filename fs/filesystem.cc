@@ -1,4 +1,5 @@
 #include "fs/filesystem.h"
+#include "fs/staging_placement.h"
 
 #include "gpu/lossy_backend.h"
 
@@ -53,6 +54,7 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
       log_(log),
       inodes_(::open(store_->backing().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
       encode_budget_(SplitMemory(options).encode_mib << 20) {
+  if (IsSharedFilesystem(store_->backing())) cache_timeout_ = 0.0;
   commit_options_.compress = options.compress;
   commit_options_.release_input_pages = options.mem_mib != 0;
   commit_options_.keyframe = options.keyframe;
@@ -434,6 +436,8 @@ Status RunDaemon(const MountOptions& options) {
     return Status::Io(errno, "open log file " + options.log_file);
   StoreOptions store_options;
   store_options.chunk_cache_bytes = SplitMemory(options).cache_mib << 20;
+  std::string staging_why;
+  ASSIGN_OR_RETURN(store_options.local_staging, ResolveStaging(options, backing, &staging_why));
   // A read-only backing directory (or -o ro) mounts read-only: no staging
   // area, no recovery, no GC; files a dead daemon left in staging are
   // served from their staging files.
@@ -442,7 +446,11 @@ Status RunDaemon(const MountOptions& options) {
                        options.fuse_options.end();
   store_options.create = !read_only;
   ASSIGN_OR_RETURN(auto store, Store::Open(backing, store_options));
-  if (!read_only) RETURN_IF_ERROR(store->ClaimStagingArea());
+  if (!read_only) {
+    RETURN_IF_ERROR(store->ClaimStagingArea());
+    if (store->staging_in_store()) log.Info("staging in the store ({})", staging_why);
+    else log.Info("staging in {} ({}); fsync commits to the store", store->StagingRoot(), staging_why);
+  }
 
   MountOptions resolved = options;
   if (read_only) {

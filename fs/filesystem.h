@@ -14,6 +14,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -124,6 +125,10 @@ class Filesystem {
   Status DoLookup(Inode& parent, const char* name, fuse_entry_param* e);
   // REQUIRES: inode.mu held. Reads the manifest when not loaded yet.
   Status LoadLocked(Inode& inode);
+  // REQUIRES: inode.mu held; loaded. Reads the manifest again when the
+  // backing file's ctime (in `st`) moved since it was read, so that a
+  // committed file shows another daemon's newer version.
+  Status RevalidateLocked(Inode& inode, const struct stat& st);
   // REQUIRES: inode.mu held; loaded. The committed (or plain) content.
   Result<std::shared_ptr<const FileContent>> ContentLocked(Inode& inode);
   // REQUIRES: inode.mu held. The manifest file open for writing.
@@ -149,6 +154,20 @@ class Filesystem {
   // Runs on an encode worker: commits the staging file of `inode` unless
   // `ticket` was superseded.
   void CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket);
+  // Encodes `staging` (the bytes of `inode`, in directory `dir`) into an
+  // object with the mount's options and a share of the cores; gives up
+  // (Internal) when `wanted` turns false while it waits for memory.
+  Result<EncodedVersion> EncodeForCommit(Inode& inode, StagingFile& staging, ino_t dir,
+                                         const std::function<bool()>& wanted);
+  // REQUIRES: inode.mu held. Writes `version`'s manifest record (durable)
+  // with the pending mtime; the file is clean afterwards.
+  Status WriteCommitLocked(Inode& inode, const EncodedVersion& version);
+  // After a commit, no lock held: the version becomes a delta-base
+  // candidate, and the kernel drops pages of a lossy file's staged bytes.
+  void AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version);
+  // fsync with node-local staging: commits the file's bytes as of now to
+  // the store (the staging file stays for open writers).
+  Status CommitForFsync(const std::shared_ptr<Inode>& inode);
   // The delta-base candidates for the file at `rel_path` (relative to the
   // mount root) in directory `dir` (backing inode): the versions of its
   // directory and of its role (fs/version_role.h), merged by
@@ -185,6 +204,10 @@ class Filesystem {
   void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus);
 
   const MountOptions options_;
+  // Seconds the kernel may cache attributes and entries: 1 on a local
+  // backing filesystem; 0 on a shared one, where another node's commit
+  // must show at the next stat or open.
+  double cache_timeout_ = 1.0;
   std::unique_ptr<Store> store_;
   Logger* log_;
   CommitOptions commit_options_;

@@ -54,6 +54,9 @@ struct FileState {
   uint64_t cached_gen = 0;                        // content_gen at the last open (keep_cache)
   std::optional<struct timespec> pending_mtime;   // mtime of writes not yet in the manifest
   int manifest_fd = -1;                           // O_RDWR on the manifest, opened lazily
+  // ctime of the backing file when the manifest was read: another daemon's
+  // commit changes it (RevalidateLocked).
+  struct timespec loaded_ctime {};
   ino_t parent_dir = 0;                           // last directory seen naming it (delta scope)
 
   // The bytes changed: a new content generation, differing from the

@@ -31,7 +31,7 @@ void Filesystem::GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/)
   if (!inode) return (void)fuse_reply_err(req, ESTALE);
   auto st = StatInode(*inode);
   if (!st.ok()) return (void)fuse_reply_err(req, ToErrno(st.status()));
-  fuse_reply_attr(req, &*st, 1.0);
+  fuse_reply_attr(req, &*st, cache_timeout_);
 }
 
 void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* /*fi*/) {

@@ -22,7 +22,7 @@ void Filesystem::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   if (!s.ok()) {
     if (s.sys_errno() == ENOENT) {  // negative entry, cached briefly
       std::memset(&e, 0, sizeof e);
-      e.entry_timeout = 1.0;
+      e.entry_timeout = cache_timeout_;
       return (void)fuse_reply_entry(req, &e);
     }
     return (void)fuse_reply_err(req, ToErrno(s));

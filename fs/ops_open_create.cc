@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "fs/filesystem.h"
@@ -94,6 +95,9 @@ Status Filesystem::AttachOpen(Inode& inode, bool write, bool truncate, bool* kee
   std::lock_guard<std::mutex> lock(inode.mu);
   FileState& f = inode.file;
   RETURN_IF_ERROR(LoadLocked(inode));
+  // Close-to-open: an open sees what another daemon committed before it.
+  struct stat st;
+  if (::fstatat(inode.fd, "", &st, AT_EMPTY_PATH) == 0) RETURN_IF_ERROR(RevalidateLocked(inode, st));
   if (write) RETURN_IF_ERROR(EnsureStagingLocked(inode, truncate));
   if (write) ++f.writers;
   if (truncate) f.MarkChanged(/*touch_times=*/true);
@@ -134,11 +138,19 @@ void Filesystem::Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi)
 
 // The fsync promise: when fsync returns 0 on a file, its bytes as of that
 // moment survive a crash or kill -9 of the daemon (and a power loss, as far
-// as the backing filesystem honours fsync): the staging file is fsynced
-// and the manifest, fsynced too, names it; a remount commits it.
+// as the backing filesystem honours fsync). With staging in the store, the
+// staging file is fsynced and the manifest, fsynced too, names it; a
+// remount commits it. With node-local staging the bytes are committed to
+// the store before fsync returns, so they also survive losing the node,
+// and every other node reads them (fs/STORE.md §3).
 void Filesystem::Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi) {
   auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
   Inode& inode = *handle->inode;
+  if (!store_->staging_in_store()) {
+    Status s = CommitForFsync(handle->inode);
+    if (!s.ok()) log_->Error("fsync of inode {} failed: {}", inode.ino, s.ToString());
+    return (void)fuse_reply_err(req, ToErrno(s));
+  }
   std::shared_ptr<StagingFile> staging;
   int manifest_fd = -1;
   {
@@ -167,6 +179,55 @@ void Filesystem::Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_fi
   }
   if (!s.ok()) log_->Error("fsync of inode {} failed: {}", inode.ino, s.ToString());
   fuse_reply_err(req, ToErrno(s));
+}
+
+Status Filesystem::CommitForFsync(const std::shared_ptr<Inode>& inode) {
+  // Writes that race with this fsync make the encoded bytes stale: encode
+  // again (the bytes written before fsync was called are in every round).
+  for (int round = 0; round < 8;) {
+    std::shared_ptr<StagingFile> staging;
+    uint64_t gen = 0;
+    ino_t dir = 0;
+    int manifest_fd = -1;
+    {
+      std::lock_guard<std::mutex> lock(inode->mu);
+      FileState& f = inode->file;
+      if (f.phase == FilePhase::kStaging && f.dirty) {
+        staging = f.staging;
+        gen = f.content_gen;
+        dir = f.parent_dir;
+      } else if (f.phase != FilePhase::kEncoding) {
+        auto mfd = ManifestFdLocked(*inode);  // committed: durable already
+        if (mfd.ok()) manifest_fd = *mfd;
+      }
+    }
+    if (!staging) {
+      if (manifest_fd >= 0) return ::fdatasync(manifest_fd) == 0 ? Status::Ok() : Status::Io(errno, "fsync manifest");
+      // A commit queued at the last release is running: its outcome is
+      // the answer (a failed one leaves the file dirty and staging).
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    ++round;
+    auto wanted = [&] {
+      std::lock_guard<std::mutex> lock(inode->mu);
+      return inode->file.staging == staging && inode->file.content_gen == gen;
+    };
+    Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted);
+    if (!wanted()) continue;
+    if (!version.ok()) return version.status();
+    {
+      std::lock_guard<std::mutex> lock(inode->mu);
+      FileState& f = inode->file;
+      if (f.staging != staging || f.content_gen != gen || f.phase != FilePhase::kStaging) continue;
+      // Open writers go on writing to the staging file, which stays the
+      // file's content until the last release finds it clean and drops it.
+      RETURN_IF_ERROR(WriteCommitLocked(*inode, *version));
+    }
+    AfterCommit(*inode, dir, *version);
+    return Status::Ok();
+  }
+  return Status::Io(EBUSY, "fsync: the file kept changing while it was committed");
 }
 
 }  // namespace ckptfs::fs

@@ -63,6 +63,11 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     else if (key == "decode_ahead")
       RETURN_IF_ERROR(ParseNumber<uint64_t>(key, value, 0, 1u << 20, &o->decode_ahead_mib));
     else if (key == "log") o->log_file = std::string(value);
+    else if (key == "staging") {
+      if (value.empty() || (value != "auto" && value != "store" && value.front() != '/'))
+        return Status::InvalidArgument(fmt::format("-o staging: want auto|store|/ABSOLUTE/DIR have '{}'", value));
+      o->staging = std::string(value);
+    }
     else if (key == "lossy") RETURN_IF_ERROR(ParseOnOff(key, value, &o->lossy));
     else if (key == "predict") RETURN_IF_ERROR(ParseOnOff(key, value, &o->step_prediction));
     else if (key == "low_rank") RETURN_IF_ERROR(ParseOnOff(key, value, &o->low_rank_moments));

@@ -27,6 +27,7 @@ struct MemorySplit {
 struct MountOptions;
 MemorySplit SplitMemory(const MountOptions& options);
 
+
 struct MountOptions {
   std::string backing;
   std::string mountpoint;
@@ -86,6 +87,12 @@ struct MountOptions {
   // denominators (exp_avg_sq, ...); < 0: the policy's default
   // (policy::kDenominatorBudgetFactor times the optimizer budget).
   double denominator_budget = -1.0;
+  // staging=auto|store|DIR: where the raw bytes of files being written
+  // wait for their commit. store: BACKING/.ckptfs/staging; DIR: a
+  // node-local directory (fsync then commits to the store); auto (the
+  // default): store, except on a network or FUSE backing filesystem,
+  // where it is kDefaultLocalStaging (fs/staging_placement.h).
+  std::string staging = "auto";
   std::vector<std::string> fuse_options;  // passed to libfuse (-o ...)
   // Built from lossy/budget/opt_budget/policy by BuildLossyPolicy (RunDaemon).
   std::shared_ptr<const policy::Policy> policy;

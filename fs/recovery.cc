@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <ctime>
+#include <filesystem>
 #include <set>
 
 #include "fs/base_candidates.h"
@@ -21,6 +22,9 @@ constexpr size_t kRecoveryBaseCandidates = 4;
 // are held until recovery ends so no new daemon can take the same name.
 struct DeadAreas {
   std::set<std::string> names;
+  // Dead areas in this daemon's node-local staging directory: no manifest
+  // names their files (fs/STORE.md §3), so all of them go.
+  std::set<std::string> local;
   std::vector<int> lock_fds;
   ~DeadAreas() {
     for (int fd : lock_fds) ::close(fd);
@@ -39,28 +43,58 @@ std::vector<std::string> ListDir(const std::string& path) {
   return names;
 }
 
+enum class AreaState { kLive, kDead, kNoLock };
+
+// An area directory's liveness from its .lock: live while some process
+// holds the flock; kDead keeps the lock (its fd joins `dead`).
+AreaState LockState(const std::string& dir, DeadAreas* dead) {
+  int fd = ::open((dir + "/.lock").c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return AreaState::kNoLock;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);  // a live daemon holds it
+    return AreaState::kLive;
+  }
+  dead->lock_fds.push_back(fd);
+  return AreaState::kDead;
+}
+
+bool YoungerThanAMinute(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime < 60;
+}
+
 void FindDeadAreas(Store& store, DeadAreas* dead) {
   for (const std::string& name : ListDir(store.MetaPath("staging"))) {
     if (name == store.area()) continue;
-    std::string lock_path = store.MetaPath("staging/" + name + "/.lock");
-    int fd = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 && ::stat(store.MetaPath("staging/" + name).c_str(), &st) == 0 &&
-        ::time(nullptr) - st.st_mtime < 60)
-      continue;  // a daemon between mkdir and creating its lock (ClaimStagingArea)
-    if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      ::close(fd);  // a live daemon holds it
-      continue;
-    }
-    if (fd >= 0) dead->lock_fds.push_back(fd);
+    std::string dir = store.MetaPath("staging/" + name);
+    AreaState state = LockState(dir, dead);
+    if (state == AreaState::kLive) continue;
+    if (state == AreaState::kNoLock && YoungerThanAMinute(dir)) continue;  // between mkdir and lock (ClaimStagingArea)
     dead->names.insert(name);
   }
+  if (!store.staging_in_store()) {
+    for (const std::string& name : ListDir(store.StagingRoot())) {
+      std::string dir = store.StagingRoot() + "/" + name;
+      if (name == store.area() || name.size() != 16 || !std::filesystem::is_directory(dir)) continue;
+      AreaState state = LockState(dir, dead);
+      if (state == AreaState::kLive || (state == AreaState::kNoLock && YoungerThanAMinute(dir))) continue;
+      dead->names.insert(name);
+      dead->local.insert(name);
+    }
+  }
   for (const std::string& name : ListDir(store.MetaPath("tmp"))) {
+    std::string dir = store.MetaPath("tmp/" + name);
     struct stat st;
-    if (name == store.area() || ::stat(store.MetaPath("tmp/" + name).c_str(), &st) != 0) continue;
-    if (S_ISDIR(st.st_mode) && ::time(nullptr) - st.st_mtime >= 60 &&
-        ::access(store.MetaPath("staging/" + name).c_str(), F_OK) != 0)
-      dead->names.insert(name);  // a tmp area whose staging twin is already gone
+    if (name == store.area() || dead->names.count(name) || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      continue;
+    // The twin of a daemon staging on its own node carries that daemon's
+    // lock; other twins live as long as their staging area does.
+    AreaState state = LockState(dir, dead);
+    if (state == AreaState::kLive) continue;
+    if (state == AreaState::kNoLock &&
+        (YoungerThanAMinute(dir) || ::access(store.MetaPath("staging/" + name).c_str(), F_OK) == 0))
+      continue;
+    dead->names.insert(name);  // a tmp area whose daemon is gone
   }
 }
 
@@ -116,16 +150,19 @@ Result<RecoveryReport> RecoverStore(Store& store, const CommitOptions& options, 
 
   for (const std::string& area : dead.names) {
     bool keep_dir = false;
-    std::string sdir = store.MetaPath("staging/" + area);
+    bool local = dead.local.count(area) > 0;
+    std::string sdir = local ? store.StagingRoot() + "/" + area : store.MetaPath("staging/" + area);
     for (const std::string& name : ListDir(sdir)) {
       if (name == ".lock") continue;
-      if (referenced.count("staging/" + area + "/" + name)) {
+      if (!local && referenced.count("staging/" + area + "/" + name)) {
         keep_dir = true;
         continue;
       }
       if (::unlink((sdir + "/" + name).c_str()) == 0) {
         ++report.orphans_removed;
-        if (log) log->Info("recovery: removed orphan staging file {}/{} (never fsynced nor closed)", sdir, name);
+        if (log)
+          log->Info("recovery: removed orphan staging file {}/{} ({})", sdir, name,
+                    local ? "node-local staging: never acknowledged" : "never fsynced nor closed");
       }
     }
     if (!keep_dir) {

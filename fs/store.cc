@@ -89,6 +89,7 @@ Store::Store(std::string backing, int backing_fd, const StoreOptions& options)
 Store::~Store() {
   ReleaseStagingArea();
   if (area_lock_fd_ >= 0) ::close(area_lock_fd_);
+  if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);
   ::close(backing_fd_);
 }
 
@@ -139,40 +140,62 @@ std::string Store::NewRandomHex16() {
   return fmt::format("{:016x}", v);
 }
 
-Status Store::ClaimStagingArea() {
-  if (!area_.empty()) return Status::Internal("staging area claimed twice");
-  std::string hex = NewRandomHex16();
-  RETURN_IF_ERROR(MakeDir(MetaPath("staging/" + hex)));
-  RETURN_IF_ERROR(MakeDir(MetaPath("tmp/" + hex)));
-  std::string lock_path = MetaPath("staging/" + hex + "/.lock");
-  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Io(errno, "create " + lock_path);
+namespace {
+// Creates `path` and holds flock(LOCK_EX) on it: the area is live while the
+// returned fd stays open (the kernel, or the shared filesystem's lock
+// server, drops the lock when the process dies).
+Result<int> LockAreaFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Io(errno, "create " + path);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
     ::close(fd);
-    return Status::Io(err, "lock " + lock_path);
+    return Status::Io(err, "lock " + path);
   }
-  area_lock_fd_ = fd;
+  return fd;
+}
+}  // namespace
+
+Status Store::ClaimStagingArea() {
+  if (!area_.empty()) return Status::Internal("staging area claimed twice");
+  std::string hex = NewRandomHex16();
+  if (!staging_in_store()) {
+    std::error_code ec;
+    std::filesystem::create_directories(StagingRoot(), ec);
+    if (ec) return Status::Io(ec.value(), "create staging directory " + StagingRoot());
+  }
+  RETURN_IF_ERROR(MakeDir(StagingRoot() + "/" + hex));
+  RETURN_IF_ERROR(MakeDir(MetaPath("tmp/" + hex)));
+  ASSIGN_OR_RETURN(area_lock_fd_, LockAreaFile(StagingRoot() + "/" + hex + "/.lock"));
+  if (!staging_in_store()) {
+    // Other nodes cannot see a local staging area: the store-side twin
+    // carries the lock that tells them this daemon lives (its temp files
+    // are objects being written).
+    ASSIGN_OR_RETURN(tmp_lock_fd_, LockAreaFile(MetaPath("tmp/" + hex + "/.lock")));
+  }
   area_ = hex;
   return Status::Ok();
 }
 
 void Store::ReleaseStagingArea() {
   if (area_.empty()) return;
-  std::string sdir = MetaPath("staging/" + area_);
+  std::string sdir = StagingRoot() + "/" + area_;
   std::string tdir = MetaPath("tmp/" + area_);
   std::error_code ec;
   size_t left = 0;
   for (auto& e : std::filesystem::directory_iterator(sdir, ec))
     if (e.path().filename() != ".lock") ++left;
   if (ec || left > 0) return;
-  // Still holding the lock: a recovering daemon sees a live area until the
-  // directory is gone.
+  // Still holding the locks: a recovering daemon sees a live area until
+  // the directories are gone.
   ::unlink((sdir + "/.lock").c_str());
   ::rmdir(sdir.c_str());
+  ::unlink((tdir + "/.lock").c_str());
   ::rmdir(tdir.c_str());
   ::close(area_lock_fd_);
   area_lock_fd_ = -1;
+  if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);
+  tmp_lock_fd_ = -1;
   area_.clear();
 }
 
@@ -181,7 +204,7 @@ Result<std::unique_ptr<StagingFile>> Store::CreateStaging() {
   std::string file_hex = fmt::format("{:08x}{}", counter_.fetch_add(1) & 0xffffffffu, NewRandomHex16().substr(8));
   ASSIGN_OR_RETURN(ObjectId raw, ObjectId::FromHex(area_ + file_hex));
   StagingId id{raw};
-  std::string path = StagingPath(id);
+  std::string path = StagingRoot() + "/" + id.DirHex() + "/" + id.FileHex();
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Io(errno, "create staging " + path);
   return std::make_unique<StagingFile>(id, fd, path);

@@ -2,6 +2,7 @@
 //   BACKING/.ckptfs/format            store format version ("ckptfs-store 1")
 //   BACKING/.ckptfs/objects/ab/<hex>  immutable content-addressed objects
 //   BACKING/.ckptfs/staging/<area>/   one staging area per live daemon
+//                                     (or LOCAL/<area>/ with -o staging=LOCAL)
 //   BACKING/.ckptfs/tmp/<area>/       temp files of that daemon
 //   BACKING/<user tree>               directories, manifests, symlinks
 // A Store also resolves blob ids to open BlobReaders (a small cache), so it
@@ -76,6 +77,11 @@ struct StoreOptions {
   bool create = true;              // create .ckptfs/ when absent
   uint64_t chunk_cache_bytes = 256ull << 20;
   size_t max_open_readers = 256;   // BlobReaders kept open by id
+  // Where this daemon's staging area lives: empty for BACKING/.ckptfs/
+  // staging, else a directory outside the store (a node-local disk when
+  // the store is shared: fs/STORE.md §3). No manifest ever names a staging
+  // file there, so nothing but this node's next mount ever looks at it.
+  std::string local_staging;
 };
 
 class Store final : public BlobResolver {
@@ -99,6 +105,11 @@ class Store final : public BlobResolver {
   // when nothing is left in it (staging files named by durable manifests
   // stay for recovery).
   void ReleaseStagingArea();
+  // True when staging files are in the store (the default), false with a
+  // node-local staging directory (their fsync then commits: fs/STORE.md §3).
+  bool staging_in_store() const { return options_.local_staging.empty(); }
+  // The directory holding the staging areas of this daemon's placement.
+  std::string StagingRoot() const { return staging_in_store() ? MetaPath("staging") : options_.local_staging; }
   // The claimed area's 16 hex digits ("" before ClaimStagingArea).
   const std::string& area() const { return area_; }
   // A new empty staging file in the claimed area. Thread-safe.
@@ -133,7 +144,8 @@ class Store final : public BlobResolver {
   const StoreOptions options_;
   ChunkCache cache_;
   std::string area_;
-  int area_lock_fd_ = -1;
+  int area_lock_fd_ = -1;  // flock on <staging root>/<area>/.lock
+  int tmp_lock_fd_ = -1;   // flock on tmp/<area>/.lock (local staging only)
   std::atomic<uint64_t> counter_{0};
 
   std::mutex readers_mu_;  // leaf lock; never held while opening a blob

@@ -12,6 +12,7 @@ CKPTFS_PACKAGES=(
   python3-torch python3-numpy python3-pytest python3-sklearn python3-matplotlib libopenblas0-pthread
   fortunes
   unzip attr procps
+  glusterfs-server glusterfs-client
 )
 
 ckptfs_install_deps() {
