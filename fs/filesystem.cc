@@ -313,8 +313,10 @@ void Filesystem::Init(fuse_conn_info* conn) {
   // for ext4 (should_remove_suid) and sends a SETATTR of the mode.
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_HANDLE_KILLPRIV);
   MemorySplit memory = SplitMemory(options_);
-  log_->Info("ckptfs mounted {} on {} (compress={}, threads={}, keyframe={}, cache={} MiB, encode memory={})",
-             options_.backing, options_.mountpoint, options_.compress ? "on" : "off", options_.threads,
+  log_->Info("ckptfs mounted {} on {} (level={}, lossy={}, budget={}, compress={}, threads={}, keyframe={}, "
+             "cache={} MiB, encode memory={})",
+             options_.backing, options_.mountpoint, options_.level, options_.lossy ? "on" : "off", options_.budget,
+             options_.compress ? "on" : "off", options_.threads,
              options_.keyframe, memory.cache_mib,
              memory.encode_mib ? std::to_string(memory.encode_mib) + " MiB" : std::string("unbounded"));
 }
@@ -448,7 +450,7 @@ Status RunDaemon(const MountOptions& options) {
   ASSIGN_OR_RETURN(auto store, Store::Open(backing, store_options));
   if (!read_only) {
     RETURN_IF_ERROR(store->ClaimStagingArea());
-    if (store->staging_in_store()) log.Info("staging in the store ({})", staging_why);
+    if (store->staging_in_store()) log.Debug("staging in the store ({})", staging_why);
     else log.Info("staging in {} ({}); fsync commits to the store", store->StagingRoot(), staging_why);
   }
 

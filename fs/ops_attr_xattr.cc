@@ -104,6 +104,7 @@ Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_vie
   if (inode.ino == FUSE_ROOT_ID) {
     if (key == "pending") return std::to_string((queue_ ? queue_->pending() : 0) + closing_handles_.load());
     if (key == "pid") return std::to_string(::getpid());
+    if (key == "level") return options_.level;  // the preset the mount's options started from
   }
   if (!inode.is_reg()) return Status::Io(ENODATA, "no such attribute");
   RETURN_IF_ERROR(LoadLocked(inode));

@@ -38,7 +38,37 @@ const std::set<std::string_view> kIgnored = {"defaults", "noauto", "auto", "user
 
 }  // namespace
 
+const Preset* FindPreset(std::string_view name) {
+  for (const Preset& p : kPresets)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+namespace {
+Status ParseOptionItems(const std::string& list, MountOptions* o);
+}  // namespace
+
 Status ParseMountOptionList(const std::string& list, MountOptions* o) {
+  // level= first, wherever it stands: the options next to it refine it.
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    std::string_view item(list.data() + pos, comma - pos);
+    pos = comma + 1;
+    if (!item.starts_with("level=")) continue;
+    std::string_view name = item.substr(6);
+    const Preset* preset = FindPreset(name);
+    if (preset == nullptr)
+      return Status::InvalidArgument(fmt::format("-o level: want lossless|safe|default|max have '{}'", name));
+    RETURN_IF_ERROR(ParseOptionItems(std::string(preset->options), o));
+    o->level = std::string(name);
+  }
+  return ParseOptionItems(list, o);
+}
+
+namespace {
+Status ParseOptionItems(const std::string& list, MountOptions* o) {
   size_t pos = 0;
   while (pos <= list.size()) {
     size_t comma = list.find(',', pos);
@@ -62,6 +92,7 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     else if (key == "readahead") RETURN_IF_ERROR(ParseNumber<uint32_t>(key, value, 0, 1u << 20, &o->read_ahead_kb));
     else if (key == "decode_ahead")
       RETURN_IF_ERROR(ParseNumber<uint64_t>(key, value, 0, 1u << 20, &o->decode_ahead_mib));
+    else if (key == "level") continue;  // applied first (ParseMountOptionList)
     else if (key == "log") o->log_file = std::string(value);
     else if (key == "staging") {
       if (value.empty() || (value != "auto" && value != "store" && value.front() != '/'))
@@ -124,6 +155,7 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
   }
   return Status::Ok();
 }
+}  // namespace
 
 MemorySplit SplitMemory(const MountOptions& o) {
   if (o.mem_mib == 0) return {o.cache_mib, 0};

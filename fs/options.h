@@ -93,6 +93,9 @@ struct MountOptions {
   // default): store, except on a network or FUSE backing filesystem,
   // where it is kDefaultLocalStaging (fs/staging_placement.h).
   std::string staging = "auto";
+  // level=lossless|safe|default|max: the preset the option set came from
+  // (kPresets; later options on the command line override its settings).
+  std::string level = "default";
   std::vector<std::string> fuse_options;  // passed to libfuse (-o ...)
   // Built from lossy/budget/opt_budget/policy by BuildLossyPolicy (RunDaemon).
   std::shared_ptr<const policy::Policy> policy;
@@ -102,6 +105,24 @@ struct MountOptions {
 // then the defaults with budget= / opt_budget= when given; everything
 // lossless with lossy=off. InvalidArgument/NotFound for a bad policy file.
 Result<std::shared_ptr<const policy::Policy>> BuildLossyPolicy(const MountOptions& options);
+
+// The named trade-offs of -o level= (docs/policy.md "Levels"): each is a
+// list of mount options applied before the other options of the list.
+struct Preset {
+  std::string_view name;
+  std::string_view options;
+  std::string_view summary;  // one line for `ckptfs mount --help`
+};
+inline constexpr Preset kPresets[] = {
+    {"lossless", "lossy=off", "every byte stored exactly (lossless codec and deltas)"},
+    {"safe", "lossy=on,budget=0.003,opt_budget=0.05",
+     "weights within 0.3 %, optimizer state within 5 % (relative L2 per tensor)"},
+    {"default", "lossy=on,budget=0.01", "weights within 1 %, optimizer state within its own budget (the default)"},
+    {"max", "lossy=on,budget=0.03,low_rank=on,keyframe=20",
+     "most ratio: weights within 3 %, longer delta chains; check your model's accuracy"},
+};
+// The preset called `name`, or nullptr.
+const Preset* FindPreset(std::string_view name);
 
 // Parses one comma-separated -o list into `opts`. InvalidArgument names the
 // first unknown or malformed option. Mount-helper options that only matter

@@ -107,11 +107,15 @@ void RegisterMountCommands(CLI::App& app, int* exit_code) {
   mount->add_option("mountpoint", args->mountpoint, "Where to mount")->required();
   mount->add_flag("-f,--foreground", args->foreground, "Stay in the foreground");
   mount->add_option("-o", args->option_lists,
-                    "Options: compress=on|off, threads=N, keyframe=N, cache=MiB, zstd=LEVEL, log=FILE, "
-                    "loglevel=debug|info|warn|error, gc_grace=S, gc_interval=S, readahead=KiB, decode_ahead=MiB, "
-                    "crash_at=STEP, "
-                    "allow_other, default_permissions, ro, ...")
+                    "Options: level=lossless|safe|default|max (below), staging=auto|store|DIR, threads=N, "
+                    "cache=MiB, mem=MiB, log=FILE, loglevel=debug|info|warn|error, gc_grace=S, gc_interval=S, "
+                    "allow_other, default_permissions, ro, ... (fs/README.md; the codec's expert options: "
+                    "docs/policy.md)")
       ->allow_extra_args(false);
+  std::string levels = "Levels (-o level=NAME; the other options given refine it):\n";
+  for (const fs::Preset& p : fs::kPresets)
+    levels += fmt::format("  {:<9} {}\n            = {}\n", p.name, p.summary, p.options);
+  mount->footer(levels);
   mount->callback([args, exit_code] { *exit_code = RunMount(*args); });
 
   auto target = std::make_shared<std::string>();

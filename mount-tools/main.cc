@@ -1,9 +1,14 @@
 // ckptfs: the command-line tool. Subcommand groups live in cmd_*.cc.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "codec/container/blob_format.h"
+#include "fs/manifest.h"
+#include "fs/store.h"
 #include "mount-tools/commands.h"
 
 namespace ckptfs::tools {
@@ -32,6 +37,14 @@ int main(int argc, char** argv) {
   using namespace ckptfs::tools;
   CLI::App app{"ckptfs: a compressing filesystem for deep-learning checkpoints"};
   app.require_subcommand(1);
+  // What this build reads and writes, so that an operator can tell whether
+  // a store written elsewhere is readable here.
+  app.set_version_flag("--version",
+                       fmt::format("ckptfs {}\nstore format {} (reads {}), manifest version {} (reads {}), "
+                                   "blob format {} (reads {} and {})",
+                                   CKPTFS_VERSION, ckptfs::fs::kStoreFormatVersion, ckptfs::fs::kStoreFormatVersion,
+                                   ckptfs::fs::Manifest::kVersion, ckptfs::fs::Manifest::kVersion,
+                                   ckptfs::kBlobVersion, ckptfs::kBlobVersionRawIndex, ckptfs::kBlobVersion));
   int exit_code = kExitOk;
   RegisterBlobCommands(app, &exit_code);
   RegisterMountCommands(app, &exit_code);
@@ -49,6 +62,9 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << "\n";
+    return kExitOk;
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitUsage;

@@ -112,7 +112,7 @@ def test_staging_inside_the_store_is_refused(store):
 
 
 def test_auto_keeps_staging_in_the_store_on_a_local_filesystem(store):
-    store.mount("staging=auto")
+    store.mount("staging=auto,loglevel=debug")
     with open(store.log) as f:
         assert "staging in the store (the backing directory is on a local filesystem)" in f.read()
     with open(store.path("x.bin"), "wb") as f:

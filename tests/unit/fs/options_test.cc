@@ -1,6 +1,10 @@
 #include "fs/options.h"
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
+
+#include "fs/staging_placement.h"
 
 namespace ckptfs::fs {
 namespace {
@@ -30,6 +34,67 @@ TEST(MountOptionsTest, RejectsUnknownAndMalformedOptions) {
     MountOptions o;
     Status s = ParseMountOptionList(bad, &o);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(MountOptionsTest, LevelsAreAppliedFirstAndRefinedByTheOtherOptions) {
+  MountOptions plain;
+  EXPECT_EQ(plain.level, "default");
+  MountOptions o;
+  // budget= before level= still wins over the preset's budget.
+  ASSERT_TRUE(ParseMountOptionList("budget=0.02,level=max", &o).ok());
+  EXPECT_EQ(o.level, "max");
+  EXPECT_DOUBLE_EQ(o.budget, 0.02);
+  EXPECT_TRUE(o.low_rank_moments);
+  EXPECT_EQ(o.keyframe, 20u);
+  MountOptions l;
+  ASSERT_TRUE(ParseMountOptionList("level=lossless", &l).ok());
+  EXPECT_FALSE(l.lossy);
+  MountOptions s;
+  ASSERT_TRUE(ParseMountOptionList("level=safe", &s).ok());
+  EXPECT_TRUE(s.lossy);
+  EXPECT_DOUBLE_EQ(s.budget, 0.003);
+  EXPECT_DOUBLE_EQ(s.opt_budget, 0.05);
+  for (const Preset& p : kPresets) {  // every preset parses and names itself
+    MountOptions each;
+    ASSERT_TRUE(ParseMountOptionList("level=" + std::string(p.name), &each).ok()) << p.name;
+    EXPECT_EQ(each.level, p.name);
+  }
+  MountOptions bad;
+  EXPECT_EQ(ParseMountOptionList("level=fast", &bad).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(StagingPlacementTest, AutoIsTheStoreOnALocalDiskAndADirectoryInsideTheStoreIsRefused) {
+  const std::string backing = std::filesystem::temp_directory_path().string();
+  ASSERT_FALSE(IsSharedFilesystem(backing)) << "the test's temp directory should be on a local filesystem";
+  std::string why;
+  MountOptions o;
+  auto r = ResolveStaging(o, backing, &why);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, "");  // in the store
+  EXPECT_NE(why.find("local"), std::string::npos);
+  o.staging = "/elsewhere/staging/";
+  r = ResolveStaging(o, backing, &why);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, "/elsewhere/staging");
+  o.staging = backing + "/sub";
+  EXPECT_EQ(ResolveStaging(o, backing, &why).status().code(), StatusCode::kInvalidArgument);
+  o.staging = "store";
+  r = ResolveStaging(o, backing, &why);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, "");
+}
+
+TEST(MountOptionsTest, StagingTakesAutoStoreOrAnAbsoluteDirectory) {
+  MountOptions o;
+  EXPECT_EQ(o.staging, "auto");
+  ASSERT_TRUE(ParseMountOptionList("staging=/local/ssd", &o).ok());
+  EXPECT_EQ(o.staging, "/local/ssd");
+  ASSERT_TRUE(ParseMountOptionList("staging=store", &o).ok());
+  EXPECT_EQ(o.staging, "store");
+  for (const char* bad : {"staging=", "staging=relative/dir"}) {
+    MountOptions b;
+    EXPECT_EQ(ParseMountOptionList(bad, &b).code(), StatusCode::kInvalidArgument) << bad;
   }
 }
 
