@@ -61,7 +61,7 @@ def main():
             f"saved with fsync on node A, loaded on node B; medians of {cl['runs']} rounds):", "",
             "| | straight into GlusterFS | ckptfs on GlusterFS |", "|---|---|---|",
             f"| save + fsync (committed) | {cm['gluster']['committed_s']:.2f} s | {cm['ckptfs']['committed_s']:.2f} s "
-            f"(paired {sp['committed_s']['median']:.2f}x faster) |",
+            f"(paired speedup {sp['committed_s']['median']:.2f}x) |",
             f"| load on the other node | {cm['gluster']['load_s']:.2f} s | {cm['ckptfs']['load_s']:.2f} s |",
             f"| stored | {cm['gluster']['stored_bytes'] / 1e6:.0f} MB | {cm['ckptfs']['stored_bytes'] / 1e6:.0f} MB "
             f"({cl['ratio']['ckptfs']:.1f}x) |"]
