@@ -521,6 +521,8 @@ Status RunDaemon(const MountOptions& options) {
     fuse_session_destroy(se);
     return Status::Internal("fuse_daemonize failed");
   }
+  // Detached without log=: stderr is /dev/null now, syslog takes the lines.
+  if (!options.foreground && options.log_file.empty()) log.UseSyslog();
   fs->StartWorkers();
   std::thread readahead([&] { RaiseReadAhead(mountpoint, options.read_ahead_kb, &log); });
   fuse_loop_config* cfg = fuse_loop_cfg_create();

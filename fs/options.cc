@@ -141,7 +141,7 @@ Status ParseOptionItems(const std::string& list, MountOptions* o) {
         return Status::InvalidArgument(
             fmt::format("-o update_fraction: want a number in (0, {}] have '0'", lossy::kMaxUpdateFraction));
     }
-    else if (key == "loglevel") {
+    else if (key == "loglevel" || key == "log_level") {
       if (!ParseLogLevel(value, &o->log_level))
         return Status::InvalidArgument(fmt::format("-o loglevel: want debug|info|warn|error have '{}'", value));
     } else if (key == "crash_at") {

@@ -43,7 +43,7 @@ struct MountOptions {
   // encoders also drop their mapped view of the staging file as they go.
   uint64_t mem_mib = 0;
   int zstd_level = 3;            // zstd=LEVEL
-  std::string log_file;          // log=FILE (default stderr; /dev/null once daemonized)
+  std::string log_file;          // log=FILE (default stderr; syslog once daemonized)
   LogLevel log_level = LogLevel::kInfo;  // loglevel=debug|info|warn|error
   std::string crash_at;          // crash_at=<commit step>: abort() there (tests)
   int64_t gc_grace_seconds = 3600;   // gc_grace=SECONDS

@@ -27,6 +27,7 @@
 #include "codec/tensor/lossy/schedule.h"
 #include "mount-tools/blob_report.h"
 #include "mount-tools/commands.h"
+#include "mount-tools/progress.h"
 
 namespace ckptfs::tools {
 namespace {
@@ -69,6 +70,7 @@ struct BlobArgs {
   bool json = false;
   bool chunks = false;
   bool stages = false;  // encode: print the time per stage (JSON)
+  bool quiet = false;   // no progress line on a terminal
   double budget = 0.0;       // 0: lossless (the default of a single-file encode)
   double opt_budget = -1.0;  // < 0: the mount's default (policy::DefaultOptimizerBudget)
   std::string schedule = "dsq";  // the mount's default
@@ -132,7 +134,12 @@ int RunEncode(const BlobArgs& a) {
     };
   }
   VectorSink sink;
-  auto stats = EncodeBlob(file, layout, have_base ? &base : nullptr, options, &sink);
+  Result<EncodeStats> stats = Status::Internal("not encoded");
+  {
+    Progress progress(fmt::format("encode {} ({:.0f} MB)", a.in, static_cast<double>(file.size()) / 1e6), 0, "",
+                      ProgressWanted(a.quiet));
+    stats = EncodeBlob(file, layout, have_base ? &base : nullptr, options, &sink);
+  }
   if (!stats.ok()) return ReportStatus(stats.status(), "encode " + a.in);
   if (Status s = WriteWholeFile(a.out, sink.bytes); !s.ok()) return ReportStatus(s, "encode");
   double ratio = stats->stored_bytes ? double(stats->logical_bytes) / double(stats->stored_bytes) : 0.0;
@@ -155,16 +162,19 @@ int RunEncode(const BlobArgs& a) {
 // Writes a new file piece by piece; removes it unless Finish succeeded.
 class OutputFileSink final : public ByteSink {
  public:
-  static Result<std::unique_ptr<OutputFileSink>> Create(const std::string& path) {
+  static Result<std::unique_ptr<OutputFileSink>> Create(const std::string& path, Progress* progress) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return Status::Io(errno, "create " + path);
-    return std::unique_ptr<OutputFileSink>(new OutputFileSink(fd, path));
+    return std::unique_ptr<OutputFileSink>(new OutputFileSink(fd, path, progress));
   }
   ~OutputFileSink() override {
     if (fd_ >= 0) ::close(fd_);
     if (!finished_) ::unlink(path_.c_str());  // no partial or unchecked output is left behind
   }
-  Status Append(ByteSpan data) override { return WriteAll(fd_, data, path_); }
+  Status Append(ByteSpan data) override {
+    progress_->Add(data.size());
+    return WriteAll(fd_, data, path_);
+  }
   Status Finish() {
     const int fd = std::exchange(fd_, -1);
     if (::close(fd) != 0) return Status::Io(errno, "close " + path_);
@@ -173,9 +183,11 @@ class OutputFileSink final : public ByteSink {
   }
 
  private:
-  OutputFileSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  OutputFileSink(int fd, std::string path, Progress* progress)
+      : fd_(fd), path_(std::move(path)), progress_(progress) {}
   int fd_;
   std::string path_;
+  Progress* progress_;
   bool finished_ = false;
 };
 
@@ -185,10 +197,13 @@ int RunDecode(const BlobArgs& a) {
     if (Status s = resolver.AddFile(b); !s.ok()) return ReportStatus(s, "decode: --base");
   auto reader = OpenBlobFile(a.in, &resolver);
   if (!reader.ok()) return ReportStatus(reader.status(), "decode " + a.in);
-  auto sink = OutputFileSink::Create(a.out);
+  Progress progress("decode " + a.in, (*reader)->logical_size(), "bytes", ProgressWanted(a.quiet));
+  auto sink = OutputFileSink::Create(a.out, &progress);
   if (!sink.ok()) return ReportStatus(sink.status(), "decode");
   // Streamed through a few reused buffers: memory does not grow with the file.
-  if (Status s = DecodeToSink(**reader, sink->get(), a.threads); !s.ok()) return ReportStatus(s, "decode " + a.in);
+  Status s = DecodeToSink(**reader, sink->get(), a.threads);
+  progress.Finish();
+  if (!s.ok()) return ReportStatus(s, "decode " + a.in);
   return ReportStatus((*sink)->Finish(), "decode");
 }
 
@@ -264,6 +279,7 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
                   "lossy: per-element max_rel of exp_avg_sq and other update denominators (log mode; default 2x "
                   "the optimizer budget, at most 1; 0 = lossless)")
       ->check(CLI::Range(0.0, 1.0));
+  enc->add_flag("-q,--quiet", args->quiet, "no progress line on a terminal");
   enc->callback([args, exit_code] { *exit_code = RunEncode(*args); });
 
   CLI::App* dec = app.add_subcommand("decode", "Decode a blob back into the file");
@@ -271,6 +287,7 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
   dec->add_option("OUT", args->out, "output file")->required();
   dec->add_option("--base", args->bases, "base blobs of a delta chain");
   dec->add_option("--threads", args->threads, "decode threads")->check(CLI::Range(1, 256));
+  dec->add_flag("-q,--quiet", args->quiet, "no progress line on a terminal");
   dec->callback([args, exit_code] { *exit_code = RunDecode(*args); });
 
   CLI::App* ins = app.add_subcommand("inspect-blob", "Describe a blob: format, tensors, codecs, sizes");

@@ -20,6 +20,7 @@
 #include "fs/store.h"
 #include "mount-tools/blob_report.h"
 #include "mount-tools/commands.h"
+#include "mount-tools/progress.h"
 
 namespace ckptfs::tools {
 namespace {
@@ -202,7 +203,7 @@ int RunInspect(const std::string& file, bool as_json, bool chunks) {
   return kExitOk;
 }
 
-int RunRestore(const std::string& file, const std::string& out) {
+int RunRestore(const std::string& file, const std::string& out, bool quiet) {
   auto opened = OpenManifestFile(file);
   if (!opened.ok()) return ReportStatus(opened.status(), "restore");
   Result<fs::FileContent> content = Status::Internal("unset");
@@ -219,28 +220,33 @@ int RunRestore(const std::string& file, const std::string& out) {
   std::vector<std::byte> buf(std::min<uint64_t>(content->size(), 8u << 20));
   Checksum64Stream sum;
   Status s;
+  Progress progress("restore " + file, content->size(), "bytes", ProgressWanted(quiet));
   for (uint64_t off = 0; off < content->size() && s.ok();) {
     uint64_t n = std::min<uint64_t>(buf.size(), content->size() - off);
     s = content->ReadAt(off, MutableByteSpan(buf.data(), n));
     if (s.ok() && ::write(fd, buf.data(), n) != static_cast<ssize_t>(n)) s = Status::Io(errno, "write " + out);
     sum.Update(ByteSpan(buf.data(), n));
+    progress.Add(n);
     off += n;
   }
   if (s.ok() && content->blob() && sum.Digest() != content->blob()->file_checksum())
     s = Status::ChecksumMismatch(fmt::format("{}: whole-file checksum want={:016x} have={:016x}", file,
                                              content->blob()->file_checksum(), sum.Digest()));
   if (::close(fd) != 0 && s.ok()) s = Status::Io(errno, "close " + out);
+  progress.Finish();
   return ReportStatus(s, "restore");
 }
 
-int RunFsck(const std::string& backing, bool as_json) {
+int RunFsck(const std::string& backing, bool as_json, bool quiet) {
   auto store = OpenStoreAt(backing);
   if (!store.ok()) return ReportStatus(store.status(), "fsck");
   fs::Store& st = **store;
   std::vector<std::string> problems;
   uint64_t manifests = 0, objects = 0, chunks = 0;
   std::set<ObjectId> raw_objects, blob_objects;
+  Progress progress("fsck " + backing, 0, "files and objects checked", ProgressWanted(quiet));
   Status walk = fs::ForEachUserFile(st.backing(), [&](const std::string& rel) {
+    progress.Add(1);
     std::string path = st.backing() + "/" + rel;
     int fd = fs::OpenNoAtime(AT_FDCWD, path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // fsck reads no user's file
     if (fd < 0) return problems.push_back(fmt::format("{}: cannot open: {}", rel, std::strerror(errno)));
@@ -281,6 +287,7 @@ int RunFsck(const std::string& backing, bool as_json) {
   if (!walk.ok()) return ReportStatus(walk, "fsck");
   fs::ForEachObject(st, [&](const ObjectId& id, const std::string& path) {
     ++objects;
+    progress.Add(1);
     struct stat lst;
     if (::lstat(path.c_str(), &lst) == 0 && !S_ISREG(lst.st_mode))
       return problems.push_back(fmt::format("object {}: not a regular file (the daemon refuses it)", id.Hex()));
@@ -302,6 +309,7 @@ int RunFsck(const std::string& backing, bool as_json) {
                                        (*reader)->chunks()[i].logical_offset, v.ToString()));
     }
   });
+  progress.Finish();
   if (as_json) {
     json j = {{"manifests", manifests}, {"objects", objects}, {"chunks", chunks}, {"problems", problems},
               {"clean", problems.empty()}};
@@ -341,7 +349,7 @@ int RunGc(const std::string& backing, int64_t grace, bool dry_run, bool as_json)
 void RegisterStoreCommands(CLI::App& app, int* exit_code) {
   struct Args {
     std::string path, out;
-    bool json = false, dry_run = false, chunks = false;
+    bool json = false, dry_run = false, chunks = false, quiet = false;
     int64_t grace = 3600;
   };
   auto a = std::make_shared<Args>();
@@ -360,12 +368,14 @@ void RegisterStoreCommands(CLI::App& app, int* exit_code) {
   CLI::App* restore = app.add_subcommand("restore", "Decode FILE of an unmounted store into OUT");
   restore->add_option("file", a->path, "Path of the manifest under BACKING")->required();
   restore->add_option("out", a->out, "Where to write the file")->required();
-  restore->callback([a, exit_code] { *exit_code = RunRestore(a->path, a->out); });
+  restore->add_flag("-q,--quiet", a->quiet, "No progress line on a terminal");
+  restore->callback([a, exit_code] { *exit_code = RunRestore(a->path, a->out, a->quiet); });
 
   CLI::App* fsck = app.add_subcommand("fsck", "Verify every manifest, object and chunk (exit 4 on problems)");
   fsck->add_option("backing", a->path, "Backing directory")->required();
   fsck->add_flag("--json", a->json, "Machine-readable output");
-  fsck->callback([a, exit_code] { *exit_code = RunFsck(a->path, a->json); });
+  fsck->add_flag("-q,--quiet", a->quiet, "No progress line on a terminal");
+  fsck->callback([a, exit_code] { *exit_code = RunFsck(a->path, a->json, a->quiet); });
 
   CLI::App* gc = app.add_subcommand("gc", "Delete objects no manifest reaches (older than the grace period)");
   gc->add_option("backing", a->path, "Backing directory")->required();
