@@ -45,36 +45,41 @@ const Preset* FindPreset(std::string_view name) {
 }
 
 namespace {
-Status ParseOptionItems(const std::string& list, MountOptions* o);
+
+// The items of a comma-separated list.
+std::vector<std::string_view> SplitItems(std::string_view list) {
+  std::vector<std::string_view> items;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string_view::npos) comma = list.size();
+    items.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return items;
+}
+
+Status ParseOptionItems(std::string_view list, MountOptions* o);
+
 }  // namespace
 
 Status ParseMountOptionList(const std::string& list, MountOptions* o) {
   // level= first, wherever it stands: the options next to it refine it.
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t comma = list.find(',', pos);
-    if (comma == std::string::npos) comma = list.size();
-    std::string_view item(list.data() + pos, comma - pos);
-    pos = comma + 1;
+  for (std::string_view item : SplitItems(list)) {
     if (!item.starts_with("level=")) continue;
     std::string_view name = item.substr(6);
     const Preset* preset = FindPreset(name);
     if (preset == nullptr)
       return Status::InvalidArgument(fmt::format("-o level: want lossless|safe|default|max have '{}'", name));
-    RETURN_IF_ERROR(ParseOptionItems(std::string(preset->options), o));
+    RETURN_IF_ERROR(ParseOptionItems(preset->options, o));
     o->level = std::string(name);
   }
   return ParseOptionItems(list, o);
 }
 
 namespace {
-Status ParseOptionItems(const std::string& list, MountOptions* o) {
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t comma = list.find(',', pos);
-    if (comma == std::string::npos) comma = list.size();
-    std::string_view item(list.data() + pos, comma - pos);
-    pos = comma + 1;
+Status ParseOptionItems(std::string_view list, MountOptions* o) {
+  for (std::string_view item : SplitItems(list)) {
     if (item.empty()) continue;
     size_t eq = item.find('=');
     std::string_view key = item.substr(0, eq);

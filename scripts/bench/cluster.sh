@@ -9,9 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib/deps.sh
-ckptfs_install_deps
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C build ckptfs >/dev/null
+ckptfs_build ckptfs
 was_up=0
 if scripts/cluster/gluster.sh status | grep -q "node-a: mounted"; then was_up=1; fi
 eval "$(scripts/cluster/gluster.sh up)"

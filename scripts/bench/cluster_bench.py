@@ -36,15 +36,7 @@ import time
 
 import torch
 
-
-def drop_caches():
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
+from fs_bench import drop_caches
 
 
 class Target:

@@ -11,9 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib/deps.sh
-ckptfs_install_deps
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C build ckptfs >/dev/null
+ckptfs_build ckptfs
 suite=${CKPTFS_BENCH_SUITE:-build/bench-suite}
 "$CKPTFS_PYTHON" scripts/bench/make_suite.py "$suite" >&2
 "$CKPTFS_PYTHON" scripts/bench/codec_suite.py --ckptfs "$(pwd)/build/mount-tools/ckptfs" --suite "$suite" --work build "$@"

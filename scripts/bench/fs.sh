@@ -7,9 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib/deps.sh
-ckptfs_install_deps
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C build ckptfs >/dev/null
+ckptfs_build ckptfs
 work=$(mktemp -d -p "${TMPDIR:-/tmp}" ckptfs-fsbench.XXXXXX)
 trap 'for m in "$work"/*/mnt; do mountpoint -q "$m" && fusermount3 -uz "$m"; done; rm -rf "$work"' EXIT
 "$CKPTFS_PYTHON" scripts/bench/fs_bench.py --ckptfs "$(pwd)/build/mount-tools/ckptfs" --work "$work" "$@"

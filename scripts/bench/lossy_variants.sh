@@ -16,9 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib/deps.sh
-ckptfs_install_deps
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C build checkpoint_bench >/dev/null
+ckptfs_build checkpoint_bench
 data=${CKPTFS_BENCH_DATA:-build/bench-data}
 if [ ! -f "$data/bf16-model.pt" ] || [ ! -d "$data/seq-decay" ]; then
   "$CKPTFS_PYTHON" scripts/bench/make_checkpoints.py "$data"

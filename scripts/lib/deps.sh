@@ -36,3 +36,11 @@ ckptfs_install_deps() {
 # The Python that has Debian's torch and numpy (a different python3 may come
 # first on PATH).
 CKPTFS_PYTHON=/usr/bin/python3
+
+# Installs what is missing, then configures the release build in build/ and
+# builds the given targets quietly (the benchmarks' common start).
+ckptfs_build() {
+  ckptfs_install_deps
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  ninja -C build "$@" >/dev/null
+}

@@ -216,3 +216,20 @@ def test_restore_offline_from_the_node_without_a_daemon(nodes, tmp_path):
         assert read(out) == want[step]
     r = b.cli("fsck", b.backing, check=False)
     assert r.returncode == 0, r.stdout
+
+
+def test_cluster_benchmark_runs_at_smoke_size(cluster, tmp_path):
+    """scripts/bench/cluster.sh's benchmark, tiny: it runs and reports every target."""
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "scripts", "bench",
+                         "cluster_bench.py")
+    work = tmp_path / "work"
+    work.mkdir()
+    r = subprocess.run(["/usr/bin/python3", bench, "--ckptfs", CKPTFS, "--node-a", cluster.nodes[0], "--node-b",
+                        cluster.nodes[1], "--work", str(work), "--model-mb", "20", "--runs", "2"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert set(out["medians"]) == {"gluster", "ckptfs", "ckptfs-store"}
+    assert out["ratio"]["ckptfs"] > 3
+    for name in ("ckptfs", "ckptfs-store"):
+        assert all(v["median"] > 0 for v in out["speedup_vs_gluster"][name].values())
