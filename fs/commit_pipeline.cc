@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -256,11 +257,20 @@ uint64_t EncodeMemoryEstimate(uint64_t file_size, const CommitOptions& options) 
   return estimate;
 }
 
+std::string RecordedLevel(int fd) {
+  char value[64];
+  ssize_t n = ::fgetxattr(fd, kLevelXattr, value, sizeof value);
+  return n > 0 ? std::string(value, static_cast<size_t>(n)) : std::string();
+}
+
 Status CommitManifest(int manifest_fd, Manifest* m, const EncodedVersion& version, const CommitOptions& options) {
   Manifest next = version.fields;
   next.sequence = m->sequence;
   RETURN_IF_ERROR(WriteManifest(manifest_fd, &next, /*durable=*/true));
   *m = std::move(next);
+  // Informational (stats, xattrs): best effort, after the record is durable.
+  if (!options.level.empty() && RecordedLevel(manifest_fd) != options.level)
+    (void)::fsetxattr(manifest_fd, kLevelXattr, options.level.data(), options.level.size(), 0);
   return Fault(options, "after_manifest");
 }
 

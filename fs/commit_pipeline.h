@@ -34,6 +34,16 @@ inline constexpr std::string_view kCommitSteps[] = {
     "before_staging_removal"};
 bool IsCommitStep(std::string_view name);
 
+// The manifest file's extended attribute naming the level a version was
+// committed under (fs/STORE.md §2). The mount hides it from users' xattrs
+// (user.ckptfs.* is the virtual namespace) and answers it as user.ckptfs.level.
+inline constexpr char kLevelXattr[] = "user.ckptfs.level";
+
+// The level recorded for the manifest open at `fd` ("" when none was: a
+// version committed before levels existed, by a tool, or on a filesystem
+// without xattrs).
+std::string RecordedLevel(int fd);
+
 struct CommitOptions {
   bool compress = true;      // false: store raw objects (no parsing, no encoding)
   uint32_t keyframe = 10;    // a key frame at least every `keyframe` versions
@@ -55,6 +65,9 @@ struct CommitOptions {
   // Drop the encoder's mapped pages of the staging file every few chunks
   // (mem=): they stay in the page cache, but not in the daemon's RSS.
   bool release_input_pages = false;
+  // The level the mount was given (-o level=), recorded with each committed
+  // version in the manifest file's xattr kLevelXattr ("" records nothing).
+  std::string level;
   // Called at each step of kCommitSteps; a non-OK status stops the commit
   // right there, leaving everything as a crash would (the daemon's hook
   // calls abort(); tests return an error). May be empty.

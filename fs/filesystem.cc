@@ -56,6 +56,7 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
       encode_budget_(SplitMemory(options).encode_mib << 20) {
   if (IsSharedFilesystem(store_->backing())) cache_timeout_ = 0.0;
   commit_options_.compress = options.compress;
+  commit_options_.level = options.level;
   commit_options_.release_input_pages = options.mem_mib != 0;
   commit_options_.keyframe = options.keyframe;
   commit_options_.encode.zstd_level = options.zstd_level;

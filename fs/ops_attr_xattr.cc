@@ -142,6 +142,16 @@ Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_vie
     return has ? m.object.Hex() : std::string();
   }
   if (key == "chain_depth") return std::to_string(committed ? m.chain_depth : 0);
+  if (key == "level") {
+    // The level the committed version was stored under ("unknown" when
+    // none was recorded); a file being written has none yet.
+    if (!committed) return std::string(FilePhaseName(f.phase));
+    int fd = OpenNoAtime(AT_FDCWD, inode.ProcPath().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::Io(errno, "open manifest");
+    std::string level = RecordedLevel(fd);
+    ::close(fd);
+    return level.empty() ? std::string("unknown") : level;
+  }
   return Status::Io(ENODATA, "no such attribute");
 }
 

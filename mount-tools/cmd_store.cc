@@ -57,6 +57,7 @@ struct FileStats {
   std::string path;
   uint64_t logical = 0, stored = 0;
   std::string codec, state, base;
+  std::string level;  // the level the version was committed under ("" unknown)
   uint32_t chain_depth = 0;
 };
 
@@ -71,6 +72,8 @@ bool MountedStats(const std::string& path, FileStats* out) {
   out->codec = Xattr(path, "user.ckptfs.codec");
   out->base = Xattr(path, "user.ckptfs.base");
   out->chain_depth = static_cast<uint32_t>(std::strtoul(Xattr(path, "user.ckptfs.chain_depth").c_str(), nullptr, 10));
+  out->level = Xattr(path, "user.ckptfs.level");
+  if (out->level == "unknown" || out->state != "committed") out->level.clear();
   return true;
 }
 
@@ -81,6 +84,7 @@ Status BackingStats(const std::string& path, FileStats* out) {
   auto m = fs::ReadManifest(fd);
   struct stat st;
   ::fstat(fd, &st);
+  out->level = fs::RecordedLevel(fd);
   ::close(fd);
   if (!m.ok()) return m.status().WithContext(path);
   if (!m->has_value()) {
@@ -135,16 +139,17 @@ int RunStats(const std::string& path, bool as_json) {
     for (auto& s : all)
       j["files"].push_back({{"path", s.path}, {"logical_bytes", s.logical}, {"stored_bytes", s.stored},
                             {"ratio", ratio(s.logical, s.stored)}, {"codec", s.codec}, {"state", s.state},
-                            {"chain_depth", s.chain_depth}, {"base", s.base}});
+                            {"chain_depth", s.chain_depth}, {"base", s.base}, {"level", s.level}});
     j["total"] = {{"files", all.size()}, {"logical_bytes", logical}, {"stored_bytes", stored},
                   {"ratio", ratio(logical, stored)}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("{:>14} {:>14} {:>8} {:>5} {:<18} {}\n", "logical", "stored", "ratio", "depth", "codec",
-                             "path");
+    std::cout << fmt::format("{:>14} {:>14} {:>8} {:>5} {:<18} {:<8} {}\n", "logical", "stored", "ratio", "depth",
+                             "codec", "level", "path");
     for (auto& s : all)
-      std::cout << fmt::format("{:>14} {:>14} {:>8.2f} {:>5} {:<18} {}\n", s.logical, s.stored,
-                               ratio(s.logical, s.stored), s.chain_depth, s.codec, s.path);
+      std::cout << fmt::format("{:>14} {:>14} {:>8.2f} {:>5} {:<18} {:<8} {}\n", s.logical, s.stored,
+                               ratio(s.logical, s.stored), s.chain_depth, s.codec, s.level.empty() ? "-" : s.level,
+                               s.path);
     std::cout << fmt::format("{:>14} {:>14} {:>8.2f}       TOTAL ({} files)\n", logical, stored,
                              ratio(logical, stored), all.size());
   }

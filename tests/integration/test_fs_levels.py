@@ -1,6 +1,7 @@
 """The named levels (-o level=lossless|safe|default|max): each keeps its
 promise on the error, and more error buys more ratio."""
 import io
+import json
 import os
 import subprocess
 
@@ -60,11 +61,16 @@ def test_levels_keep_their_error_promise_and_order_the_ratio(store):
                     assert f.read() == data
             else:
                 assert weight_error(p, sd) <= max_err * 1.001, level
+            # Each file says which level stored it, mounted and offline.
+            assert os.getxattr(p, "user.ckptfs.level").decode() == level
+            assert "user.ckptfs.level" not in os.listxattr(p)  # not a user attribute to copy
         logical = sum(len(d) for _, d in runs)
         stored = sum(int(os.getxattr(store.path(level, f"ckpt-{i}.pt"), "user.ckptfs.stored_bytes"))
                      for i in range(len(runs)))
         ratio[level] = logical / stored
         store.umount()
+        offline = json.loads(store.cli("stats", store.backing, "--json").stdout)
+        assert {f["level"] for f in offline["files"]} == {level}
     assert ratio["lossless"] < ratio["safe"] < ratio["default"] < ratio["max"], ratio
 
 
