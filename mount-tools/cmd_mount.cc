@@ -56,6 +56,26 @@ bool ProcessAlive(pid_t pid) {
   return close_paren != std::string::npos && close_paren + 2 < line.size() && line[close_paren + 2] != 'Z';
 }
 
+// Waits until the mount has no commit pending (closed files encoded and
+// committed to the store) or `deadline` passes; true when none is left.
+bool WaitForCommits(const std::string& mountpoint, std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    std::string pending = RootAttr(mountpoint, "user.ckptfs.pending");
+    if (pending.empty() || pending == "0") return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+int RunSync(const std::string& mountpoint, int timeout_s) {
+  if (RootAttr(mountpoint, "user.ckptfs.pid").empty())
+    return ReportStatus(Status::InvalidArgument(mountpoint + " is not a ckptfs mount (no user.ckptfs.pid)"), "sync");
+  if (!WaitForCommits(mountpoint, std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s)))
+    return ReportStatus(Status::Io(ETIMEDOUT, "commits still pending after " + std::to_string(timeout_s) + " s"),
+                        "sync");
+  return kExitOk;
+}
+
 int RunUmount(const std::string& mountpoint, int timeout_s) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   std::string pid_text = RootAttr(mountpoint, "user.ckptfs.pid");
@@ -64,11 +84,7 @@ int RunUmount(const std::string& mountpoint, int timeout_s) {
                         "umount");
   // Wait for pending encodes so that the commits finish while the mount
   // still exists (the daemon also drains on exit).
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::string pending = RootAttr(mountpoint, "user.ckptfs.pending");
-    if (pending.empty() || pending == "0") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  WaitForCommits(mountpoint, deadline);
   pid_t pid = static_cast<pid_t>(std::stol(pid_text));
   int rc = ::umount2(mountpoint.c_str(), 0);
   // The kernel drops the last references of closed files asynchronously
@@ -124,6 +140,12 @@ void RegisterMountCommands(CLI::App& app, int* exit_code) {
   umount->add_option("mountpoint", *target, "A ckptfs mountpoint")->required();
   umount->add_option("--timeout", *timeout, "Seconds to wait for commits and the daemon (default 600)");
   umount->callback([target, timeout, exit_code] { *exit_code = RunUmount(*target, *timeout); });
+
+  CLI::App* sync = app.add_subcommand(
+      "sync", "Wait until every file closed in the mount is committed to the store (other machines then read it)");
+  sync->add_option("mountpoint", *target, "A ckptfs mountpoint")->required();
+  sync->add_option("--timeout", *timeout, "Seconds to wait (default 600; exit 3 when commits are still pending)");
+  sync->callback([target, timeout, exit_code] { *exit_code = RunSync(*target, *timeout); });
 }
 
 // mount(8) runs "mount.ckptfs BACKING MOUNTPOINT [-sfnv] [-o OPTIONS]":

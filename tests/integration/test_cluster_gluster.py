@@ -233,3 +233,21 @@ def test_cluster_benchmark_runs_at_smoke_size(cluster, tmp_path):
     assert out["ratio"]["ckptfs"] > 3
     for name in ("ckptfs", "ckptfs-store"):
         assert all(v["median"] > 0 for v in out["speedup_vs_gluster"][name].values())
+
+
+def test_close_then_ckptfs_sync_makes_a_save_visible_on_the_other_node(nodes):
+    """A trainer that saves without fsync, then lets another node load:
+    `ckptfs sync MOUNT` returns once the closed files are in the store."""
+    a, b = nodes
+    a.mount()
+    b.mount()
+    for step in range(3):
+        sd, data = shard(0, step)
+        with open(a.path("ckpt.pt"), "wb") as f:  # rewritten in place, no fsync
+            f.write(data)
+        r = subprocess.run([CKPTFS, "sync", a.mnt], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert a.pending() == 0
+        assert_close(read(b.path("ckpt.pt")), sd)
+    r = subprocess.run([CKPTFS, "sync", a.backing], capture_output=True, text=True)
+    assert r.returncode == 1 and "not a ckptfs mount" in r.stderr
