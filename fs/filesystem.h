@@ -236,6 +236,9 @@ class Filesystem {
   // not arrived yet. Part of `user.ckptfs.pending`, so that "nothing
   // pending" right after a close() really means the commit has finished.
   std::atomic<uint64_t> closing_handles_{0};
+  // fsyncs committing a file (node-local staging) right now: `pending`
+  // counts them, so `ckptfs sync` and umount wait for them too.
+  std::atomic<uint64_t> fsync_commits_{0};
 
   // Open file handles, so that handles the kernel never released (a lazy
   // or aborted unmount) are freed at exit. Leaf lock.

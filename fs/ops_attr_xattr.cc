@@ -102,7 +102,8 @@ void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
 Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_view name) {
   std::string_view key = name.substr(kVirtualPrefix.size());
   if (inode.ino == FUSE_ROOT_ID) {
-    if (key == "pending") return std::to_string((queue_ ? queue_->pending() : 0) + closing_handles_.load());
+    if (key == "pending")
+      return std::to_string((queue_ ? queue_->pending() : 0) + closing_handles_.load() + fsync_commits_.load());
     if (key == "pid") return std::to_string(::getpid());
     if (key == "level") return options_.level;  // the preset the mount's options started from
   }

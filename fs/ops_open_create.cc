@@ -182,6 +182,13 @@ void Filesystem::Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_fi
 }
 
 Status Filesystem::CommitForFsync(const std::shared_ptr<Inode>& inode) {
+  // The caller waits for the commit anyway, so it runs on this request
+  // thread (with the encode's share of the cores, like a worker's commit).
+  struct Counted {
+    std::atomic<uint64_t>& n;
+    explicit Counted(std::atomic<uint64_t>& c) : n(c) { ++n; }
+    ~Counted() { --n; }
+  } counted(fsync_commits_);
   // Writes that race with this fsync make the encoded bytes stale: encode
   // again (the bytes written before fsync was called are in every round).
   for (int round = 0; round < 8;) {

@@ -96,6 +96,8 @@ class Store final : public BlobResolver {
   // BACKING/.ckptfs/<rel>.
   std::string MetaPath(std::string_view rel) const;
   std::string ObjectPath(const ObjectId& id) const;
+  // The staging file a manifest names: always in the store (a node-local
+  // staging file is never named; this daemon's own are under StagingRoot()).
   std::string StagingPath(const StagingId& id) const { return MetaPath(id.RelPath()); }
 
   // Claims a staging area for this process (staging/<area>/ holding an

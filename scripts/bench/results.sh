@@ -14,4 +14,5 @@ scripts/bench/codec.sh --runs 1 --threads 2 >"$out/codec.json"
 scripts/bench/fs.sh --runs 3 >"$out/fs.json"
 scripts/bench/cluster.sh --runs 3 >"$out/cluster.json" 2>"$out/cluster.log"
 "$CKPTFS_PYTHON" scripts/bench/results_table.py --codec "$out/codec.json" --fs "$out/fs.json" \
-  --cluster "$out/cluster.json" --rev "$(git rev-parse --short HEAD)" --command "scripts/bench/results.sh"
+  --cluster "$out/cluster.json" --version "$(build/mount-tools/ckptfs --version | head -1)" \
+  --command "scripts/bench/results.sh"

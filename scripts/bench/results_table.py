@@ -1,8 +1,8 @@
 """README's results table from the JSON of codec_suite.py, fs_bench.py and
-cluster_bench.py (one run of scripts/bench/results.sh), with the date, the
-build and the command that made it.
+cluster_bench.py (one run of scripts/bench/results.sh), with the version,
+the date and the command that made it.
 
-  results_table.py --codec C.json --fs F.json --cluster K.json --rev REV --command CMD
+  results_table.py --codec C.json --fs F.json --cluster K.json --version "ckptfs X.Y.Z" --command CMD
 """
 import argparse
 import datetime
@@ -33,14 +33,14 @@ def main():
     ap.add_argument("--codec", required=True)
     ap.add_argument("--fs", required=True)
     ap.add_argument("--cluster", required=True)
-    ap.add_argument("--rev", required=True)
+    ap.add_argument("--version", required=True)
     ap.add_argument("--command", required=True)
     a = ap.parse_args()
     codec = json.load(open(a.codec))
     fs = json.load(open(a.fs))
     cl = json.load(open(a.cluster))
     t, rows = codec_rows(codec)
-    out = [f"Build {a.rev}, {datetime.date.today().isoformat()}, 2 cores, `{a.command}`.", ""]
+    out = [f"{a.version}, {datetime.date.today().isoformat()}, 2 cores, `{a.command}`.", ""]
     out += [f"**Checkpoint sequences** (`ckptfs encode`/`decode` on {t} threads, default level; "
             "zstd on the same files):", "",
             "| training run | MB per version | versions | ratio | zstd -3 ratio | encode MB/s, key / delta | "

@@ -33,8 +33,7 @@ def gluster_cluster():
     why = gluster_unavailable()
     if why:
         pytest.skip(why)
-    env = dict(os.environ)
-    r = subprocess.run([GLUSTER_SH, "up"], capture_output=True, text=True, env=env)
+    r = subprocess.run([GLUSTER_SH, "up"], capture_output=True, text=True)
     if r.returncode != 0:
         # The packages are there but the volume would not start: a real failure.
         raise AssertionError(f"gluster.sh up failed: {r.stderr}")
@@ -42,7 +41,7 @@ def gluster_cluster():
     try:
         yield Cluster(nodes["node_a"], nodes["node_b"])
     finally:
-        subprocess.run([GLUSTER_SH, "down"], capture_output=True, text=True, env=env)
+        subprocess.run([GLUSTER_SH, "down"], capture_output=True, text=True)
 
 
 class NodeDaemon(Mount):
