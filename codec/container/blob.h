@@ -37,6 +37,7 @@ enum class ChunkCodec : uint8_t {
   kBytePlaneZstd = 2,      // float byte planes split, then zstd
   kBytePlaneXorZstd = 3,   // XOR against the base version's bytes, planes, zstd
   kZeros = 4,              // all-zero bytes, nothing stored
+  kZstdWithBase = 5,       // zstd with the base version's bytes of the range as its prefix
   // 16..63 are reserved for the lossy (quantizing) codecs.
   kLossy = 16,             // lossy stream (codec/tensor/lossy/LOSSY.md), params: LossyChunkParams
 

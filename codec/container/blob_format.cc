@@ -42,6 +42,7 @@ std::string_view ChunkCodecName(ChunkCodec codec) {
     case ChunkCodec::kBytePlaneZstd: return "byte-plane";
     case ChunkCodec::kBytePlaneXorZstd: return "byte-plane-xor";
     case ChunkCodec::kZeros: return "zeros";
+    case ChunkCodec::kZstdWithBase: return "zstd-base";
     case ChunkCodec::kLossy: return "lossy";
   }
   return "unknown";

@@ -39,7 +39,7 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
   if (chunk.stored_length > chunk.logical_length + kMaxStoredOverhead)
     return fail(fmt::format("stored length {} exceeds logical length {} + {}", chunk.stored_length,
                             chunk.logical_length, kMaxStoredOverhead));
-  bool delta = chunk.codec == ChunkCodec::kBytePlaneXorZstd;
+  bool delta = chunk.codec == ChunkCodec::kBytePlaneXorZstd || chunk.codec == ChunkCodec::kZstdWithBase;
   switch (chunk.codec) {
     case ChunkCodec::kRaw:
       if (chunk.stored_length != chunk.logical_length)
@@ -52,7 +52,8 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
     case ChunkCodec::kBytePlaneXorZstd:
       if (!IsCodecFloat(dtype)) return fail(fmt::format("byte-plane codec on dtype {}", DTypeName(dtype)));
       break;
-    case ChunkCodec::kZstd: break;
+    case ChunkCodec::kZstd:
+    case ChunkCodec::kZstdWithBase: break;
     case ChunkCodec::kLossy: {
       if (!IsCodecFloat(dtype) || segment.tensor < 0 || index.tensors[segment.tensor].big_endian)
         return fail(fmt::format("lossy codec on dtype {}", DTypeName(dtype)));

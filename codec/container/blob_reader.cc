@@ -341,7 +341,7 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
       return ChunkError(StatusCode::kCorruption, c, "step-space second moment negative or not finite");
     scales = v.data();
   }
-  if (chunk.codec == ChunkCodec::kBytePlaneXorZstd || lossy_delta) {
+  if (chunk.codec == ChunkCodec::kBytePlaneXorZstd || chunk.codec == ChunkCodec::kZstdWithBase || lossy_delta) {
     // The base bytes get their own buffer: the base read below leases its
     // own scratch, never this one.
     std::byte* base = scratch.base.Reserve(out.size());

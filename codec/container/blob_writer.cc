@@ -57,6 +57,32 @@ constexpr double kTryLosslessAbove = 0.5;
 // it; the cap bounds what an idle encoding thread holds.
 constexpr size_t kKeptReconBytes = size_t{64} << 20;
 
+// The base's verbatim segments (headers, pickles, zip directories), in
+// order: this version's k-th verbatim segment is coded against the base's
+// k-th (kZstdWithBase), which in two saves of one model holds the same
+// structure with a few values changed.
+std::vector<SegmentInfo> BaseVerbatimSegments(const BlobReader& base) {
+  std::vector<SegmentInfo> out;
+  for (const SegmentInfo& s : base.segments())
+    if (s.tensor < 0) out.push_back(s);
+  return out;
+}
+
+// Where the base bytes for a chunk at `at` of `length` bytes inside this
+// version's verbatim segment come from, given the base's matching segment
+// `base` in a base file of `base_size` bytes: the same position when the
+// base's segment is that long, else its last `length` bytes; when it is
+// shorter than the chunk (a pickle that grew), from its start on, running
+// into the bytes after it, unless the chunk is much longer than the
+// segment (reading a base's tensors costs a decode and rarely matches).
+std::optional<uint64_t> VerbatimBaseOffset(const SegmentInfo& base, uint64_t base_size, uint64_t at,
+                                           uint64_t length) {
+  if (base.length >= at + length) return base.offset + at;
+  if (base.length >= length) return base.offset + base.length - length;
+  if (length <= 2 * base.length + 4096 && base.offset + length <= base_size) return base.offset;
+  return std::nullopt;
+}
+
 // Encodes `plan` lossily against the base's reconstruction (closed loop),
 // writes the reconstruction into `recon` (the same range), and keeps the
 // result unless the lossless candidates (which always meet the budget) are
@@ -319,7 +345,7 @@ Status EncodeOne(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, c
   ByteSpan base_bytes = ReadBaseBytes(plan, base, scratch);
   ASSIGN_OR_RETURN(slot->encoding,
                    EncodeChunkBest(data, plan.dtype, options.zstd_level, base_bytes, scratch, &slot->stored));
-  slot->delta = slot->encoding.codec == ChunkCodec::kBytePlaneXorZstd;
+  slot->delta = slot->encoding.codec == ChunkCodec::kBytePlaneXorZstd || slot->encoding.codec == ChunkCodec::kZstdWithBase;
   slot->stored_checksum = Checksum64(ByteSpan(slot->stored.data(), slot->encoding.stored_size));
   return Status::Ok();
 }
@@ -409,6 +435,8 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   index.header.format = layout.format;
   index.tensors = layout.tensors;
   std::vector<PlannedChunk> plan;
+  const std::vector<SegmentInfo> base_verbatim = have_base ? BaseVerbatimSegments(*base->reader) : std::vector<SegmentInfo>();
+  size_t verbatim_ordinal = 0;
   for (const Segment& s : layout.segments) {
     SegmentInfo info{s.offset, s.length, s.tensor, static_cast<uint32_t>(plan.size()), 0};
     const DType dtype = s.is_tensor() ? layout.tensors[s.tensor].dtype : DType::kU8;
@@ -416,6 +444,9 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     const uint64_t step = std::max<uint64_t>(1, options.chunk_bytes / elem) * elem;
     std::optional<uint64_t> base_start;
     if (s.is_tensor() && have_base) base_start = base_match[s.tensor];
+    const SegmentInfo* base_verbatim_segment = nullptr;
+    if (!s.is_tensor() && verbatim_ordinal < base_verbatim.size()) base_verbatim_segment = &base_verbatim[verbatim_ordinal];
+    if (!s.is_tensor()) ++verbatim_ordinal;
     lossy::Budget budget;
     if (s.is_tensor() && options.lossy_budget && IsCodecFloat(dtype) && !layout.tensors[s.tensor].big_endian)
       budget = options.lossy_budget(layout.format, layout.tensors[s.tensor]);
@@ -425,6 +456,8 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     for (uint64_t at = 0; at < s.length; at += step) {
       PlannedChunk c{s.offset + at, std::min(step, s.length - at), dtype, std::nullopt, budget, s.tensor};
       if (base_start) c.base_offset = *base_start + at;
+      if (base_verbatim_segment != nullptr)
+        c.base_offset = VerbatimBaseOffset(*base_verbatim_segment, base->reader->logical_size(), at, c.length);
       plan.push_back(c);
       ++info.chunk_count;
     }

@@ -1,5 +1,8 @@
 #include "codec/container/chunk_plan.h"
 
+#include <string_view>
+#include <unordered_map>
+
 #include "codec/common/hash.h"
 #include "codec/optimizer/step_space.h"
 #include "codec/tensor/lossy_chunk_codec.h"
@@ -36,16 +39,18 @@ std::vector<std::optional<uint64_t>> MatchBaseTensors(const Layout& layout, cons
     }
     return found;
   };
+  // By name first (a checkpoint may hold tens of thousands of tensors).
+  std::unordered_map<std::string_view, std::vector<size_t>> by_name;
+  for (size_t b = 0; b < base.tensors().size(); ++b) by_name[base.tensors()[b].name].push_back(b);
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
     const TensorInfo& mine = layout.tensors[t];
-    if (!IsCodecFloat(mine.dtype)) continue;
+    const auto named = by_name.find(mine.name);
+    if (named == by_name.end()) continue;
     const auto* my_segment = single_segment(layout.segments, static_cast<int32_t>(t));
     if (my_segment == nullptr) continue;
-    for (size_t b = 0; b < base.tensors().size(); ++b) {
+    for (size_t b : named->second) {
       const TensorInfo& theirs = base.tensors()[b];
-      if (theirs.name != mine.name || theirs.dtype != mine.dtype || theirs.shape != mine.shape ||
-          theirs.big_endian != mine.big_endian)
-        continue;
+      if (theirs.dtype != mine.dtype || theirs.shape != mine.shape || theirs.big_endian != mine.big_endian) continue;
       const auto* base_segment = single_segment(base.segments(), static_cast<int32_t>(b));
       if (base_segment != nullptr && base_segment->length == my_segment->length) matches[t] = base_segment->offset;
       break;

@@ -43,6 +43,7 @@ const ChunkCodecImpl* FindChunkCodec(ChunkCodec id) {
   static const BytePlaneCodec byte_plane;
   static const BytePlaneXorCodec byte_plane_xor;
   static const ZerosCodec zeros;
+  static const ZstdWithBaseCodec zstd_with_base;
   static const LossyChunkCodec lossy;
   switch (id) {
     case ChunkCodec::kRaw: return &raw;
@@ -50,6 +51,7 @@ const ChunkCodecImpl* FindChunkCodec(ChunkCodec id) {
     case ChunkCodec::kBytePlaneZstd: return &byte_plane;
     case ChunkCodec::kBytePlaneXorZstd: return &byte_plane_xor;
     case ChunkCodec::kZeros: return &zeros;
+    case ChunkCodec::kZstdWithBase: return &zstd_with_base;
     case ChunkCodec::kLossy: return &lossy;
   }
   return nullptr;

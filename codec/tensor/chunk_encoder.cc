@@ -58,9 +58,12 @@ Result<ChunkEncoding> EncodeChunkBest(ByteSpan data, DType dtype, int zstd_level
   } else {
     RETURN_IF_ERROR(Compete(ChunkCodec::kZstd, data, ctx, scratch, out, &best, &have_best));
   }
-  if (!base.empty() && IsCodecFloat(dtype)) {
+  if (!base.empty()) {
+    // Floats XOR against the base; anything else finds its base's bytes as
+    // matches (a pickle with a few numbers changed, an unchanged RNG state).
     ChunkContext delta{dtype, zstd_level, base};
-    RETURN_IF_ERROR(Compete(ChunkCodec::kBytePlaneXorZstd, data, delta, scratch, out, &best, &have_best));
+    const ChunkCodec codec = IsCodecFloat(dtype) ? ChunkCodec::kBytePlaneXorZstd : ChunkCodec::kZstdWithBase;
+    RETURN_IF_ERROR(Compete(codec, data, delta, scratch, out, &best, &have_best));
   }
   if (best.stored_size >= data.size()) {
     RETURN_IF_ERROR(FindChunkCodec(ChunkCodec::kRaw)->Encode(data, ctx, scratch, out).status());

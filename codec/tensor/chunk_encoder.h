@@ -16,9 +16,10 @@ struct ChunkEncoding {
 //   f32/f16/bf16              -> kBytePlaneZstd, or kZstd when byte planes
 //                                barely compress (then LZ may do better)
 //   anything else             -> kZstd
-//   with `base` (same length) -> also kBytePlaneXorZstd, kept if smaller
+//   with `base` (same length) -> also kBytePlaneXorZstd (floats) or
+//                                kZstdWithBase (anything else), if smaller
 //   nothing smaller than raw  -> kRaw
-// REQUIRES: base is empty or data.size() long; base only for codec floats.
+// REQUIRES: base is empty or data.size() long.
 // Thread safety: uses only `scratch` and `out`; reentrant.
 Result<ChunkEncoding> EncodeChunkBest(ByteSpan data, DType dtype, int zstd_level, ByteSpan base,
                                       CodecScratch& scratch, ScratchBuffer* out);

@@ -6,11 +6,15 @@
 namespace ckptfs {
 
 // One zstd frame of `src` at `level` into dst[0, capacity); returns its size.
+// With a non-empty `prefix` the frame refers to it (a raw-content
+// dictionary: matches may reach back into it), and decoding needs it too.
 Result<size_t> ZstdCompressFrame(CodecScratch& scratch, int level, ByteSpan src, std::byte* dst,
-                                 size_t capacity);
+                                 size_t capacity, ByteSpan prefix = {});
 // Decodes `src`, which must be exactly one zstd frame declaring out.size()
-// bytes of content (checked before decompressing: no bomb gets to inflate).
-Status ZstdDecompressFrame(CodecScratch& scratch, ByteSpan src, MutableByteSpan out, std::string_view what);
+// bytes of content (checked before decompressing: no bomb gets to inflate),
+// with the `prefix` it was compressed with.
+Status ZstdDecompressFrame(CodecScratch& scratch, ByteSpan src, MutableByteSpan out, std::string_view what,
+                           ByteSpan prefix = {});
 
 // kRaw: the bytes as they are.
 class RawCodec final : public ChunkCodecImpl {
@@ -35,6 +39,23 @@ class ZstdCodec final : public ChunkCodecImpl {
   Result<size_t> DoEncode(ByteSpan data, const ChunkContext& ctx, CodecScratch& scratch,
                           std::byte* out) const override;
   Status DoDecode(ByteSpan stored, const ChunkContext&, CodecScratch& scratch, MutableByteSpan out) const override;
+};
+
+// kZstdWithBase: one zstd frame of the bytes whose prefix is the base
+// version's bytes of the same range. For what byte planes do not suit
+// (verbatim bytes, integer tensors): a pickle or an RNG state that changed
+// little or not at all since the base costs a few bytes instead of a key
+// frame.
+class ZstdWithBaseCodec final : public ChunkCodecImpl {
+ public:
+  ZstdWithBaseCodec() : ChunkCodecImpl(ChunkCodec::kZstdWithBase) {}
+  bool Accepts(DType, bool has_base) const override { return has_base; }
+
+ protected:
+  size_t MaxEncodedSize(size_t raw_size, const ChunkContext&) const override;
+  Result<size_t> DoEncode(ByteSpan data, const ChunkContext& ctx, CodecScratch& scratch,
+                          std::byte* out) const override;
+  Status DoDecode(ByteSpan stored, const ChunkContext& ctx, CodecScratch& scratch, MutableByteSpan out) const override;
 };
 
 // kZeros: all-zero bytes; nothing is stored.

@@ -209,6 +209,8 @@ TEST(BlobCorruption, WellChecksummedButInconsistentIndexesAreRejected) {
       {"delta without a base", [](BlobIndex& i, auto&) {
          i.chunks[i.segments[1].first_chunk].codec = ChunkCodec::kBytePlaneXorZstd;
        }, StatusCode::kCorruption},
+      {"zstd-base without a base", [](BlobIndex& i, auto&) { i.chunks[0].codec = ChunkCodec::kZstdWithBase; },
+       StatusCode::kCorruption},
       {"base offset on a key chunk", [](BlobIndex& i, auto&) { i.base_offsets[0] = 8; }, StatusCode::kCorruption},
       {"raw chunk of the wrong size", [](BlobIndex& i, auto& p) {
          for (size_t c = 0; c < i.chunks.size(); ++c)

@@ -124,6 +124,53 @@ TEST(BlobDelta, BaseWithDifferentTensorsOnlyMatchesEqualOnes) {
   EXPECT_EQ(*DecodeAll(**reader), new_file.bytes);
 }
 
+// A save of a model writes its pickle, an RNG state and integer buffers
+// again each time, nearly or exactly as before: against the base they cost
+// a few bytes (codec zstd-base), also when the pickle changed length.
+TEST(BlobDelta, VerbatimAndIntegerChunksCodeAgainstTheBase) {
+  MapResolver resolver;
+  const std::vector<std::byte> w = testing::NormalF32(4000, 3);
+  const std::vector<std::byte> rng = testing::RandomBytes(5056, 7);
+  std::vector<std::byte> pickle = testing::RandomBytes(3000, 8);
+  FileBuilder v0;
+  v0.Verbatim(pickle).Tensor("w", DType::kF32, {4000}, w).Tensor("rng", DType::kU8, {5056}, rng)
+      .Verbatim(AsBytes("end of the archive"));
+  std::vector<std::byte> base_blob = Encode(v0.bytes, v0.layout);
+  ObjectId base_id = resolver.Add(base_blob);
+  BaseRef base{base_id, *OpenBytes(base_blob, base_id, &resolver)};
+
+  std::vector<std::byte> next_pickle = pickle;
+  next_pickle[100] ^= std::byte{1};                                   // a number changed
+  next_pickle.insert(next_pickle.begin() + 2000, std::byte{0x4b});    // and grew by a byte
+  FileBuilder v1;
+  v1.Verbatim(next_pickle).Tensor("w", DType::kF32, {4000}, Perturb(w, 5, 1))
+      .Tensor("rng", DType::kU8, {5056}, rng).Verbatim(AsBytes("end of the archive"));
+  EncodeStats stats;
+  std::vector<std::byte> blob = Encode(v1.bytes, v1.layout, EncodeOptions{}, &base, &stats);
+  auto reader = OpenBytes(blob, ObjectId::Of(blob), &resolver);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  const std::vector<ChunkInfo>& chunks = (*reader)->chunks();
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(chunks[0].codec, ChunkCodec::kZstdWithBase);
+  EXPECT_LT(chunks[0].stored_length, 100u) << "3000 random bytes, two of them changed";
+  EXPECT_EQ(chunks[2].codec, ChunkCodec::kZstdWithBase);
+  EXPECT_LT(chunks[2].stored_length, 30u) << "an RNG state saved again";
+  EXPECT_EQ(*DecodeAll(**reader), v1.bytes);
+  EXPECT_LT(blob.size() * 3, base_blob.size());
+
+  // A base whose verbatim segment is much shorter than the chunk gives it
+  // none (its bytes would come from the base's tensors).
+  FileBuilder v2;
+  std::vector<std::byte> long_pickle = next_pickle;
+  long_pickle.resize(12000, std::byte{0x11});
+  v2.Verbatim(long_pickle).Tensor("w", DType::kF32, {4000}, w);
+  blob = Encode(v2.bytes, v2.layout, EncodeOptions{}, &base, &stats);
+  reader = OpenBytes(blob, ObjectId::Of(blob), &resolver);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_NE((*reader)->chunks()[0].codec, ChunkCodec::kZstdWithBase);
+  EXPECT_EQ(*DecodeAll(**reader), v2.bytes);
+}
+
 TEST(BlobDelta, UnrelatedBaseIsNotReferenced) {
   MapResolver resolver;
   FileBuilder a, b;

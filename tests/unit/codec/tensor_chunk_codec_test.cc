@@ -41,11 +41,11 @@ std::vector<std::byte> SpecialFloats(size_t count) {
 }
 
 TEST(ChunkCodec, RegistryKnowsEveryCodecAndNothingElse) {
-  for (uint8_t id : {0, 1, 2, 3, 4, 16}) {
+  for (uint8_t id : {0, 1, 2, 3, 4, 5, 16}) {
     ASSERT_NE(FindChunkCodec(static_cast<ChunkCodec>(id)), nullptr) << int{id};
     EXPECT_EQ(FindChunkCodec(static_cast<ChunkCodec>(id))->id(), static_cast<ChunkCodec>(id));
   }
-  for (int id = 5; id < 256; ++id) {
+  for (int id = 6; id < 256; ++id) {
     if (id != 16) {
       EXPECT_FALSE(IsKnownChunkCodec(static_cast<uint8_t>(id))) << id;
     }
@@ -95,6 +95,47 @@ TEST(ChunkCodec, XorCodecRoundTripsAndShrinksSmallUpdates) {
   EXPECT_LT(stored.size() * 20, next.size());
   std::vector<std::byte> back(next.size());
   ASSERT_TRUE(DecodeWith(ChunkCodec::kBytePlaneXorZstd, stored, ctx, back).ok());
+  EXPECT_EQ(back, next);
+}
+
+TEST(ChunkCodec, ZstdWithBaseCostsOnlyWhatChangedAndNeedsItsBase) {
+  // An RNG state saved again unchanged, and a pickle with a few bytes changed.
+  const std::vector<std::byte> rng = testing::RandomBytes(5056, 21);
+  const std::vector<std::byte> saved_before = rng;  // its own memory, as a base always is
+  ChunkContext same{DType::kU8, 3, saved_before};
+  std::vector<std::byte> stored = EncodeWith(ChunkCodec::kZstdWithBase, rng, same);
+  EXPECT_LT(stored.size(), 40u);
+  std::vector<std::byte> back(rng.size());
+  ASSERT_TRUE(DecodeWith(ChunkCodec::kZstdWithBase, stored, same, back).ok());
+  EXPECT_EQ(back, rng);
+
+  std::vector<std::byte> next = testing::RandomBytes(20000, 22);
+  std::vector<std::byte> base = next;
+  for (size_t i = 0; i < base.size(); i += 2000) base[i] ^= std::byte{0x5a};
+  ChunkContext ctx{DType::kI64, 3, base};
+  stored = EncodeWith(ChunkCodec::kZstdWithBase, next, ctx);
+  EXPECT_LT(stored.size(), 400u);
+  back.assign(next.size(), std::byte{0});
+  ASSERT_TRUE(DecodeWith(ChunkCodec::kZstdWithBase, stored, ctx, back).ok());
+  EXPECT_EQ(back, next);
+
+  // Another base decodes other bytes or fails; never the chunk.
+  std::vector<std::byte> other = base;
+  other[100] ^= std::byte{1};
+  ChunkContext wrong{DType::kI64, 3, other};
+  back.assign(next.size(), std::byte{0});
+  Status s = DecodeWith(ChunkCodec::kZstdWithBase, stored, wrong, back);
+  if (s.ok()) {
+    EXPECT_NE(back, next);
+  }
+  // A base of the wrong length is refused (Corruption), as is a missing one.
+  ChunkContext shorter{DType::kI64, 3, ByteSpan(base).first(base.size() - 8)};
+  EXPECT_FALSE(DecodeWith(ChunkCodec::kZstdWithBase, stored, shorter, back).ok());
+  EXPECT_FALSE(FindChunkCodec(ChunkCodec::kZstdWithBase)->Accepts(DType::kU8, false));
+  // A plain zstd frame of other bytes than the prefix predicts still decodes.
+  std::vector<std::byte> plain = EncodeWith(ChunkCodec::kZstd, next, ChunkContext{DType::kU8, 3, {}});
+  back.assign(next.size(), std::byte{0});
+  ASSERT_TRUE(DecodeWith(ChunkCodec::kZstdWithBase, plain, ctx, back).ok());
   EXPECT_EQ(back, next);
 }
 
@@ -441,6 +482,11 @@ TEST(ChunkEncoder, PicksTheFittingCodec) {
   EXPECT_EQ(pick(AsBytes(text), DType::kU8), ChunkCodec::kZstd);
   EXPECT_EQ(pick(w, DType::kF32, w), ChunkCodec::kBytePlaneXorZstd);  // unchanged: all-zero residual
   EXPECT_EQ(pick(w, DType::kF32, testing::NormalF32(1 << 14, 11)), ChunkCodec::kBytePlaneZstd);
+  // Anything else against a base: zstd with the base as its prefix when that is smaller.
+  const std::vector<std::byte> state = testing::RandomBytes(1 << 12, 12);
+  const std::vector<std::byte> state_before = state;
+  EXPECT_EQ(pick(state, DType::kU8, state_before), ChunkCodec::kZstdWithBase);
+  EXPECT_EQ(pick(state, DType::kU8, testing::RandomBytes(1 << 12, 13)), ChunkCodec::kRaw);
 }
 
 }  // namespace
