@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -108,6 +109,21 @@ Status MarkStaging(int manifest_fd, Manifest* m, const StagingId& staging, uint6
   return Fault(options, "after_staging_manifest");
 }
 
+// A small file (a trainer's JSON log, a config, a tokenizer's vocabulary)
+// whose zstd frame fits in a manifest slot is kept there: an object of its
+// own would cost a block of the backing disk and a directory entry (in the
+// store's fan-out folder, often a block too) for a few hundred bytes. The
+// slot takes a block whatever it holds. nullopt when it does not fit.
+std::optional<std::vector<std::byte>> CompressForSlot(ByteSpan bytes) {
+  // The strongest level: a file of at most 64 KiB takes milliseconds.
+  constexpr int kLevel = 19;
+  std::vector<std::byte> frame(ZSTD_compressBound(bytes.size()));
+  const size_t n = ZSTD_compress(frame.data(), frame.size(), bytes.data(), bytes.size(), kLevel);
+  if (ZSTD_isError(n) || n > Manifest::kMaxInline) return std::nullopt;
+  frame.resize(n);
+  return frame;
+}
+
 Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::string& staging_path,
                                     const std::vector<BaseCandidate>& candidates, const CommitOptions& options,
                                     Logger* log, std::string_view logical_path) {
@@ -139,6 +155,20 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   }
   if (!layout.fallback_reason.empty() && log)
     log->Info("{}: stored losslessly as opaque: {}", name, layout.fallback_reason);
+  // A small file that is no checkpoint (a JSON log, a config) whose zstd
+  // frame fits a slot stays in the manifest. Checkpoints, even small ones,
+  // go to blobs: they chain as deltas and carry their tensors' index.
+  if (layout.format == FileFormat::kOpaque && layout.fallback_reason.empty() &&
+      bytes.size() <= Manifest::kMaxInlineZstdSize) {
+    if (std::optional<std::vector<std::byte>> frame = CompressForSlot(bytes)) {
+      v.fields.kind = ManifestKind::kInline;
+      v.fields.inline_zstd = true;
+      v.fields.inline_data = std::move(*frame);
+      v.stats.logical_bytes = bytes.size();
+      v.stats.stored_bytes = v.fields.inline_data.size();
+      return v;
+    }
+  }
   std::vector<std::string> keys = TensorKeys(layout.tensors);
   // Byte-identical content encoded under the same promises is stored once.
   std::optional<ObjectId> content_key;
@@ -299,9 +329,21 @@ Result<FileContent> FileContent::Open(Store& store, const Manifest& m) {
   FileContent c;
   c.size_ = m.logical_size;
   switch (m.kind) {
-    case ManifestKind::kInline:
-      c.inline_ = std::make_shared<const std::vector<std::byte>>(m.inline_data);
+    case ManifestKind::kInline: {
+      if (!m.inline_zstd) {
+        c.inline_ = std::make_shared<const std::vector<std::byte>>(m.inline_data);
+        return c;
+      }
+      // Bounded by the manifest's checks (kMaxInlineZstdSize, one frame of
+      // exactly logical_size bytes).
+      auto bytes = std::make_shared<std::vector<std::byte>>(m.logical_size);
+      const size_t n = ZSTD_decompress(bytes->data(), bytes->size(), m.inline_data.data(), m.inline_data.size());
+      if (ZSTD_isError(n) || n != m.logical_size)
+        return Status::Corruption(fmt::format("manifest: compressed inline data does not decode to {} bytes: {}",
+                                              m.logical_size, ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short"));
+      c.inline_ = std::move(bytes);
       return c;
+    }
     case ManifestKind::kBlob: {
       ASSIGN_OR_RETURN(c.blob_, store.OpenBlob(m.object));
       if (c.blob_->logical_size() != m.logical_size)

@@ -249,7 +249,9 @@ Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version
 
 void Filesystem::AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version) {
   log_->Debug("committed inode {}: {} bytes -> {} ({} bytes, depth {})", inode.ino, version.fields.logical_size,
-              ManifestKindName(version.fields.kind), version.fields.stored_bytes, version.fields.chain_depth);
+              StorageName(version.fields),
+              version.fields.kind == ManifestKind::kInline ? version.fields.inline_data.size() : version.fields.stored_bytes,
+              version.fields.chain_depth);
   if (version.as_base) AddBaseCandidate(dir, *version.as_base);
   if (version.fields.kind == ManifestKind::kBlob && session_ != nullptr) {
     // The reconstruction of a lossy codec differs from the staged bytes the
@@ -337,7 +339,7 @@ Result<struct stat> Filesystem::StatInode(Inode& inode) {
     struct stat sst;
     if (::fstat(f.staging->fd(), &sst) == 0) st.st_blocks = sst.st_blocks;
   } else if (f.phase == FilePhase::kCommitted) {
-    uint64_t stored = f.manifest.kind == ManifestKind::kInline ? f.manifest.logical_size : f.manifest.stored_bytes;
+    uint64_t stored = f.manifest.kind == ManifestKind::kInline ? f.manifest.inline_data.size() : f.manifest.stored_bytes;
     st.st_blocks = static_cast<blkcnt_t>((stored + 511) / 512);
   }
   if (f.pending_mtime) {

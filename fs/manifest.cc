@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <fmt/format.h>
+#include <zstd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,10 +22,15 @@ std::string_view ManifestKindName(ManifestKind kind) {
   return "unknown";
 }
 
+std::string_view StorageName(const Manifest& m) {
+  return m.kind == ManifestKind::kInline && m.inline_zstd ? "inline+zstd" : ManifestKindName(m.kind);
+}
+
 std::string StagingId::RelPath() const { return "staging/" + DirHex() + "/" + FileHex(); }
 
 namespace {
 constexpr uint8_t kFlagHasBase = 1;
+constexpr uint8_t kFlagInlineZstd = 2;  // version 2 only
 
 ByteSpan IdBytes(const ObjectId& id) { return {reinterpret_cast<const std::byte*>(id.bytes.data()), 16}; }
 // Zero when `b` is short (a ByteReader past its end returns an empty span;
@@ -49,10 +55,10 @@ void Manifest::EncodeTo(std::vector<std::byte>* out) const {
   out->reserve(kHeaderSize + inline_data.size() + kTrailerSize);
   ByteWriter w(out);
   w.Bytes(AsBytes(std::string_view(kMagic, 8)));
-  w.U16(kVersion);
+  w.U16(inline_zstd ? kVersionInlineZstd : kVersion);
   w.U8(static_cast<uint8_t>(kind));
   w.U8(static_cast<uint8_t>(format));
-  w.U8(base ? kFlagHasBase : 0);
+  w.U8(static_cast<uint8_t>((base ? kFlagHasBase : 0) | (inline_zstd ? kFlagInlineZstd : 0)));
   w.Zeros(3);
   w.U64(sequence);
   w.U64(logical_size);
@@ -92,19 +98,35 @@ Result<Manifest> Manifest::DecodeFrom(ByteSpan slot) {
   uint64_t checksum = r.U64();
   RETURN_IF_ERROR(r.status());
   if (Checksum64(slot.first(checked)) != checksum) return Status::ChecksumMismatch("manifest: slot checksum");
-  if (version != kVersion)
-    return Status::Unsupported(fmt::format("manifest: version want={} have={}", kVersion, version));
+  if (version != kVersion && version != kVersionInlineZstd)
+    return Status::Unsupported(fmt::format("manifest: version want<={} have={}", kNewestVersion, version));
   if (kind > static_cast<uint8_t>(ManifestKind::kStaging))
     return Status::Corruption(fmt::format("manifest: unknown kind {}", kind));
-  if ((flags & ~kFlagHasBase) != 0 || reserved[0] != std::byte{0} || reserved[1] != std::byte{0} ||
+  const uint8_t known_flags = version == kVersionInlineZstd ? (kFlagHasBase | kFlagInlineZstd) : kFlagHasBase;
+  if ((flags & ~known_flags) != 0 || reserved[0] != std::byte{0} || reserved[1] != std::byte{0} ||
       reserved[2] != std::byte{0})
     return Status::Corruption("manifest: reserved bits set");
   m.kind = static_cast<ManifestKind>(kind);
   m.format = static_cast<FileFormat>(format);
   if (flags & kFlagHasBase) m.base = base;
-  if (m.kind == ManifestKind::kInline && inline_len != m.logical_size)
+  m.inline_zstd = (flags & kFlagInlineZstd) != 0;
+  if (version == kVersionInlineZstd && !m.inline_zstd)
+    return Status::Corruption("manifest: version 2 record without compressed inline data");
+  if (m.inline_zstd) {
+    // One zstd frame declaring exactly logical_size bytes, bounded: a slot
+    // never inflates past kMaxInlineZstdSize.
+    if (m.kind != ManifestKind::kInline) return Status::Corruption("manifest: compressed inline data on a non-inline record");
+    if (m.logical_size > kMaxInlineZstdSize)
+      return Status::Corruption(fmt::format("manifest: compressed inline record of {} bytes, want<={}", m.logical_size,
+                                            kMaxInlineZstdSize));
+    const unsigned long long content = ZSTD_getFrameContentSize(data.data(), data.size());
+    const size_t frame = ZSTD_findFrameCompressedSize(data.data(), data.size());
+    if (content != m.logical_size || ZSTD_isError(frame) || frame != data.size())
+      return Status::Corruption("manifest: compressed inline data is not one zstd frame of the file's size");
+  } else if (m.kind == ManifestKind::kInline && inline_len != m.logical_size) {
     return Status::Corruption(
         fmt::format("manifest: inline data want={} bytes have={}", m.logical_size, inline_len));
+  }
   if (m.kind != ManifestKind::kInline && inline_len != 0) return Status::Corruption("manifest: stray inline data");
   m.inline_data.assign(data.begin(), data.end());
   return m;

@@ -43,11 +43,19 @@ struct StagingId {
 
 struct Manifest {
   static constexpr char kMagic[8] = {'C', 'K', 'F', 'S', 'M', 'A', 'N', '1'};
+  // Version 1 records; version 2 is written only for a record whose inline
+  // data is compressed (inline_zstd), so that a reader that predates it
+  // says Unsupported instead of serving the slot as a plain file.
   static constexpr uint16_t kVersion = 1;
+  static constexpr uint16_t kVersionInlineZstd = 2;
+  static constexpr uint16_t kNewestVersion = kVersionInlineZstd;
   static constexpr size_t kSlotSize = 4096;
   static constexpr size_t kHeaderSize = 96;  // fixed fields before inline data
   static constexpr size_t kTrailerSize = 8;  // checksum
   static constexpr size_t kMaxInline = kSlotSize - kHeaderSize - kTrailerSize;
+  // The largest file stored as a compressed inline record (a bound on what
+  // a slot may inflate to; the commit tries files up to this size).
+  static constexpr size_t kMaxInlineZstdSize = size_t{64} << 10;
 
   ManifestKind kind = ManifestKind::kInline;
   FileFormat format = FileFormat::kOpaque;
@@ -58,7 +66,8 @@ struct Manifest {
   std::optional<ObjectId> base;  // kBlob: the base blob the object deltas against
   StagingId staging;           // kStaging
   uint32_t chain_depth = 0;    // kBlob: number of delta links down to a key frame
-  std::vector<std::byte> inline_data;  // kInline
+  std::vector<std::byte> inline_data;  // kInline: the bytes, or one zstd frame of them
+  bool inline_zstd = false;            // kInline: inline_data is a zstd frame of logical_size bytes
 
   // Bytes of one slot for this record (kHeaderSize + inline + checksum).
   // REQUIRES: inline_data.size() <= kMaxInline.
@@ -67,6 +76,10 @@ struct Manifest {
   // field is invalid (reserved bits set, unknown kind, inline size wrong).
   static Result<Manifest> DecodeFrom(ByteSpan slot);
 };
+
+// How a record keeps its bytes, for people: the kind's name, or
+// "inline+zstd" for compressed inline data.
+std::string_view StorageName(const Manifest& m);
 
 // Reads the manifest in the file open at `fd`: the valid slot with the
 // highest sequence. nullopt when neither slot is valid (a plain file, which

@@ -114,7 +114,7 @@ Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_vie
   bool committed = f.phase == FilePhase::kCommitted;
   ASSIGN_OR_RETURN(uint64_t size, SizeLocked(inode));
   uint64_t stored = size;
-  if (committed && m.kind != ManifestKind::kInline) stored = m.stored_bytes;
+  if (committed) stored = m.kind == ManifestKind::kInline ? m.inline_data.size() : m.stored_bytes;
   if (key == "state") return std::string(FilePhaseName(f.phase));
   if (key == "stored_bytes") return std::to_string(stored);
   if (key == "logical_bytes") return std::to_string(size);
@@ -131,7 +131,7 @@ Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_vie
       ASSIGN_OR_RETURN(std::optional<double> error, max_error());
       return fmt::format("blob:{}{}", FileFormatName(m.format), error ? "+lossy" : "");
     }
-    return std::string(ManifestKindName(m.kind));
+    return std::string(StorageName(m));
   }
   if (key == "error") {
     ASSIGN_OR_RETURN(std::optional<double> error, max_error());

@@ -94,9 +94,9 @@ Status BackingStats(const std::string& path, FileStats* out) {
   }
   const fs::Manifest& man = **m;
   out->logical = man.logical_size;
-  out->stored = man.kind == fs::ManifestKind::kInline ? man.logical_size : man.stored_bytes;
+  out->stored = man.kind == fs::ManifestKind::kInline ? man.inline_data.size() : man.stored_bytes;
   out->codec = man.kind == fs::ManifestKind::kBlob ? fmt::format("blob:{}", FileFormatName(man.format))
-                                                   : std::string(fs::ManifestKindName(man.kind));
+                                                   : std::string(fs::StorageName(man));
   out->state = man.kind == fs::ManifestKind::kStaging ? "staging" : "committed";
   out->base = man.base ? man.base->Hex() : "";
   out->chain_depth = man.chain_depth;
@@ -185,6 +185,7 @@ int RunInspect(const std::string& file, bool as_json, bool chunks) {
   } else {
     const fs::Manifest& m = *opened->manifest;
     j["kind"] = fs::ManifestKindName(m.kind);
+    if (m.inline_zstd) j["inline_zstd"] = true;
     j["sequence"] = m.sequence;
     j["logical_bytes"] = m.logical_size;
     j["stored_bytes"] = m.stored_bytes;
@@ -272,7 +273,13 @@ int RunFsck(const std::string& backing, bool as_json, bool quiet) {
       return;
     }
     if (man.kind == fs::ManifestKind::kRaw) raw_objects.insert(man.object);
-    if (man.kind == fs::ManifestKind::kInline) return;
+    if (man.kind == fs::ManifestKind::kInline) {
+      // Compressed inline data must decode to the file's size.
+      if (man.inline_zstd)
+        if (auto content = fs::FileContent::Open(st, man); !content.ok())
+          problems.push_back(fmt::format("{}: {}", rel, content.status().ToString()));
+      return;
+    }
     if (::access(st.ObjectPath(man.object).c_str(), F_OK) != 0)
       return problems.push_back(fmt::format("{}: object {} is missing", rel, man.object.Hex()));
     auto content = fs::FileContent::Open(st, man);

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
                        fmt::format("ckptfs {}\nstore format {} (reads {}), manifest version {} (reads {}), "
                                    "blob format {} (reads {} and {})",
                                    CKPTFS_VERSION, ckptfs::fs::kStoreFormatVersion, ckptfs::fs::kStoreFormatVersion,
-                                   ckptfs::fs::Manifest::kVersion, ckptfs::fs::Manifest::kVersion,
+                                   ckptfs::fs::Manifest::kNewestVersion, "1 and 2",
                                    ckptfs::kBlobVersion, ckptfs::kBlobVersionRawIndex, ckptfs::kBlobVersion));
   int exit_code = kExitOk;
   RegisterBlobCommands(app, &exit_code);

@@ -136,12 +136,24 @@ TEST(CommitTest, InlineBlobAndRawContentRoundTrip) {
     size_t size;
     bool compress;
     ManifestKind want;
+    bool inline_zstd = false;
+    bool text = false;  // compressible bytes (a JSON log) instead of random ones
   };
   for (Case c : {Case{0, true, ManifestKind::kInline}, Case{3000, true, ManifestKind::kInline},
-                 Case{3073, true, ManifestKind::kBlob}, Case{3 << 20, true, ManifestKind::kBlob},
-                 Case{100000, false, ManifestKind::kRaw}}) {
-    std::string path = dir.path() + "/f" + std::to_string(c.size) + (c.compress ? "c" : "r");
+                 // Past the plain inline size, a zstd frame that fits a slot stays in the manifest.
+                 Case{3073, true, ManifestKind::kInline, true}, Case{40000, true, ManifestKind::kInline, true, true},
+                 Case{8000, true, ManifestKind::kBlob}, Case{3 << 20, true, ManifestKind::kBlob},
+                 Case{40000, false, ManifestKind::kRaw, false, true}, Case{100000, false, ManifestKind::kRaw}}) {
+    std::string path = dir.path() + "/f" + std::to_string(c.size) + (c.compress ? "c" : "r") + (c.text ? "t" : "");
     auto bytes = RandomBytes(c.size, static_cast<uint32_t>(c.size));
+    if (c.text) {
+      std::string log;
+      for (int step = 0; log.size() < c.size; ++step)
+        log += "{\"epoch\": " + std::to_string(step / 7) + ", \"loss\": 0." + std::to_string(1000 + step * 37 % 977) +
+               ", \"step\": " + std::to_string(step * 10) + "},\n";
+      log.resize(c.size);
+      bytes.assign(reinterpret_cast<const std::byte*>(log.data()), reinterpret_cast<const std::byte*>(log.data()) + log.size());
+    }
     CommitOptions options;
     options.compress = c.compress;
     ASSERT_TRUE(CommitVersion(*store, path, bytes, options).ok());
@@ -150,6 +162,7 @@ TEST(CommitTest, InlineBlobAndRawContentRoundTrip) {
     ::close(fd);
     ASSERT_TRUE(m.ok() && m->has_value());
     EXPECT_EQ((*m)->kind, c.want) << c.size;
+    EXPECT_EQ((*m)->inline_zstd, c.inline_zstd) << c.size;
     EXPECT_EQ((*m)->logical_size, c.size);
     EXPECT_EQ(ReadFile(*store, path), bytes) << c.size;
   }

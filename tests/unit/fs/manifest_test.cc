@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include "tests/unit/fs/test_util.h"
 
@@ -78,6 +79,63 @@ TEST(ManifestTest, InlineSizeMustMatchLogicalSize) {
   m.logical_size = 11;
   std::vector<std::byte> slot;
   m.EncodeTo(&slot);
+  EXPECT_EQ(Manifest::DecodeFrom(slot).status().code(), StatusCode::kCorruption);
+}
+
+// A record re-checksummed after an edit of its bytes (so that the field
+// rules, not the checksum, decide).
+std::vector<std::byte> Resealed(std::vector<std::byte> slot, size_t at, std::byte value) {
+  slot[at] = value;
+  StoreLE64(slot.data() + slot.size() - 8, Checksum64(ByteSpan(slot).first(slot.size() - 8)));
+  return slot;
+}
+
+Manifest CompressedInline(size_t size) {
+  std::string text;
+  while (text.size() < size) text += "{\"loss\": 0.25, \"step\": " + std::to_string(text.size()) + "}\n";
+  text.resize(size);
+  Manifest m;
+  m.kind = ManifestKind::kInline;
+  m.logical_size = size;
+  m.inline_zstd = true;
+  m.inline_data.resize(ZSTD_compressBound(size));
+  m.inline_data.resize(ZSTD_compress(m.inline_data.data(), m.inline_data.size(), text.data(), size, 3));
+  return m;
+}
+
+TEST(ManifestTest, CompressedInlineRecordsAreVersionTwoAndChecked) {
+  Manifest m = CompressedInline(20000);
+  ASSERT_LE(m.inline_data.size(), Manifest::kMaxInline);
+  std::vector<std::byte> slot;
+  m.EncodeTo(&slot);
+  EXPECT_EQ(LoadLE16(slot.data() + 8), Manifest::kVersionInlineZstd);
+  auto back = Manifest::DecodeFrom(slot);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->inline_zstd);
+  EXPECT_EQ(back->inline_data, m.inline_data);
+  EXPECT_EQ(std::string(StorageName(*back)), "inline+zstd");
+  // Plain records stay version 1 (readable by older builds).
+  Manifest plain = SampleBlobManifest();
+  plain.EncodeTo(&slot);
+  EXPECT_EQ(LoadLE16(slot.data() + 8), Manifest::kVersion);
+
+  m.EncodeTo(&slot);
+  // The flag needs version 2; version 2 needs the flag.
+  EXPECT_EQ(Manifest::DecodeFrom(Resealed(slot, 8, std::byte{1})).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(Manifest::DecodeFrom(Resealed(slot, 12, std::byte{0})).status().code(), StatusCode::kCorruption);
+  // Only on inline records.
+  EXPECT_EQ(Manifest::DecodeFrom(Resealed(slot, 10, std::byte{2})).status().code(), StatusCode::kCorruption);
+  // The frame must declare exactly the file's size, and the size is bounded.
+  for (uint64_t size : {uint64_t{19999}, uint64_t{20001}, uint64_t{Manifest::kMaxInlineZstdSize + 1}}) {
+    Manifest wrong = m;
+    wrong.logical_size = size;
+    wrong.EncodeTo(&slot);
+    EXPECT_EQ(Manifest::DecodeFrom(slot).status().code(), StatusCode::kCorruption) << size;
+  }
+  // Bytes that are no frame.
+  Manifest garbage = m;
+  garbage.inline_data = RandomBytes(100, 3);
+  garbage.EncodeTo(&slot);
   EXPECT_EQ(Manifest::DecodeFrom(slot).status().code(), StatusCode::kCorruption);
 }
 
