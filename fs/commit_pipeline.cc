@@ -14,6 +14,7 @@
 
 #include "fs/base_candidates.h"
 #include "fs/content_index.h"
+#include "fs/dcp_names.h"
 
 namespace ckptfs::fs {
 
@@ -169,6 +170,9 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
       return v;
     }
   }
+  // A DCP shard's tensors get their names from the save's .metadata (the
+  // policy can then tell optimizer state from weights).
+  if (layout.format == FileFormat::kDcp) NameDcpShardTensors(store, &layout, logical_path, candidates, options.parse, log);
   std::vector<std::string> keys = TensorKeys(layout.tensors);
   // Byte-identical content encoded under the same promises is stored once.
   std::optional<ObjectId> content_key;

@@ -72,6 +72,7 @@ Result<Layout> ParseTorchZipSequence(ByteSpan file, const ParseLimits& limits) {
       for (uint64_t& at : f.crc_offsets) at += begin;
       out.zip_crcs.push_back(std::move(f));
     }
+    out.archives.emplace_back(begin, end - begin);
     begin = end;
   }
   if (index < 2) return Status::NotFound("dcp: a single archive is a torch zip");

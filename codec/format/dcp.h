@@ -18,7 +18,7 @@ namespace ckptfs {
 // The layout of a file made of two or more torch.save archives back to
 // back: each archive's layout (ParseTorchZip) moved to its offset, its
 // tensors named "<index>/<name>" (the archive's position in the file, then
-// the key path inside it: "3/" for a chunk saved as a bare tensor), its
+// the key path inside it: "3/tensor" for a chunk saved as a bare tensor), its
 // zip_crcs moved with it. NotFound when the file is not such a sequence (a
 // single archive, or bytes that are no archive); errors of a torch archive
 // that cannot be trusted pass through. Bounded by `limits` per archive and

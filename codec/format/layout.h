@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "codec/common/bytes.h"
@@ -86,6 +87,9 @@ struct Layout {
   // Zip formats only (torch zip, npz): the CRC-32 locations of entries that
   // hold tensors.
   std::vector<ZipCrcField> zip_crcs;
+  // DCP shards only: [offset, length) of each torch.save archive, in order
+  // (what the save's .metadata describes; dcp_metadata.h).
+  std::vector<std::pair<uint64_t, uint64_t>> archives;
   // Why the file is opaque when a parser recognised the format but gave up
   // (empty otherwise); logged by callers.
   std::string fallback_reason;

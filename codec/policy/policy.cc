@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "codec/format/dcp_metadata.h"
+
 namespace ckptfs::policy {
 namespace {
 
@@ -195,10 +197,11 @@ lossy::Budget Policy::BudgetFor(std::string_view path, FileFormat format, const 
     if (FileMatches(r.files, path) && GlobMatch(r.tensors, t.name)) return r.budget;
   if (!enabled_) return {};
   // A DCP shard's tensors carry no names (their FQNs are in the separate
-  // .metadata file), so optimizer state cannot be told from weights, and a
-  // second moment under an L2 budget can break training (below): lossless
-  // unless a rule says otherwise.
-  if (format == FileFormat::kDcp) return {};
+  // .metadata file): until a save's metadata named them (dcp_metadata.h),
+  // optimizer state cannot be told from weights, and a second moment under
+  // an L2 budget can break training (below): lossless unless a rule says
+  // otherwise.
+  if (format == FileFormat::kDcp && IsPositionalDcpName(t.name)) return {};
   // The L2-budget codec may prune a small positive element to 0; in a
   // denominator such as Adam's sqrt(exp_avg_sq) + eps that turns the next
   // update into m / eps and training diverges after a restore (measured:

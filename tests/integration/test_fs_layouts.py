@@ -8,6 +8,7 @@ Bases are read from the virtual xattrs user.ckptfs.object / .base /
 .chain_depth right after each commit (lossy=off: reads are bit-exact).
 """
 import os
+import pickle
 import shutil
 import subprocess
 import time
@@ -251,23 +252,60 @@ def dcp_shard(tensors):
     return out.getvalue()
 
 
-def test_dcp_shards_are_parsed_and_chain(store):
-    """step-N/__R_0.distcp (torchtitan, Megatron torch_dist): parsed as DCP
-    (lossless by default: its tensors carry no names), each rank's shard a
-    delta on its previous one, read back bit for bit."""
+def dcp_metadata(items, name="__0_0.distcp"):
+    """The coordinator's .metadata for one shard of `items` [(fqn, bytes)]:
+    storage_data maps each item to (relative_path, offset, length)."""
+    storage, at = {}, 0
+    for fqn, data in items:
+        storage[(fqn, None)] = (name, at, len(data))
+        at += len(data)
+    return pickle.dumps({"state_dict_metadata": {}, "storage_data": storage, "planner_data": None})
+
+
+def test_dcp_shards_are_parsed_named_and_chain(store):
+    """step-N/__R_0.distcp (torchtitan, Megatron torch_dist): parsed as DCP;
+    each rank's shard a delta on its previous one. Before any .metadata
+    exists its tensors carry no names: lossless, bit for bit. Once the
+    previous save's .metadata names them, weights and optimizer state get
+    their budgets (second moments a per-element bound)."""
+    import io
     store.mount("lossy=on")
     model = weights(0)
-    for step in (100, 200):
+    for step in (100, 200, 300, 400):
         model = weights(step, drift=model)
         d = store.path(f"step-{step}")
         os.makedirs(d)
-        data = dcp_shard([{"step": step}] + list(model.values()))
-        with open(os.path.join(d, "__0_0.distcp"), "wb") as f:
-            f.write(data)
-        store.wait_idle()
+        items = [("train_state", {"step": step})] + [(f"model.{k}", v) for k, v in model.items()]
+        items += [(f"optimizer.state.model.{k}.exp_avg_sq", 1e-6 * v * v) for k, v in model.items()]
+        blobs = []
+        for fqn, obj in items:
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            blobs.append((fqn, buf.getvalue()))
+        data = b"".join(b for _, b in blobs)
         p = os.path.join(d, "__0_0.distcp")
-        assert xattr(p, "codec") == "blob:dcp"
-        assert xattr(p, "error") == "lossless"
+        with open(p, "wb") as f:
+            f.write(data)
+        with open(os.path.join(d, ".metadata"), "wb") as f:  # after the shard, as the coordinator does
+            f.write(dcp_metadata(blobs))
+        store.wait_idle()
+        assert xattr(p, "codec") == ("blob:dcp" if step <= 100 else "blob:dcp+lossy"), step
         with open(p, "rb") as f:
-            assert f.read() == data
-    assert_delta_on(store.path("step-200", "__0_0.distcp"), store.path("step-100", "__0_0.distcp"))
+            back = f.read()
+        if step <= 100:
+            assert xattr(p, "error") == "lossless"
+            assert back == data
+            continue
+        assert len(back) == len(data)
+        at = 0
+        for (fqn, blob), (_, obj) in zip(blobs, items):
+            got = torch.load(io.BytesIO(back[at:at + len(blob)]))
+            at += len(blob)
+            if not torch.is_tensor(obj):
+                assert got == obj
+            elif fqn.endswith("exp_avg_sq"):
+                nz = obj != 0
+                assert torch.all(got[~nz] == 0) and float(((got[nz] - obj[nz]).abs() / obj[nz]).max()) <= 0.4 + 1e-6
+            else:
+                assert float((got - obj).norm() / obj.norm()) <= 0.0101, fqn
+    assert_delta_on(store.path("step-400", "__0_0.distcp"), store.path("step-300", "__0_0.distcp"))

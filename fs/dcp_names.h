@@ -1,0 +1,29 @@
+// Naming a DCP shard's tensors before it is encoded: the daemon finds the
+// `.metadata` of the shard's own save or, since the coordinator writes it
+// only after every rank's shard, of the save its previous version belongs
+// to (codec/format/dcp_metadata.h).
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "codec/format/layout.h"
+#include "fs/commit_pipeline.h"
+#include "fs/log.h"
+#include "fs/store.h"
+
+namespace ckptfs::fs {
+
+// The largest `.metadata` read (a save of a model with millions of items
+// stays far below).
+inline constexpr uint64_t kMaxDcpMetadataBytes = uint64_t{64} << 20;
+
+// Names `layout`'s tensors (a DCP shard at `logical_path`, relative to the
+// mount root) by the first `.metadata` that describes a file of its name
+// exactly: its own folder's, then the folders of `candidates` (newest
+// first) that hold a shard of the same name. Does nothing when none does;
+// a metadata file that cannot be read or parsed is skipped (logged).
+void NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_path,
+                         const std::vector<BaseCandidate>& candidates, const ParseLimits& limits, Logger* log);
+
+}  // namespace ckptfs::fs
