@@ -172,7 +172,12 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   }
   // A DCP shard's tensors get their names from the save's .metadata (the
   // policy can then tell optimizer state from weights).
-  if (layout.format == FileFormat::kDcp) NameDcpShardTensors(store, &layout, logical_path, candidates, options.parse, log);
+  if (layout.format == FileFormat::kDcp &&
+      NameDcpShardTensors(store, &layout, logical_path, candidates, options.parse, log) == DcpNaming::kNoMetadata &&
+      options.await_dcp_names) {
+    v.awaiting_names = true;
+    return v;
+  }
   std::vector<std::string> keys = TensorKeys(layout.tensors);
   // Byte-identical content encoded under the same promises is stored once.
   std::optional<ObjectId> content_key;

@@ -58,6 +58,10 @@ struct CommitOptions {
   // Old versions of this file's role are being deleted (seen since mount):
   // lossless deltas that do not pay start new chains (ChooseBase).
   bool retention = false;
+  // A DCP shard that no .metadata names yet (a run's first save: the
+  // coordinator writes it after the shards) is not encoded: EncodeStaged
+  // returns awaiting_names, and the caller retries later (fs/README.md).
+  bool await_dcp_names = false;
   ParseLimits parse;
   // Which tensors are stored lossily (null: all lossless). EncodeStaged
   // applies it with the file's path relative to the mount root.
@@ -117,6 +121,9 @@ struct EncodedVersion {
   Manifest fields;         // kind, format, sizes, object, base, depth, inline data
   EncodeStats stats;
   std::optional<BaseCandidate> as_base;  // set for blob objects
+  // Nothing was encoded: a DCP shard waits for its save's .metadata
+  // (CommitOptions::await_dcp_names).
+  bool awaiting_names = false;
 };
 
 // Step 1a: fsync the staging file. Step 1b: `*m` becomes kind staging,

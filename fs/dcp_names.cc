@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 #include "codec/format/dcp_metadata.h"
@@ -43,9 +44,10 @@ Result<std::vector<std::byte>> ReadStoreFile(Store& store, const std::string& re
 
 }  // namespace
 
-void NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_path,
-                         const std::vector<BaseCandidate>& candidates, const ParseLimits& limits, Logger* log) {
-  if (layout->format != FileFormat::kDcp || logical_path.empty()) return;
+DcpNaming NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_path,
+                              const std::vector<BaseCandidate>& candidates, const ParseLimits& limits, Logger* log) {
+  if (layout->format != FileFormat::kDcp || logical_path.empty()) return DcpNaming::kUnmatched;
+  bool found = false;
   const std::string_view name = BaseName(logical_path);
   std::vector<std::string> folders{std::string(Folder(logical_path))};
   for (auto c = candidates.rbegin(); c != candidates.rend(); ++c) {
@@ -53,14 +55,21 @@ void NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_
     std::string folder(Folder(c->rel_path));
     if (std::find(folders.begin(), folders.end(), folder) == folders.end()) folders.push_back(std::move(folder));
   }
-  for (const std::string& folder : folders) {
+  for (size_t i = 0; i < folders.size(); ++i) {
+    const std::string& folder = folders[i];
     const std::string rel = folder.empty() ? std::string(".metadata") : folder + "/.metadata";
+    // The shard's own save's metadata may be being written right now (it
+    // follows the shards): unreadable or not describing the shard yet, it
+    // counts as not there.
+    const bool own = i == 0;
     Result<std::vector<std::byte>> bytes = ReadStoreFile(store, rel);
     if (!bytes.ok()) {
       if (bytes.status().code() != StatusCode::kNotFound && log)
         log->Info("{}: {} not read: {}", logical_path, rel, bytes.status().ToString());
+      found = found || (!own && bytes.status().code() != StatusCode::kNotFound);
       continue;
     }
+    found = found || !own;
     Result<std::vector<DcpStorageItem>> items = ParseDcpMetadata(*bytes, limits);
     if (!items.ok()) {
       if (log) log->Info("{}: {} not used: {}", logical_path, rel, items.status().ToString());
@@ -68,9 +77,10 @@ void NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_
     }
     if (NameDcpShard(layout, name, *items)) {
       if (log) log->Debug("{}: tensors named by {}", logical_path, rel);
-      return;
+      return DcpNaming::kNamed;
     }
   }
+  return found ? DcpNaming::kUnmatched : DcpNaming::kNoMetadata;
 }
 
 }  // namespace ckptfs::fs

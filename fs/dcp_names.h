@@ -18,12 +18,20 @@ namespace ckptfs::fs {
 // stays far below).
 inline constexpr uint64_t kMaxDcpMetadataBytes = uint64_t{64} << 20;
 
+enum class DcpNaming {
+  kNamed,        // a .metadata described the shard: its tensors have their FQNs
+  kNoMetadata,   // no earlier save's folder has a .metadata, and the shard's own
+                 // folder has none that describes it (yet: a run's first save)
+  kUnmatched,    // an earlier save's metadata exists but describes no shard of this plan
+};
+
 // Names `layout`'s tensors (a DCP shard at `logical_path`, relative to the
 // mount root) by the first `.metadata` that describes a file of its name
 // exactly: its own folder's, then the folders of `candidates` (newest
-// first) that hold a shard of the same name. Does nothing when none does;
-// a metadata file that cannot be read or parsed is skipped (logged).
-void NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_path,
+// first) that hold a shard of the same name. Leaves them positional when
+// none does; a metadata file that cannot be read or parsed is skipped
+// (logged).
+DcpNaming NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_path,
                          const std::vector<BaseCandidate>& candidates, const ParseLimits& limits, Logger* log);
 
 }  // namespace ckptfs::fs

@@ -1,5 +1,7 @@
 #include "fs/encode_queue.h"
 
+#include <algorithm>
+
 namespace ckptfs::fs {
 
 EncodeQueue::EncodeQueue(unsigned threads) {
@@ -23,21 +25,67 @@ void EncodeQueue::Push(std::function<void()> job) {
   work_cv_.notify_one();
 }
 
+void EncodeQueue::PushAfter(std::chrono::milliseconds delay, std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    delayed_.emplace_back(std::chrono::steady_clock::now() + delay, std::move(job));
+  }
+  work_cv_.notify_one();
+}
+
 void EncodeQueue::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [this] { return jobs_.empty() && running_ == 0; });
+  ++draining_;
+  work_cv_.notify_all();  // waiting jobs are due now
+  idle_cv_.wait(lock, [this] { return jobs_.empty() && delayed_.empty() && running_ == 0; });
+  --draining_;
+}
+
+void EncodeQueue::Hurry() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (jobs_.empty() && delayed_.empty() && running_ == 0) return;
+    urgent_ = true;
+  }
+  work_cv_.notify_all();
+}
+
+bool EncodeQueue::hurry() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_ || draining_ > 0 || urgent_;
 }
 
 uint64_t EncodeQueue::pending() {
   std::lock_guard<std::mutex> lock(mu_);
-  return jobs_.size() + running_;
+  return jobs_.size() + delayed_.size() + running_;
 }
 
 void EncodeQueue::Work() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-    if (jobs_.empty()) return;  // stop_ and nothing left to run
+    // Waiting jobs whose time has come (all of them when hurrying) join
+    // the queue, in the order they were pushed.
+    const auto now = std::chrono::steady_clock::now();
+    const bool hurrying = stop_ || draining_ > 0 || urgent_;
+    for (auto it = delayed_.begin(); it != delayed_.end();) {
+      if (hurrying || it->first <= now) {
+        jobs_.push_back(std::move(it->second));
+        it = delayed_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (jobs_.empty()) {
+      if (stop_ && delayed_.empty()) return;  // nothing left to run
+      if (delayed_.empty()) {
+        work_cv_.wait(lock);
+      } else {
+        auto due = delayed_.front().first;
+        for (const auto& d : delayed_) due = std::min(due, d.first);
+        work_cv_.wait_until(lock, due);
+      }
+      continue;
+    }
     std::function<void()> job = std::move(jobs_.front());
     jobs_.pop_front();
     ++running_;
@@ -45,7 +93,10 @@ void EncodeQueue::Work() {
     job();
     lock.lock();
     --running_;
-    if (jobs_.empty() && running_ == 0) idle_cv_.notify_all();
+    if (jobs_.empty() && delayed_.empty() && running_ == 0) {
+      urgent_ = false;
+      idle_cv_.notify_all();
+    }
   }
 }
 

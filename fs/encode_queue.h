@@ -1,6 +1,7 @@
 // The encode worker pool: commits run here, never on a FUSE request thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -22,9 +23,19 @@ class EncodeQueue {
   EncodeQueue& operator=(const EncodeQueue&) = delete;
 
   void Push(std::function<void()> job);
-  // Blocks until no job is queued or running.
+  // Queues `job` to run once `delay` has passed, or at once while the
+  // queue drains (Drain, destruction): a job that waits for something
+  // (a DCP shard for its save's .metadata) never holds up an unmount.
+  void PushAfter(std::chrono::milliseconds delay, std::function<void()> job);
+  // Blocks until no job is queued, waiting or running.
   void Drain();
-  // Jobs queued or running.
+  // Waiting jobs are due now, and hurry() holds until the queue is idle
+  // (`ckptfs sync` and umount ask for this: they wait for every commit).
+  void Hurry();
+  // True while Drain, Hurry or the destructor waits: jobs should not wait
+  // for anything now.
+  bool hurry();
+  // Jobs queued, waiting or running.
   uint64_t pending();
 
  private:
@@ -33,7 +44,10 @@ class EncodeQueue {
   std::mutex mu_;  // leaf lock
   std::condition_variable work_cv_, idle_cv_;
   std::deque<std::function<void()>> jobs_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::function<void()>>> delayed_;
   uint64_t running_ = 0;
+  unsigned draining_ = 0;
+  bool urgent_ = false;  // Hurry() until the queue is next idle
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };

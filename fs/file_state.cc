@@ -181,7 +181,7 @@ void Filesystem::MaybeQueueCommitLocked(const std::shared_ptr<Inode>& inode) {
   }
   f.phase = FilePhase::kEncoding;
   uint64_t ticket = ++f.encode_ticket;
-  queue_->Push([this, inode, ticket] { CommitJob(inode, ticket); });
+  queue_->Push([this, inode, ticket, queued = std::chrono::steady_clock::now()] { CommitJob(inode, ticket, queued); });
 }
 
 Result<int> Filesystem::RecordStagingLocked(Inode& inode, StagingFile& staging, const CommitOptions& options) {
@@ -200,7 +200,7 @@ Result<int> Filesystem::RecordStagingLocked(Inode& inode, StagingFile& staging, 
 }
 
 Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& staging, ino_t dir,
-                                                   const std::function<bool()>& wanted) {
+                                                   const std::function<bool()>& wanted, bool await_names) {
   // This commit's options: the mount's, with a share of the cores
   // (threads= shared among the encodes running now: a lone commit, one
   // torch.save, encodes its chunks on all of them; the output does not
@@ -229,6 +229,7 @@ Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& st
   bool retention = false;
   std::vector<BaseCandidate> candidates = BaseCandidatesFor(dir, rel_path, &retention);
   commit_options.retention = retention;
+  commit_options.await_dcp_names = await_names;
   return EncodeStaged(*store_, staging.fd(), staging.path(), candidates, commit_options, log_, rel_path);
 }
 
@@ -262,7 +263,8 @@ void Filesystem::AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& vers
   }
 }
 
-void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket) {
+void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
+                           std::chrono::steady_clock::time_point queued) {
   std::shared_ptr<StagingFile> staging;
   ino_t dir;
   {
@@ -285,7 +287,11 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
   bool mark = store_->staging_in_store();
   std::future<Status> synced;
   if (mark) synced = std::async(std::launch::async, [&staging, this] { return SyncStaging(*staging, commit_options_); });
-  Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted);
+  // A DCP run's first save: its shards' tensor names arrive with the
+  // .metadata the coordinator writes after them. Waiting a little for it
+  // stores the save lossily instead of bit for bit.
+  const bool await_names = !queue_->hurry() && std::chrono::steady_clock::now() - queued < kAwaitDcpNames;
+  Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted, await_names);
   if (!wanted()) {
     if (mark) (void)synced.get();
     return;  // superseded: the object is garbage for GC
@@ -299,6 +305,13 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket)
     s = RecordStagingLocked(*inode, *staging, commit_options_).status();
   }
   if (!s.ok()) version = s;
+  if (version.ok() && version->awaiting_names) {
+    // The staging file is the content meanwhile (durable and named by the
+    // manifest when staging lives in the store). Queued again as the same
+    // job: a writer that comes back supersedes it by its ticket.
+    queue_->PushAfter(kAwaitDcpNamesPoll, [this, inode, ticket, queued] { CommitJob(inode, ticket, queued); });
+    return;
+  }
   std::shared_ptr<StagingFile> done;
   std::vector<std::shared_ptr<StagingFile>> superseded;  // no manifest names them now
   {

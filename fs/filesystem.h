@@ -12,6 +12,7 @@
 #include <dirent.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -152,13 +153,16 @@ class Filesystem {
   // commit, or drops an unchanged staging file.
   void MaybeQueueCommitLocked(const std::shared_ptr<Inode>& inode);
   // Runs on an encode worker: commits the staging file of `inode` unless
-  // `ticket` was superseded.
-  void CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket);
+  // `ticket` was superseded. A DCP shard that no .metadata names yet waits
+  // (the job is queued again) until one does or kAwaitDcpNames has passed
+  // since `queued`.
+  void CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket, std::chrono::steady_clock::time_point queued);
   // Encodes `staging` (the bytes of `inode`, in directory `dir`) into an
   // object with the mount's options and a share of the cores; gives up
-  // (Internal) when `wanted` turns false while it waits for memory.
+  // (Internal) when `wanted` turns false while it waits for memory. With
+  // `await_names`, an unnamed DCP shard is not encoded (awaiting_names).
   Result<EncodedVersion> EncodeForCommit(Inode& inode, StagingFile& staging, ino_t dir,
-                                         const std::function<bool()>& wanted);
+                                         const std::function<bool()>& wanted, bool await_names = false);
   // REQUIRES: inode.mu held. Writes `version`'s manifest record (durable)
   // with the pending mtime; the file is clean afterwards.
   Status WriteCommitLocked(Inode& inode, const EncodedVersion& version);
@@ -254,6 +258,11 @@ class Filesystem {
   // Undoes NewHandle + AttachOpen for a handle whose reply failed.
   void DropUnsentHandle(FileHandle* handle);
 
+  // How long the first save of a DCP run waits for its .metadata (written
+  // by the coordinator once every rank's shard is written; on many nodes
+  // the slowest rank decides), and how often it looks.
+  static constexpr std::chrono::seconds kAwaitDcpNames{60};
+  static constexpr std::chrono::milliseconds kAwaitDcpNamesPoll{250};
   static constexpr size_t kMaxBaseCandidates = 4;  // newest versions kept per list (and the newest anchor)
   static constexpr size_t kMaxCandidateLists = 256;  // per kind: directories, roles
   std::mutex bases_mu_;  // leaf lock; guards both lists

@@ -1,0 +1,67 @@
+// The encode worker pool (fs/encode_queue.h): FIFO jobs, jobs that wait,
+// and hurrying them for a sync or an unmount.
+#include "fs/encode_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace ckptfs::fs {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(EncodeQueueTest, DelayedJobsRunWhenDueAndCountAsPending) {
+  EncodeQueue queue(2);
+  std::atomic<int> ran{0};
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point ran_at;
+  queue.PushAfter(200ms, [&] {
+    ran_at = std::chrono::steady_clock::now();
+    ++ran;
+  });
+  queue.Push([&] { ++ran; });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(ran.load(), 1) << "the plain job ran, the delayed one waits";
+  EXPECT_EQ(queue.pending(), 1u);
+  EXPECT_FALSE(queue.hurry());
+  while (queue.pending() != 0) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_GE(ran_at - start, 200ms);
+}
+
+TEST(EncodeQueueTest, HurryAndDrainRunWaitingJobsAtOnce) {
+  EncodeQueue queue(1);
+  std::atomic<bool> hurried_inside{false};
+  std::atomic<int> ran{0};
+  queue.PushAfter(std::chrono::milliseconds(60'000), [&] {
+    hurried_inside = queue.hurry();
+    ++ran;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  queue.Hurry();
+  while (queue.pending() != 0) std::this_thread::sleep_for(5ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_TRUE(hurried_inside.load()) << "a hurried job sees hurry(), so it does not wait again";
+  EXPECT_FALSE(queue.hurry()) << "hurry ends when the queue is idle";
+  // A job that would wait again while draining runs instead.
+  queue.PushAfter(std::chrono::milliseconds(60'000), [&] { ++ran; });
+  queue.Drain();
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_EQ(queue.pending(), 0u);
+}
+
+TEST(EncodeQueueTest, DestructionRunsWaitingJobs) {
+  std::atomic<int> ran{0};
+  {
+    EncodeQueue queue(1);
+    queue.PushAfter(std::chrono::milliseconds(60'000), [&] { ++ran; });
+  }
+  EXPECT_EQ(ran.load(), 1);
+}
+
+}  // namespace
+}  // namespace ckptfs::fs
