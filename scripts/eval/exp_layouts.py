@@ -37,7 +37,10 @@ Layouts (framework-layouts notes, section 7):
                    them) and .metadata (written as .metadata.tmp, renamed)
   lightning        run/checkpoints/epoch=E-step=N.ckpt (top-1: the previous
                    one removed after the save) and last.ckpt (shutil.copy2
-                   of the new file)
+                   of the new file); compared with one-folder-keep1
+  lightning-all    the same with save_top_k=-1: every epoch=E-step=N.ckpt
+                   kept, last.ckpt rewritten as a copy each save
+  one-folder-keep1 one-folder, only the newest file kept
   one-folder-keep3 one-folder, the oldest file beyond 3 removed after each save
   hf-trainer-keep3 hf-trainer, the oldest checkpoint-N beyond 3 rmtree'd
   copy             one checkpoint, then shutil.copy2 to another name in the
@@ -55,7 +58,7 @@ float tensor within the budget that applies to it (docs/policy.md: weights
 itself, exp_avg_sq per element), and the largest relative L2 error is
 reported.
 
-Writes RESULTS/layouts.json and RESULTS/layouts.md and prints the JSON.
+Writes RESULTS/layouts.{json,md} (layouts-lossless.* with --lossy off) and prints the JSON.
 Exit status 1 when a layout failed, fsck found problems or a read did not
 verify (missed compression targets do not fail the run).
 """
@@ -91,7 +94,11 @@ SIZES = {
 }
 BATCH = 64
 LAYOUTS = ("one-folder", "hf-trainer", "hf-safetensors", "megatron", "megatron-tp2", "deepspeed", "dcp",
-           "lightning", "one-folder-keep3", "hf-trainer-keep3", "copy")
+           "lightning", "lightning-all", "one-folder-keep1", "one-folder-keep3", "hf-trainer-keep3", "copy")
+# The layout each one's ratio is compared with: the one-folder run with the
+# same retention.
+COMPARED_WITH = {"lightning": "one-folder-keep1", "one-folder-keep3": "one-folder-keep3",
+                 "hf-trainer-keep3": "one-folder-keep3", "one-folder-keep1": "one-folder-keep1"}
 # Issue #24's targets.
 TARGET_VS_ONE_FOLDER = 0.9
 TARGET_COPY_GROWTH = 0.01
@@ -445,10 +452,11 @@ def dcp(ctx, ck, i, run):
     ctx._wrote(f"{d}/.metadata", "bytes", meta)
 
 
-def lightning(ctx, ck, i, run):
+def lightning(ctx, ck, i, run, top_k=1):
     """Lightning 2.0-2.3 ModelCheckpoint (save_top_k=1, no monitor): torch.save
     into a buffer, one write to epoch=E-step=N.ckpt, the previous one
-    removed, last.ckpt a copy of the new file."""
+    removed (unless top_k is None: save_top_k=-1), last.ckpt a copy of the
+    new file."""
     n, e = ck["step"], ck["epoch"]
     rel = f"run/checkpoints/epoch={e}-step={n}.ckpt"
     cb = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': %d, " \
@@ -463,7 +471,7 @@ def lightning(ctx, ck, i, run):
            "hparams_name": "kwargs", "hyper_parameters": {"hidden": run["hidden"], "lr": 1e-3}}
     ctx.write_bytes(rel, torch_bytes(obj), "torch", obj)
     prev = ctx.state.get("prev")
-    if prev:
+    if prev and top_k == 1:
         ctx.remove(prev)
     ctx.state["prev"] = rel
     ctx.copy2(rel, "run/checkpoints/last.ckpt")
@@ -478,6 +486,8 @@ LAYOUT_FUNCS = {
     "deepspeed": deepspeed,
     "dcp": dcp,
     "lightning": lightning,
+    "lightning-all": lambda ctx, ck, i, run: lightning(ctx, ck, i, run, top_k=None),
+    "one-folder-keep1": lambda ctx, ck, i, run: one_folder(ctx, ck, i, run, keep=1),
     "one-folder-keep3": lambda ctx, ck, i, run: one_folder(ctx, ck, i, run, keep=3),
     "hf-trainer-keep3": lambda ctx, ck, i, run: hf_trainer(ctx, ck, i, run, keep=3),
 }
@@ -817,18 +827,19 @@ def fmt_mb(n):
 
 def summarize(res):
     lay = res["layouts"]
-    ref = lay.get("one-folder", {})
     ref3 = lay.get("one-folder-keep3", {})
     for name, r in lay.items():
         if r.get("status") == "failed" or name == "copy":
             continue
-        base = ref3 if name.endswith("-keep3") else ref
+        base = lay.get(COMPARED_WITH.get(name, "one-folder"), {})
+        r["compared_with"] = COMPARED_WITH.get(name, "one-folder")
         if base.get("ratio"):
             r["ratio_vs_one_folder"] = r["ratio"] / base["ratio"]
     targets = {}
     for name, r in lay.items():
-        if "ratio_vs_one_folder" in r and not name.startswith("one-folder"):
-            targets[f"{name}: ratio >= {TARGET_VS_ONE_FOLDER} x one-folder"] = r["ratio_vs_one_folder"] >= TARGET_VS_ONE_FOLDER
+        if "ratio_vs_one_folder" in r and not name.startswith("one-folder") and name != "copy":
+            targets[f"{name}: ratio >= {TARGET_VS_ONE_FOLDER} x {r['compared_with']}"] = \
+                r["ratio_vs_one_folder"] >= TARGET_VS_ONE_FOLDER
     if lay.get("hf-trainer-keep3", {}).get("store_bytes") and ref3.get("store_bytes"):
         q = lay["hf-trainer-keep3"]["store_bytes"] / ref3["store_bytes"]
         res["retention"] = {"hf_trainer_keep3_store_bytes": lay["hf-trainer-keep3"]["store_bytes"],
@@ -849,7 +860,8 @@ def summarize(res):
 
 def write_outputs(res, results):
     os.makedirs(results, exist_ok=True)
-    h.write_json(os.path.join(results, "layouts.json"), res)
+    stem = "layouts" if res["lossy"] != "off" else "layouts-lossless"
+    h.write_json(os.path.join(results, stem + ".json"), res)
     run = res["run"]
     md = [f"### Checkpoint layouts ({res['size']}, {run['checkpoints']} checkpoints {run['save_every']} steps apart, "
           f"{run['state_bytes_per_checkpoint'] / 1e6:.1f} MB of model + optimizer state each; "
@@ -882,7 +894,8 @@ def write_outputs(res, results):
                   f"off relative to its value, where the per-element bound is {res['budgets']['denominator']}; "
                   f"within the weights' L2 budget instead): {', '.join(zeroed)}.\n")
     md.append("\nratio = logical bytes of the retained files / `du -B1` of the backing directory after "
-              "`ckptfs gc --grace 0`; the -keep3 rows are compared with one-folder-keep3. Delta versions: "
+              "`ckptfs gc --grace 0`; the -keep3 rows are compared with one-folder-keep3, lightning (top-1) with "
+              "one-folder-keep1. Delta versions: "
               "versions stored with a base / all versions stored as blobs (deleted ones included).\n")
     if "retention" in res:
         rt = res["retention"]
@@ -904,7 +917,7 @@ def write_outputs(res, results):
     md.append("\nTargets (issue #24):\n")
     for k, ok in res["targets"].items():
         md.append(f"- {'met' if ok else 'MISSED'}: {k}\n")
-    with open(os.path.join(results, "layouts.md"), "w") as f:
+    with open(os.path.join(results, stem + ".md"), "w") as f:
         f.write("".join(md))
 
 
