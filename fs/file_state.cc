@@ -264,14 +264,17 @@ void Filesystem::AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& vers
 }
 
 void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
-                           std::chrono::steady_clock::time_point queued) {
+                           std::chrono::steady_clock::time_point queued, bool retry) {
   std::shared_ptr<StagingFile> staging;
   ino_t dir;
+  bool marked = false;  // the try before this one (waiting for a DCP .metadata) marked it
   {
     std::lock_guard<std::mutex> lock(inode->mu);
     if (inode->file.encode_ticket != ticket || inode->file.phase != FilePhase::kEncoding) return;
     staging = inode->file.staging;
     dir = inode->file.parent_dir;
+    const Manifest& m = inode->file.manifest;
+    marked = retry && inode->file.has_manifest && m.kind == ManifestKind::kStaging && m.staging == staging->id();
   }
   auto wanted = [&] {
     std::lock_guard<std::mutex> lock(inode->mu);
@@ -284,7 +287,7 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
   // file durable, then marked in the manifest, then the object and the new
   // manifest. A node-local staging file is never named by the store: a
   // close is committed by the encode alone (fsync commits, fs/STORE.md §3).
-  bool mark = store_->staging_in_store();
+  bool mark = store_->staging_in_store() && !marked;
   std::future<Status> synced;
   if (mark) synced = std::async(std::launch::async, [&staging, this] { return SyncStaging(*staging, commit_options_); });
   // A DCP run's first save: its shards' tensor names arrive with the
@@ -309,7 +312,7 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
     // The staging file is the content meanwhile (durable and named by the
     // manifest when staging lives in the store). Queued again as the same
     // job: a writer that comes back supersedes it by its ticket.
-    queue_->PushAfter(kAwaitDcpNamesPoll, [this, inode, ticket, queued] { CommitJob(inode, ticket, queued); });
+    queue_->PushAfter(kAwaitDcpNamesPoll, [this, inode, ticket, queued] { CommitJob(inode, ticket, queued, true); });
     return;
   }
   std::shared_ptr<StagingFile> done;

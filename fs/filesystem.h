@@ -155,8 +155,10 @@ class Filesystem {
   // Runs on an encode worker: commits the staging file of `inode` unless
   // `ticket` was superseded. A DCP shard that no .metadata names yet waits
   // (the job is queued again) until one does or kAwaitDcpNames has passed
-  // since `queued`.
-  void CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket, std::chrono::steady_clock::time_point queued);
+  // since `queued`; such a `retry` does not sync and mark the staging file
+  // again when the try before did.
+  void CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket, std::chrono::steady_clock::time_point queued,
+                 bool retry = false);
   // Encodes `staging` (the bytes of `inode`, in directory `dir`) into an
   // object with the mount's options and a share of the cores; gives up
   // (Internal) when `wanted` turns false while it waits for memory. With
