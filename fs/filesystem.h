@@ -256,7 +256,9 @@ class Filesystem {
   // staging for a writer (emptied when `truncate`), count the writer, and
   // say in `*keep_cache` (may be null) whether the kernel may keep its
   // cached pages.
-  Status AttachOpen(Inode& inode, bool write, bool truncate, bool* keep_cache);
+  // *replaces_version (when given): a truncating open of a committed blob,
+  // whose version is then gone from the tree (kept only as a delta base).
+  Status AttachOpen(Inode& inode, bool write, bool truncate, bool* keep_cache, bool* replaces_version = nullptr);
   // Undoes NewHandle + AttachOpen for a handle whose reply failed.
   void DropUnsentHandle(FileHandle* handle);
 

@@ -23,11 +23,16 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   bool write = WantsWrite(fi->flags);
   bool truncate = write && (fi->flags & O_TRUNC);
   bool keep_cache = false;
-  Status s = AttachOpen(*inode, write, truncate, &keep_cache);
+  bool replaces_version = false;
+  Status s = AttachOpen(*inode, write, truncate, &keep_cache, &replaces_version);
   if (!s.ok()) {
     log_->Warn("open of inode {} failed: {}", ino, s.ToString());
     return (void)fuse_reply_err(req, ToErrno(s));
   }
+  // A file rewritten in place (a tracker, Lightning's last.ckpt) drops its
+  // previous version as an unlink would: the retention rule applies to its
+  // role (lossless deltas that do not pay start new chains).
+  if (replaces_version) NoteDeleted(RelativePath(*inode));
   if (truncate) ClearSetIdForCaller(req, *inode);
   FileHandle* handle = NewHandle(inode, write);
   fi->fh = reinterpret_cast<uint64_t>(handle);
@@ -91,13 +96,15 @@ void Filesystem::ClearSetIdForCaller(fuse_req_t req, const Inode& inode) {
     log_->Warn("clearing the set-ID bits of inode {}: {}", inode.ino, std::strerror(errno));
 }
 
-Status Filesystem::AttachOpen(Inode& inode, bool write, bool truncate, bool* keep_cache) {
+Status Filesystem::AttachOpen(Inode& inode, bool write, bool truncate, bool* keep_cache, bool* replaces_version) {
   std::lock_guard<std::mutex> lock(inode.mu);
   FileState& f = inode.file;
   RETURN_IF_ERROR(LoadLocked(inode));
   // Close-to-open: an open sees what another daemon committed before it.
   struct stat st;
   if (::fstatat(inode.fd, "", &st, AT_EMPTY_PATH) == 0) RETURN_IF_ERROR(RevalidateLocked(inode, st));
+  if (replaces_version != nullptr)
+    *replaces_version = truncate && f.phase == FilePhase::kCommitted && f.has_manifest && f.manifest.kind == ManifestKind::kBlob;
   if (write) RETURN_IF_ERROR(EnsureStagingLocked(inode, truncate));
   if (write) ++f.writers;
   if (truncate) f.MarkChanged(/*touch_times=*/true);

@@ -158,6 +158,34 @@ def test_lightning_top1_and_last_copy(store):
         assert a.read() == b.read()
 
 
+def test_file_rewritten_in_place_does_not_keep_its_old_versions(store):
+    """A file rewritten in place (Lightning's last.ckpt when its copy is
+    encoded before the epoch file it copies, a tracker) drops its previous
+    version as a delete would: lossless deltas that save little start new
+    chains instead of tying every old version to the newest, so the store
+    after gc holds a few versions, not all of them."""
+    store.mount("lossy=off")
+    last = store.path("last.ckpt")
+    model = weights(0)
+    g = torch.Generator().manual_seed(5)
+    sizes = []
+    for step in range(1, 9):
+        # Trained weights move every mantissa: a lossless delta saves little.
+        model = {k: v + 3e-2 * torch.randn(v.shape, generator=g) for k, v in model.items()}
+        torch.save({"state_dict": model, "epoch": step}, last)
+        store.wait_idle()
+        sizes.append(int(xattr(last, "stored_bytes")))
+    depths = [int(xattr(last, "chain_depth"))]
+    store.umount()
+    store.cli("gc", store.backing, "--grace", "0")
+    objects = os.path.join(store.backing, ".ckptfs", "objects")
+    held = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(objects) for f in fs)
+    # Without the rule all 8 versions stay chained (about 8 key frames of
+    # bytes); with it, the newest's chain goes back a few versions at most.
+    assert held < 4 * max(sizes), (held, sizes, depths)
+    assert depths[0] < 4
+
+
 def test_other_runs_are_not_bases(store):
     """Sibling run folders share no role: the second run's first save is a
     key frame even though its step folder looks like the first run's."""
