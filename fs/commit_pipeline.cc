@@ -181,26 +181,36 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   std::vector<std::string> keys = TensorKeys(layout.tensors);
   // Byte-identical content encoded under the same promises is stored once.
   std::optional<ObjectId> content_key;
+  std::optional<ContentInFlight::Claim> claim;  // held until the content index names this version's blob
   if (options.dedup) {
     const FileDigests digests = DigestFile(bytes);
     content_key = ContentKey(digests, layout, options, logical_path);
-    if (auto same = FindStoredContent(store, bytes, digests, layout.format, *content_key, log)) {
-      ASSIGN_OR_RETURN(auto reader, store.OpenBlob(same->object));
+    auto reuse = [&](const ContentEntry& same) -> Result<EncodedVersion> {
+      ASSIGN_OR_RETURN(auto reader, store.OpenBlob(same.object));
       v.fields.kind = ManifestKind::kBlob;
       v.fields.format = layout.format;
-      v.fields.object = same->object;
+      v.fields.object = same.object;
       v.fields.stored_bytes = reader->stored_size();
       v.fields.base = reader->base();
-      v.fields.chain_depth = same->chain_depth;
+      v.fields.chain_depth = same.chain_depth;
       v.stats.logical_bytes = bytes.size();
       v.stats.stored_bytes = 0;  // nothing new stored
-      v.as_base = BaseCandidate{same->object, same->chain_depth, layout.format, bytes.size(), std::move(keys),
-                                /*anchor=*/same->chain_depth == 0, reader->stored_size(),
+      v.as_base = BaseCandidate{same.object, same.chain_depth, layout.format, bytes.size(), std::move(keys),
+                                /*anchor=*/same.chain_depth == 0, reader->stored_size(),
                                 KeyFrameBytes(store, reader), !HasLossyChunks(*reader), std::string(logical_path)};
       v.as_base->committed_ns = CommitTimeNow();
-      if (log) log->Debug("{}: identical to object {}, stored once", name, same->object.Hex());
+      if (log) log->Debug("{}: identical to object {}, stored once", name, same.object.Hex());
       RETURN_IF_ERROR(Fault(options, "after_objects"));
       return v;
+    };
+    if (auto same = FindStoredContent(store, bytes, digests, layout.format, *content_key, log)) return reuse(*same);
+    if (options.in_flight) {
+      // The same content being encoded by another commit right now: wait
+      // for it and name its blob.
+      claim.emplace(options.in_flight->Acquire(*content_key));
+      if (claim->waited())
+        if (auto same = FindStoredContent(store, bytes, digests, layout.format, *content_key, log))
+          return reuse(*same);
     }
   }
   const BaseChoice choice =

@@ -22,6 +22,7 @@
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
 #include "codec/policy/policy.h"
+#include "fs/content_in_flight.h"
 #include "fs/log.h"
 #include "fs/manifest.h"
 #include "fs/store.h"
@@ -55,6 +56,9 @@ struct CommitOptions {
   std::string coding;
   // Look byte-identical content up in the content index and reuse its blob.
   bool dedup = true;
+  // Commits of identical content running at once encode it once (the
+  // daemon's; null: each commit on its own).
+  std::shared_ptr<ContentInFlight> in_flight;
   // Old versions of this file's role are being deleted (seen since mount):
   // lossless deltas that do not pay start new chains (ChooseBase).
   bool retention = false;

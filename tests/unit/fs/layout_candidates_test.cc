@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
+#include <thread>
 
 #include "fs/base_candidates.h"
 #include "fs/commit_pipeline.h"
@@ -256,6 +258,41 @@ TEST(ContentIndex, IdenticalBytesAreStoredOnce) {
   EXPECT_EQ(DigestFile(large).checksum, Checksum64(large));
   EXPECT_NE(ContentKey(digests, layout, CommitOptions{}, "a/ckpt.pt"),
             ContentKey(digests, layout, other_coding, "a/ckpt.pt"));
+}
+
+// A copy committed while the original is still being encoded (Lightning's
+// last.ckpt, copied right after the save) waits for it and names its blob,
+// instead of encoding the same bytes again (here: as a delta on another
+// version, a different blob).
+TEST(ContentIndex, ACopyCommittedWhileTheOriginalIsEncodedWaitsForIt) {
+  TempDir dir;
+  auto store = OpenDaemonStore(dir.path());
+  auto v0 = RandomBytes(100000, 11);
+  auto v1 = v0;
+  for (size_t i = 0; i < v1.size(); i += 1000) v1[i] = std::byte{0x7f};
+  auto older = Commit(*store, "a/v0.bin", v0);
+  ASSERT_TRUE(older.ok() && older->as_base);
+  CommitOptions options;
+  options.in_flight = std::make_shared<ContentInFlight>();
+  const ObjectId key = ContentKey(DigestFile(v1), DetectLayout(v1), options, "b/copy.bin");
+  std::optional<ContentInFlight::Claim> original_in_flight(options.in_flight->Acquire(key));
+  Result<EncodedVersion> copy = Status::Internal("not run");
+  std::thread copier([&] { copy = Commit(*store, "b/copy.bin", v1, options, {*older->as_base}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CommitOptions alone;  // the original's commit (it holds the claim)
+  auto original = Commit(*store, "a/v1.bin", v1, alone);
+  ASSERT_TRUE(original.ok()) << original.status().ToString();
+  original_in_flight.reset();
+  copier.join();
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(copy->fields.object, original->fields.object);
+  EXPECT_EQ(copy->stats.stored_bytes, 0u);
+  // Different content never waits: a claim on another key is independent.
+  auto other = options.in_flight->Acquire(ObjectId::Of(v0));
+  EXPECT_FALSE(other.waited());
+  auto again = Commit(*store, "c/v1.bin", v1, options);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->fields.object, original->fields.object);
 }
 
 TEST(ContentIndex, StaleAndDamagedEntriesAreIgnoredAndSwept) {
