@@ -32,10 +32,11 @@ import harness as h  # noqa: E402
 
 SCRIPT = os.path.join(EVAL, "exp_layouts.py")
 LAYOUTS = ["one-folder", "hf-trainer", "hf-safetensors", "megatron", "megatron-tp2", "deepspeed", "dcp",
-           "lightning", "one-folder-keep3", "hf-trainer-keep3", "copy"]
+           "lightning", "lightning-all", "one-folder-keep1", "one-folder-keep3", "hf-trainer-keep3", "copy"]
 # Files each layout leaves after the 4 smoke checkpoints (steps 10..40).
 RETAINED = {"one-folder": 4, "hf-trainer": 20, "hf-safetensors": 20, "megatron": 5, "megatron-tp2": 9,
-            "deepspeed": 13, "dcp": 12, "lightning": 2, "one-folder-keep3": 3, "hf-trainer-keep3": 15, "copy": 3}
+            "deepspeed": 13, "dcp": 12, "lightning": 2, "lightning-all": 5, "one-folder-keep1": 1,
+            "one-folder-keep3": 3, "hf-trainer-keep3": 15, "copy": 3}
 
 
 def _mounts_under(root):
@@ -63,7 +64,8 @@ def test_layouts_smoke_lossless(workdir):
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-5000:]
     assert not _mounts_under(str(workdir)), "the script left a mount behind"
-    with open(results / "layouts.json") as f:
+    # A lossless run writes layouts-lossless.{json,md} (the lossy one layouts.*).
+    with open(results / "layouts-lossless.json") as f:
         res = json.load(f)
     assert json.loads(r.stdout) == res
     assert res["lossy"] == "off" and "lossy=off" in res["mount_options"]
@@ -90,7 +92,11 @@ def test_layouts_smoke_lossless(workdir):
         assert copy[label]["growth_pct"] == pytest.approx(100 * copy[label]["store_growth_bytes"] / copy["file_bytes"])
     assert "retention" in res and res["retention"]["store_quotient"] > 0
     assert all(isinstance(ok, bool) for ok in res["targets"].values())
-    md = (results / "layouts.md").read_text()
+    # Each layout is compared with one-folder under the same retention.
+    assert res["layouts"]["lightning"]["compared_with"] == "one-folder-keep1"
+    assert res["layouts"]["hf-trainer-keep3"]["compared_with"] == "one-folder-keep3"
+    assert res["layouts"]["lightning-all"]["compared_with"] == "one-folder"
+    md = (results / "layouts-lossless.md").read_text()
     for name in LAYOUTS:
         assert f"| {name} |" in md
     assert "Retention" in md and "Byte-identical copies" in md
