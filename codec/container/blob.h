@@ -62,22 +62,15 @@ class VectorSink final : public ByteSink {
   std::vector<std::byte> bytes;
 };
 
-// Whether the mount and `ckptfs encode` try low-rank terms unless told
-// (EncodeOptions::low_rank_moments). Off: at the same budget on the step
-// the character LM of docs/eval.md ended further from its uninterrupted run
-// (+0.95 % of the loss against +0.32 %, three seeds): the term's coarse
-// residual leaves its error in the directions the steps take.
+// The optimizer-aware candidates the mount and `ckptfs encode` try unless
+// told: low-rank terms (EncodeOptions::low_rank_moments), a dither on first
+// moments (momentum_dither: its relative error on the step, 0 = none; at
+// most kMaxMomentumDither) and trellis-coded quantization (trellis). Why
+// each is off by default, with the measurements: docs/policy.md.
 inline constexpr bool kLowRankMomentsByDefault = false;
-
-// The relative error on the step of a dithered first moment unless told
-// (EncodeOptions::momentum_dither; 0 = not dithered), and the largest one
-// accepted.
 inline constexpr double kMomentumDitherByDefault = 0.0;
-
-// Whether the mount and `ckptfs encode` also try trellis-coded quantization
-// for chunks with an L2 budget unless told (EncodeOptions::trellis).
-inline constexpr bool kTrellisByDefault = false;
 inline constexpr double kMaxMomentumDither = 2.0;
+inline constexpr bool kTrellisByDefault = false;
 
 struct EncodeOptions {
   int zstd_level = 3;
