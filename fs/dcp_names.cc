@@ -42,7 +42,16 @@ Result<std::vector<std::byte>> ReadStoreFile(Store& store, const std::string& re
   return bytes;
 }
 
+// The folder's metadata file, relative to the mount root.
+std::string MetadataPath(std::string_view folder) {
+  return folder.empty() ? std::string(".metadata") : std::string(folder) + "/.metadata";
+}
+
 }  // namespace
+
+bool FolderHasDcpMetadata(const Store& store, std::string_view logical_path) {
+  return ::faccessat(store.backing_fd(), MetadataPath(Folder(logical_path)).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
 
 DcpNaming NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_path,
                               const std::vector<BaseCandidate>& candidates, const ParseLimits& limits, Logger* log) {
@@ -57,7 +66,7 @@ DcpNaming NameDcpShardTensors(Store& store, Layout* layout, std::string_view log
   }
   for (size_t i = 0; i < folders.size(); ++i) {
     const std::string& folder = folders[i];
-    const std::string rel = folder.empty() ? std::string(".metadata") : folder + "/.metadata";
+    const std::string rel = MetadataPath(folder);
     // The shard's own save's metadata may be being written right now (it
     // follows the shards): unreadable or not describing the shard yet, it
     // counts as not there.

@@ -34,4 +34,9 @@ enum class DcpNaming {
 DcpNaming NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_path,
                          const std::vector<BaseCandidate>& candidates, const ParseLimits& limits, Logger* log);
 
+// Whether the folder of `logical_path` holds a `.metadata` (written or
+// being written): what a waiting shard's commit checks before it maps and
+// parses the shard again.
+bool FolderHasDcpMetadata(const Store& store, std::string_view logical_path);
+
 }  // namespace ckptfs::fs

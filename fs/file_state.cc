@@ -9,6 +9,7 @@
 #include <cstring>
 #include <future>
 
+#include "fs/dcp_names.h"
 #include "fs/filesystem.h"
 
 namespace ckptfs::fs {
@@ -294,6 +295,12 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
   // .metadata the coordinator writes after them. Waiting a little for it
   // stores the save lossily instead of bit for bit.
   const bool await_names = !queue_->hurry() && std::chrono::steady_clock::now() - queued < kAwaitDcpNames;
+  if (retry && await_names && !mark && !FolderHasDcpMetadata(*store_, RelativePath(*inode))) {
+    // Still nothing to name the shard by: wait again without mapping and
+    // parsing the whole shard (a DCP shard may be gigabytes).
+    queue_->PushAfter(kAwaitDcpNamesPoll, [this, inode, ticket, queued] { CommitJob(inode, ticket, queued, true); });
+    return;
+  }
   Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted, await_names);
   if (!wanted()) {
     if (mark) (void)synced.get();
