@@ -44,6 +44,9 @@ class FileListResolver final : public BlobResolver {
     files_[id] = std::make_shared<MemoryFile>(std::move(bytes));
     return Status::Ok();
   }
+  // The chunk cache of every reader this resolver opens, also the one the
+  // command reads from (OpenBlobFile).
+  ChunkCache* cache() { return &cache_; }
   Result<std::shared_ptr<const BlobReader>> OpenBlob(const ObjectId& id) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto open = readers_.find(id); open != readers_.end()) return open->second;
@@ -87,7 +90,7 @@ struct BlobArgs {
 Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, FileListResolver* resolver) {
   ASSIGN_OR_RETURN(auto bytes, ReadWholeFile(path));
   ObjectId id = ObjectId::Of(bytes);
-  return BlobReader::Open(std::make_shared<MemoryFile>(std::move(bytes)), id, resolver);
+  return BlobReader::Open(std::make_shared<MemoryFile>(std::move(bytes)), id, resolver, resolver->cache());
 }
 
 int RunEncode(const BlobArgs& a) {

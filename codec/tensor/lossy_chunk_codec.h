@@ -183,5 +183,7 @@ struct ErrorSums {
   double max_abs = 0.0;
 };
 ErrorSums MeasureError(DType dtype, ByteSpan a, ByteSpan b);
+// The same without the vector kernels (same sums; tests compare the two).
+ErrorSums MeasureErrorPortable(DType dtype, ByteSpan a, ByteSpan b);
 
 }  // namespace ckptfs

@@ -6,7 +6,14 @@
 #include <bit>
 #include <cstring>
 #include <cmath>
+#include <limits>
+#include <utility>
 #include <string>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "codec/tensor/lossy/element_ops.h"
 
@@ -78,66 +85,226 @@ template <typename S>
   return std::isfinite(u) ? u : 0.0;
 }
 
+// The kernels below work in blocks: the steps u (and u_base) of a block are
+// computed first, 4 lanes wide with AVX2 when the state is f32 (the square
+// roots and divisions were most of a predicted chunk's time, and the
+// element loop did not vectorize), then combined in element order. The
+// vector lanes do the same IEEE binary64 operations in the same order as
+// the portable code (no FMA), so both write the same bits.
+constexpr uint64_t kBlock = 256;
+
+template <typename S>
+void StepsPortable(const std::byte* m, const std::byte* v, double eps, uint64_t first, uint64_t count, double* u) {
+  for (uint64_t k = 0; k < count; ++k) u[k] = StepAs<S>(m, v, eps, first + k);
+}
+
+void CombinePortable(const StepPredictor& pr, const float* wb, const double* u, const double* ub, uint64_t count,
+                     float* p) {
+  for (uint64_t k = 0; k < count; ++k) {
+    double q = pr.scale * static_cast<double>(wb[k]);
+    q += pr.step * u[k];
+    q += pr.base_step * ub[k];
+    p[k] = static_cast<float>(q);
+  }
+}
+
+#if defined(__x86_64__)
+#define CKPTFS_STEP_AVX2 __attribute__((target("avx2")))
+
+// StepAs<F32Elem> 4 lanes wide.
+CKPTFS_STEP_AVX2 void StepsF32Avx2(const std::byte* m, const std::byte* v, double eps, uint64_t first, uint64_t count,
+                                   double* u) {
+  const float* mf = reinterpret_cast<const float*>(m) + first;
+  const float* vf = v != nullptr ? reinterpret_cast<const float*>(v) + first : nullptr;
+  const __m256d eps4 = _mm256_set1_pd(eps);
+  const __m256d zero = _mm256_setzero_pd();
+  const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  uint64_t k = 0;
+  for (; k + 4 <= count; k += 4) {
+    const __m256d mi = _mm256_cvtps_pd(_mm_loadu_ps(mf + k));
+    __m256d x = mi;
+    if (vf != nullptr) {
+      const __m256d vi = _mm256_cvtps_pd(_mm_loadu_ps(vf + k));
+      const __m256d q = _mm256_div_pd(mi, _mm256_add_pd(_mm256_sqrt_pd(vi), eps4));
+      x = _mm256_and_pd(q, _mm256_cmp_pd(vi, zero, _CMP_GE_OQ));  // negative or NaN v: +0
+    }
+    const __m256d finite = _mm256_cmp_pd(_mm256_andnot_pd(sign, x), inf, _CMP_LT_OQ);
+    _mm256_storeu_pd(u + k, _mm256_and_pd(x, finite));
+  }
+  for (; k < count; ++k) u[k] = StepAs<F32Elem>(m, v, eps, first + k);
+}
+
+// CombinePortable 4 lanes wide.
+CKPTFS_STEP_AVX2 void CombineAvx2(const StepPredictor& pr, const float* wb, const double* u, const double* ub,
+                                  uint64_t count, float* p) {
+  const __m256d scale = _mm256_set1_pd(pr.scale);
+  const __m256d step = _mm256_set1_pd(pr.step);
+  const __m256d base_step = _mm256_set1_pd(pr.base_step);
+  uint64_t k = 0;
+  for (; k + 4 <= count; k += 4) {
+    __m256d q = _mm256_mul_pd(scale, _mm256_cvtps_pd(_mm_loadu_ps(wb + k)));
+    q = _mm256_add_pd(q, _mm256_mul_pd(step, _mm256_loadu_pd(u + k)));
+    q = _mm256_add_pd(q, _mm256_mul_pd(base_step, _mm256_loadu_pd(ub + k)));
+    _mm_storeu_ps(p + k, _mm256_cvtpd_ps(q));
+  }
+  CombinePortable(pr, wb + k, u + k, ub + k, count - k, p + k);
+}
+
+// CombineAvx2 for f32 weights straight from and to their bytes, with the
+// not-finite fallback to w_base.
+CKPTFS_STEP_AVX2 void CombineF32Avx2(const StepPredictor& pr, const std::byte* wb_bytes, const double* u,
+                                     const double* ub, uint64_t count, std::byte* out_bytes) {
+  const float* wb = reinterpret_cast<const float*>(wb_bytes);
+  float* out = reinterpret_cast<float*>(out_bytes);
+  const __m256d scale = _mm256_set1_pd(pr.scale);
+  const __m256d step = _mm256_set1_pd(pr.step);
+  const __m256d base_step = _mm256_set1_pd(pr.base_step);
+  const __m128 sign = _mm_set1_ps(-0.0f);
+  const __m128 inf = _mm_set1_ps(std::numeric_limits<float>::infinity());
+  uint64_t k = 0;
+  for (; k + 4 <= count; k += 4) {
+    const __m128 w = _mm_loadu_ps(wb + k);
+    __m256d q = _mm256_mul_pd(scale, _mm256_cvtps_pd(w));
+    q = _mm256_add_pd(q, _mm256_mul_pd(step, _mm256_loadu_pd(u + k)));
+    q = _mm256_add_pd(q, _mm256_mul_pd(base_step, _mm256_loadu_pd(ub + k)));
+    const __m128 p = _mm256_cvtpd_ps(q);
+    const __m128 finite = _mm_cmplt_ps(_mm_andnot_ps(sign, p), inf);
+    _mm_storeu_ps(out + k, _mm_blendv_ps(w, p, finite));
+  }
+  for (; k < count; ++k) {
+    float p;
+    CombinePortable(pr, wb + k, u + k, ub + k, 1, &p);
+    out[k] = std::isfinite(p) ? p : wb[k];
+  }
+}
+#endif
+
+// Which kernels a call uses: the vector ones when the CPU has AVX2.
+struct StepKernels {
+  bool avx2 = false;
+  static StepKernels Best() {
+#if defined(__x86_64__)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    return StepKernels{avx2};
+#else
+    return StepKernels{};
+#endif
+  }
+};
+
+// u of elements [first, first + count) into u; all 0 without m.
+template <typename S>
+void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, double eps, uint64_t first, uint64_t count,
+           double* u) {
+  if (m == nullptr) {
+    std::fill(u, u + count, 0.0);
+    return;
+  }
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<S, F32Elem>) {
+    if (kernels.avx2) return StepsF32Avx2(m, v, eps, first, count, u);
+  }
+#endif
+  (void)kernels;
+  StepsPortable<S>(m, v, eps, first, count, u);
+}
+
 template <typename W, typename S>
-[[gnu::always_inline]] inline void PredictAs(const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
-  const uint64_t n = s.weight_base.size() / sizeof(typename W::Bits);
+void PredictAs(StepKernels kernels, const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
+  using Bits = typename W::Bits;
+  const uint64_t n = s.weight_base.size() / sizeof(Bits);
   const std::byte* wb_p = s.weight_base.data();
   const std::byte* m = s.m.empty() ? nullptr : s.m.data();
   const std::byte* v = s.v.empty() ? nullptr : s.v.data();
   const std::byte* mb = s.m_base.empty() ? nullptr : s.m_base.data();
   const std::byte* vb = s.v_base.empty() ? nullptr : s.v_base.data();
   std::byte* o = out.data();
-  for (uint64_t i = 0; i < n; ++i) {
-    typename W::Bits wb_bits;
-    std::memcpy(&wb_bits, wb_p + i * sizeof wb_bits, sizeof wb_bits);
-    const double wb = W::ToFloat(wb_bits);
-    const double u = m != nullptr ? StepAs<S>(m, v, pr.eps, i) : 0.0;
-    const double ub = mb != nullptr ? StepAs<S>(mb, vb, pr.eps, i) : 0.0;
-    double p = pr.scale * wb;
-    p += pr.step * u;
-    p += pr.base_step * ub;
-    const typename W::Bits rounded = W::FromFloat(static_cast<float>(p));
-    // Not finite in the weights' type: keep w_base's bits.
-    const typename W::Bits bits = std::isfinite(W::ToFloat(rounded)) ? rounded : wb_bits;
-    std::memcpy(o + i * sizeof bits, &bits, sizeof bits);
+  double u[kBlock], ub[kBlock];
+  float wb[kBlock], p[kBlock];
+  Bits wb_bits[kBlock];
+  for (uint64_t first = 0; first < n; first += kBlock) {
+    const uint64_t count = std::min(kBlock, n - first);
+    Steps<S>(kernels, m, v, pr.eps, first, count, u);
+    Steps<S>(kernels, mb, vb, pr.eps, first, count, ub);
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<W, F32Elem>) {
+      if (kernels.avx2) {
+        CombineF32Avx2(pr, wb_p + first * sizeof(Bits), u, ub, count, o + first * sizeof(Bits));
+        continue;
+      }
+    }
+#endif
+    std::memcpy(wb_bits, wb_p + first * sizeof(Bits), count * sizeof(Bits));
+    for (uint64_t k = 0; k < count; ++k) wb[k] = W::ToFloat(wb_bits[k]);
+#if defined(__x86_64__)
+    if (kernels.avx2) {
+      CombineAvx2(pr, wb, u, ub, count, p);
+    } else {
+      CombinePortable(pr, wb, u, ub, count, p);
+    }
+#else
+    CombinePortable(pr, wb, u, ub, count, p);
+#endif
+    for (uint64_t k = 0; k < count; ++k) {
+      const Bits rounded = W::FromFloat(p[k]);
+      // Not finite in the weights' type: keep w_base's bits.
+      const Bits bits = std::isfinite(W::ToFloat(rounded)) ? rounded : wb_bits[k];
+      std::memcpy(o + (first + k) * sizeof bits, &bits, sizeof bits);
+    }
   }
 }
 
 template <typename W>
-[[gnu::always_inline]] inline void PredictWithState(const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
+void PredictWithState(StepKernels kernels, const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
   switch (s.state_type) {
-    case ElementType::kF32: return PredictAs<W, F32Elem>(pr, s, out);
-    case ElementType::kF16: return PredictAs<W, F16Elem>(pr, s, out);
-    default: return PredictAs<W, BF16Elem>(pr, s, out);
+    case ElementType::kF32: return PredictAs<W, F32Elem>(kernels, pr, s, out);
+    case ElementType::kF16: return PredictAs<W, F16Elem>(kernels, pr, s, out);
+    default: return PredictAs<W, BF16Elem>(kernels, pr, s, out);
+  }
+}
+
+void Predict(StepKernels kernels, const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
+  static_assert(std::endian::native == std::endian::little, "the element loads assume a little-endian host");
+  switch (s.weight_type) {
+    case ElementType::kF32: return PredictWithState<F32Elem>(kernels, pr, s, out);
+    case ElementType::kF16: return PredictWithState<F16Elem>(kernels, pr, s, out);
+    default: return PredictWithState<BF16Elem>(kernels, pr, s, out);
   }
 }
 
 }  // namespace
 
-// An AVX2 clone too, chosen when the process starts: the same IEEE double
-// operations four lanes wide (no FMA), so the same bits.
-#if defined(__x86_64__)
-__attribute__((target_clones("avx2", "default")))
-#endif
 void PredictWeights(const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
-  static_assert(std::endian::native == std::endian::little, "the element loads assume a little-endian host");
-  switch (s.weight_type) {
-    case ElementType::kF32: return PredictWithState<F32Elem>(pr, s, out);
-    case ElementType::kF16: return PredictWithState<F16Elem>(pr, s, out);
-    default: return PredictWithState<BF16Elem>(pr, s, out);
-  }
+  Predict(StepKernels::Best(), pr, s, out);
 }
 
-std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base) {
-  const uint64_t n = Count(type, base);
+void PredictWeightsPortable(const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
+  Predict(StepKernels{}, pr, s, out);
+}
+
+namespace {
+
+template <typename E>
+std::pair<double, double> ScaleSums(ByteSpan values, ByteSpan base) {
+  const uint64_t n = base.size() / sizeof(typename E::Bits);
   double xb = 0, bb = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    const double x = Load(type, values, i);
-    const double b = Load(type, base, i);
+    const double x = LoadAs<E>(values.data(), i);
+    const double b = LoadAs<E>(base.data(), i);
     if (!std::isfinite(x) || !std::isfinite(b)) continue;
     xb += x * b;
     bb += b * b;
   }
+  return {xb, bb};
+}
+
+}  // namespace
+
+std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base) {
+  const auto [xb, bb] = type == ElementType::kF32   ? ScaleSums<F32Elem>(values, base)
+                        : type == ElementType::kF16 ? ScaleSums<F16Elem>(values, base)
+                                                    : ScaleSums<BF16Elem>(values, base);
   if (!(bb > 0) || !std::isfinite(xb / bb)) return std::nullopt;
   return xb / bb;
 }
@@ -145,14 +312,14 @@ std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base)
 namespace {
 
 // The normal equations' sums of FitStepPredictor for element types known
-// at compile time: the steps of a block are computed first (a loop that
-// vectorizes: the square roots and divisions were most of the fit's time),
-// then added in element order as before, so the sums keep their bits.
+// at compile time: the steps of a block come from Steps (the vector
+// kernels), then are added in element order, so the sums have the same
+// bits with either kernels.
 struct FitSums {
   double uu = 0, ub_ub = 0, u_ub = 0, ud = 0, ub_d = 0;
 };
 template <typename W, typename S>
-[[gnu::always_inline]] inline FitSums FitSumsAs(ByteSpan weights, const StepSources& s, double eps) {
+FitSums FitSumsAs(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
   const uint64_t n = s.weight_base.size() / sizeof(typename W::Bits);
   const std::byte* w_p = weights.data();
   const std::byte* wb_p = s.weight_base.data();
@@ -160,13 +327,12 @@ template <typename W, typename S>
   const std::byte* v = s.v.empty() ? nullptr : s.v.data();
   const std::byte* mb = s.m_base.empty() ? nullptr : s.m_base.data();
   const std::byte* vb = s.v_base.empty() ? nullptr : s.v_base.data();
-  constexpr uint64_t kBlock = 256;
   double u[kBlock], ub[kBlock];
   FitSums f;
   for (uint64_t first = 0; first < n; first += kBlock) {
     const uint64_t count = std::min(kBlock, n - first);
-    for (uint64_t k = 0; k < count; ++k) u[k] = StepAs<S>(m, v, eps, first + k);
-    for (uint64_t k = 0; k < count; ++k) ub[k] = mb != nullptr ? StepAs<S>(mb, vb, eps, first + k) : 0.0;
+    Steps<S>(kernels, m, v, eps, first, count, u);
+    Steps<S>(kernels, mb, vb, eps, first, count, ub);
     for (uint64_t k = 0; k < count; ++k) {
       const double w = LoadAs<W>(w_p, first + k);
       const double wb = LoadAs<W>(wb_p, first + k);
@@ -183,32 +349,26 @@ template <typename W, typename S>
 }
 
 template <typename W>
-[[gnu::always_inline]] inline FitSums FitSumsWithState(ByteSpan weights, const StepSources& s, double eps) {
+FitSums FitSumsWithState(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
   switch (s.state_type) {
-    case ElementType::kF32: return FitSumsAs<W, F32Elem>(weights, s, eps);
-    case ElementType::kF16: return FitSumsAs<W, F16Elem>(weights, s, eps);
-    default: return FitSumsAs<W, BF16Elem>(weights, s, eps);
+    case ElementType::kF32: return FitSumsAs<W, F32Elem>(kernels, weights, s, eps);
+    case ElementType::kF16: return FitSumsAs<W, F16Elem>(kernels, weights, s, eps);
+    default: return FitSumsAs<W, BF16Elem>(kernels, weights, s, eps);
   }
 }
 
-// An AVX2 clone too (the same IEEE operations, so the same sums).
-#if defined(__x86_64__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-FitSums ComputeFitSums(ByteSpan weights, const StepSources& s, double eps) {
+FitSums ComputeFitSums(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
   switch (s.weight_type) {
-    case ElementType::kF32: return FitSumsWithState<F32Elem>(weights, s, eps);
-    case ElementType::kF16: return FitSumsWithState<F16Elem>(weights, s, eps);
-    default: return FitSumsWithState<BF16Elem>(weights, s, eps);
+    case ElementType::kF32: return FitSumsWithState<F32Elem>(kernels, weights, s, eps);
+    case ElementType::kF16: return FitSumsWithState<F16Elem>(kernels, weights, s, eps);
+    default: return FitSumsWithState<BF16Elem>(kernels, weights, s, eps);
   }
 }
 
-}  // namespace
-
-std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSources& s, double eps) {
+std::optional<StepPredictor> Fit(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
   if (s.m.empty()) return std::nullopt;
   // Normal equations of d = w - w_base over (u, u_base).
-  const auto [uu, ub_ub, u_ub, ud, ub_d] = ComputeFitSums(weights, s, eps);
+  const auto [uu, ub_ub, u_ub, ud, ub_d] = ComputeFitSums(kernels, weights, s, eps);
   if (!(uu > 0) || !std::isfinite(uu + ub_ub + u_ub + ud + ub_d)) return std::nullopt;
   StepPredictor p;
   p.eps = eps;
@@ -222,6 +382,16 @@ std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSource
   }
   if (!std::isfinite(p.step) || !std::isfinite(p.base_step)) return std::nullopt;
   return p;
+}
+
+}  // namespace
+
+std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSources& s, double eps) {
+  return Fit(StepKernels::Best(), weights, s, eps);
+}
+
+std::optional<StepPredictor> FitStepPredictorPortable(ByteSpan weights, const StepSources& s, double eps) {
+  return Fit(StepKernels{}, weights, s, eps);
 }
 
 double StepCorrelation(ByteSpan weights, const StepSources& s, double eps, uint64_t samples) {

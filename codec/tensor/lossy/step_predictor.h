@@ -68,6 +68,8 @@ Status CheckStepSources(const StepSources& sources);
 // out.size() == sources.weight_base.size(). (An element whose p is not
 // finite in the weights' type keeps w_base's bits.)
 void PredictWeights(const StepPredictor& predictor, const StepSources& sources, MutableByteSpan out);
+// The same without the vector kernels (same bits; tests compare the two).
+void PredictWeightsPortable(const StepPredictor& predictor, const StepSources& sources, MutableByteSpan out);
 
 // The least-squares scale a of `values` ~ a * base (n elements of `type`,
 // finite elements only); nullopt when base has no energy.
@@ -77,6 +79,8 @@ std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base)
 // n elements of weight_type) over the finite elements, with eps = `eps`.
 // nullopt when the system is degenerate (no usable regressor).
 std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSources& sources, double eps);
+// The same without the vector kernels (same coefficients, bit for bit).
+std::optional<StepPredictor> FitStepPredictorPortable(ByteSpan weights, const StepSources& sources, double eps);
 
 // The correlation of the update (weights - weight_base) with u over at most
 // `samples` evenly spaced elements: cheap evidence that m and v belong to

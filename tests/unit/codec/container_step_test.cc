@@ -4,6 +4,7 @@
 // (version 4), and whole chains of an Adam run: smaller, within budget,
 // decoded identically with and without a chunk cache, and hostile indexes
 // rejected at Open.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -16,6 +17,7 @@
 #include "blob_test_util.h"
 #include "codec/container/lossy_report.h"
 #include "codec/policy/policy.h"
+#include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/step_predictor.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 
@@ -113,6 +115,127 @@ LossyChunkParams PredictedParams() {
   s.v_base_offset = 400;
   p.prediction = s;
   return p;
+}
+
+// Raw element bits of `type`: mostly normal values, with the specials the
+// predictor must treat alike in every path (NaN, +-Inf, negative and
+// subnormal v, zeros, values whose prediction overflows the type).
+std::vector<std::byte> StepTestBits(lossy::ElementType type, size_t n, float sigma, bool positive, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::uniform_int_distribution<int> special(0, 63);
+  const size_t size = lossy::ElementSize(type);
+  std::vector<std::byte> out(n * size);
+  for (size_t i = 0; i < n; ++i) {
+    float x = positive ? std::fabs(normal(rng)) : normal(rng);
+    switch (special(rng)) {
+      case 0: x = NAN; break;
+      case 1: x = INFINITY; break;
+      case 2: x = -INFINITY; break;
+      case 3: x = -std::fabs(x); break;
+      case 4: x = 1e-41f; break;
+      case 5: x = 0.0f; break;
+      case 6: x = -0.0f; break;
+      case 7: x = 3e38f; break;
+      default: break;
+    }
+    if (type == lossy::ElementType::kF32) {
+      const uint32_t bits = std::bit_cast<uint32_t>(x);
+      std::memcpy(out.data() + 4 * i, &bits, 4);
+    } else {
+      const uint16_t bits = type == lossy::ElementType::kF16 ? lossy::FloatToHalf(x) : lossy::FloatToBf16(x);
+      std::memcpy(out.data() + 2 * i, &bits, 2);
+    }
+  }
+  return out;
+}
+
+// The vector kernels (AVX2 where the CPU has it) and the portable code give
+// the same predictions and fitted coefficients bit for bit: every weight
+// and state type, lengths that are no multiple of the vector or block
+// width, with and without v and the base step, on values with specials.
+TEST(StepPredictor, VectorKernelsMatchThePortableCodeBitForBit) {
+  using lossy::ElementType;
+  const ElementType types[] = {ElementType::kF32, ElementType::kF16, ElementType::kBF16};
+  uint32_t seed = 10;
+  for (ElementType wt : types) {
+    for (ElementType st : types) {
+      for (size_t n : {size_t{1}, size_t{7}, size_t{259}, size_t{1031}}) {
+        for (int shape = 0; shape < 4; ++shape) {
+          const bool has_v = shape & 1, has_base = shape & 2;
+          const std::vector<std::byte> wb = StepTestBits(wt, n, 0.05f, false, ++seed);
+          const std::vector<std::byte> w = StepTestBits(wt, n, 0.05f, false, ++seed);
+          const std::vector<std::byte> m = StepTestBits(st, n, 1e-3f, false, ++seed);
+          const std::vector<std::byte> v = StepTestBits(st, n, 1e-6f, true, ++seed);
+          const std::vector<std::byte> mb = StepTestBits(st, n, 1e-3f, false, ++seed);
+          const std::vector<std::byte> vb = StepTestBits(st, n, 1e-6f, true, ++seed);
+          lossy::StepSources s{wt, wb, st, m, has_v ? ByteSpan(v) : ByteSpan(),
+                               has_base ? ByteSpan(mb) : ByteSpan(), has_base && has_v ? ByteSpan(vb) : ByteSpan()};
+          ASSERT_TRUE(lossy::CheckStepSources(s).ok());
+          const std::string where = fmt::format("weights {} state {} n {} v {} base {}", static_cast<int>(wt),
+                                                static_cast<int>(st), n, has_v, has_base);
+          const std::optional<lossy::StepPredictor> fit = lossy::FitStepPredictor(w, s, 1e-8);
+          const std::optional<lossy::StepPredictor> portable_fit = lossy::FitStepPredictorPortable(w, s, 1e-8);
+          ASSERT_EQ(fit.has_value(), portable_fit.has_value()) << where;
+          if (fit) {
+            EXPECT_EQ(std::bit_cast<uint64_t>(fit->step), std::bit_cast<uint64_t>(portable_fit->step)) << where;
+            EXPECT_EQ(std::bit_cast<uint64_t>(fit->base_step), std::bit_cast<uint64_t>(portable_fit->base_step))
+                << where;
+          }
+          // Coefficients that overflow some predictions, and a scale alone.
+          for (const lossy::StepPredictor& p : {lossy::StepPredictor{1.0, -2e-3, -1e-3, 1e-8},
+                                                lossy::StepPredictor{0.9, 1e35, 0.5, 1e-8},
+                                                lossy::StepPredictor{1.0, 0.0, 0.0, 1e-8}}) {
+            std::vector<std::byte> out(wb.size()), portable(wb.size());
+            lossy::PredictWeights(p, s, out);
+            lossy::PredictWeightsPortable(p, s, portable);
+            EXPECT_EQ(out, portable) << where << " step " << p.step;
+          }
+        }
+      }
+    }
+  }
+  // Without a first moment: the scale alone.
+  const std::vector<std::byte> wb = StepTestBits(ElementType::kF32, 999, 0.05f, false, 99);
+  lossy::StepSources scale_only{ElementType::kF32, wb, ElementType::kF32, {}, {}, {}, {}};
+  std::vector<std::byte> out(wb.size()), portable(wb.size());
+  lossy::PredictWeights(lossy::StepPredictor{0.97, 0.0, 0.0, 1e-8}, scale_only, out);
+  lossy::PredictWeightsPortable(lossy::StepPredictor{0.97, 0.0, 0.0, 1e-8}, scale_only, portable);
+  EXPECT_EQ(out, portable);
+}
+
+// The error sums that weigh a prediction: the vector kernel adds the same
+// lanes in the same order as the portable code (same bits), specials and
+// lengths that are no multiple of 4 included.
+TEST(StepPredictor, ErrorSumsOfTheVectorKernelMatchThePortableCode) {
+  uint32_t seed = 500;
+  for (lossy::ElementType type : {lossy::ElementType::kF32, lossy::ElementType::kBF16, lossy::ElementType::kF16}) {
+    const DType dtype = type == lossy::ElementType::kF32   ? DType::kF32
+                        : type == lossy::ElementType::kF16 ? DType::kF16
+                                                           : DType::kBF16;
+    for (size_t n : {size_t{1}, size_t{3}, size_t{4}, size_t{6}, size_t{257}, size_t{4099}}) {
+      const std::vector<std::byte> a = StepTestBits(type, n, 0.05f, false, ++seed);
+      const std::vector<std::byte> b = StepTestBits(type, n, 0.05f, false, ++seed);
+      const ErrorSums fast = MeasureError(dtype, a, b), portable = MeasureErrorPortable(dtype, a, b);
+      EXPECT_EQ(std::bit_cast<uint64_t>(fast.err2), std::bit_cast<uint64_t>(portable.err2)) << n;
+      EXPECT_EQ(std::bit_cast<uint64_t>(fast.ref2), std::bit_cast<uint64_t>(portable.ref2)) << n;
+      EXPECT_EQ(std::bit_cast<uint64_t>(fast.max_abs), std::bit_cast<uint64_t>(portable.max_abs)) << n;
+      // A reconstruction without specials (a's own specials are skipped):
+      // finite sums, so the comparison is not one of NaN bits only.
+      if (type == lossy::ElementType::kF32) {
+        std::vector<float> clean(n);
+        std::mt19937 rng(seed);
+        std::normal_distribution<float> normal(0.0f, 0.05f);
+        for (float& x : clean) x = normal(rng);
+        const std::vector<std::byte> clean_b = F32Bytes(clean);
+        const ErrorSums c = MeasureError(dtype, a, clean_b), cp = MeasureErrorPortable(dtype, a, clean_b);
+        EXPECT_TRUE(std::isfinite(c.err2) && std::isfinite(c.ref2)) << n;
+        EXPECT_EQ(std::bit_cast<uint64_t>(c.err2), std::bit_cast<uint64_t>(cp.err2)) << n;
+        EXPECT_EQ(std::bit_cast<uint64_t>(c.ref2), std::bit_cast<uint64_t>(cp.ref2)) << n;
+        EXPECT_EQ(std::bit_cast<uint64_t>(c.max_abs), std::bit_cast<uint64_t>(cp.max_abs)) << n;
+      }
+    }
+  }
 }
 
 TEST(StepParams, VersionFourRoundTripsAndRejectsWhatItCannotMean) {
