@@ -83,6 +83,12 @@ class BlobReaderImpl final : public BlobReader {
 
   // ReadAt at delta-chain level `depth` (0 for the caller's blob).
   Status ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth) const;
+  // [offset, +buffer.size()) at level `depth`, without a copy where it can:
+  // a view into the cached chunk (held by *hold) when the reader has a
+  // cache and the range lies in one chunk at an address aligned to 4 bytes
+  // (the kernels load whole elements), else read into `buffer`.
+  Result<ByteSpan> ViewAtDepth(uint64_t offset, MutableByteSpan buffer, uint32_t depth,
+                               std::shared_ptr<const ChunkBuffer>* hold) const;
 
  private:
   // A reader is done with chunk `c` (read it all, or went past it).
@@ -92,14 +98,15 @@ class BlobReaderImpl final : public BlobReader {
   // Decodes chunk `c` into `out` (exactly its logical length), checking
   // both checksums. `depth` is its level in the delta chain.
   Status DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const;
-  // Reads the base version's bytes a delta chunk XORs against.
-  Status ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth) const;
+  // The base version's bytes a delta chunk XORs against (ViewAtDepth).
+  Result<ByteSpan> ViewBase(uint32_t c, MutableByteSpan buffer, uint32_t depth,
+                            std::shared_ptr<const ChunkBuffer>* hold) const;
   // Corruption unless [offset, +length) of the base lies inside it and
   // covers no step-predicted chunk of the base.
   Status CheckBaseStepRange(uint32_t c, uint64_t offset, uint64_t length) const;
-  // Reads [offset, +out.size()) of the base version (a step prediction's
-  // base inputs).
-  Status ReadBaseRange(uint32_t c, uint64_t offset, MutableByteSpan out, uint32_t depth) const;
+  // [offset, +buffer.size()) of the base version (ViewAtDepth).
+  Result<ByteSpan> ViewBaseRange(uint32_t c, uint64_t offset, MutableByteSpan buffer, uint32_t depth,
+                                 std::shared_ptr<const ChunkBuffer>* hold) const;
   // The prediction a step-predicted chunk is a delta frame against, from
   // the base's weights `weight_base` (step_predictor.h).
   Status Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
@@ -203,8 +210,9 @@ Result<std::shared_ptr<const BlobReader>> BlobReaderImpl::OpenBase() const {
   return base_reader_;
 }
 
-Status BlobReaderImpl::ReadBase(uint32_t c, MutableByteSpan out, uint32_t depth) const {
-  return ReadBaseRange(c, index_.base_offsets[c], out, depth);
+Result<ByteSpan> BlobReaderImpl::ViewBase(uint32_t c, MutableByteSpan buffer, uint32_t depth,
+                                          std::shared_ptr<const ChunkBuffer>* hold) const {
+  return ViewBaseRange(c, index_.base_offsets[c], buffer, depth, hold);
 }
 
 Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
@@ -217,6 +225,7 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
   sources.weight_type = weight_type;
   sources.weight_base = weight_base;
   sources.state_type = step.state_type;
+  std::shared_ptr<const ChunkBuffer> holds[4];  // cached chunks the views below point into
   auto read = [&](int slot, uint64_t offset, bool from_base) -> Result<ByteSpan> {
     // The base's ranges, like this file's (checked at Open), must cover no
     // chunk with a step term: one level down a prediction then reads plain
@@ -224,10 +233,12 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
     if (from_base) RETURN_IF_ERROR(CheckBaseStepRange(c, offset, length));
     MutableByteSpan buffer(scratch.step_inputs[slot].Reserve(length), length);
     // This file's ranges cover no predicted chunk (checked at Open): no cycle.
-    Status s = from_base ? ReadBaseRange(c, offset, buffer, depth) : ReadAtDepth(offset, buffer, depth);
-    if (!s.ok()) return s.WithContext(fmt::format("blob: chunk {} at logical offset {}: step prediction input",
-                                                  c, chunk.logical_offset));
-    return ByteSpan(buffer);
+    Result<ByteSpan> r = from_base ? ViewBaseRange(c, offset, buffer, depth, &holds[slot])
+                                   : ViewAtDepth(offset, buffer, depth, &holds[slot]);
+    if (!r.ok())
+      return r.status().WithContext(
+          fmt::format("blob: chunk {} at logical offset {}: step prediction input", c, chunk.logical_offset));
+    return r;
   };
   if (step.has_step) {
     ASSIGN_OR_RETURN(sources.m, read(0, step.m_offset, false));
@@ -258,7 +269,8 @@ Status BlobReaderImpl::CheckBaseStepRange(uint32_t c, uint64_t offset, uint64_t 
   return Status::Ok();
 }
 
-Status BlobReaderImpl::ReadBaseRange(uint32_t c, uint64_t base_offset, MutableByteSpan out, uint32_t depth) const {
+Result<ByteSpan> BlobReaderImpl::ViewBaseRange(uint32_t c, uint64_t base_offset, MutableByteSpan out, uint32_t depth,
+                                               std::shared_ptr<const ChunkBuffer>* hold) const {
   if (depth + 1 > limits_.max_chain_depth)
     return ChunkError(StatusCode::kCorruption, c,
                       fmt::format("delta chain deeper than the limit {}", limits_.max_chain_depth));
@@ -273,10 +285,15 @@ Status BlobReaderImpl::ReadBaseRange(uint32_t c, uint64_t base_offset, MutableBy
                                   base->logical_size()));
   // Readers from Open are BlobReaderImpl; carry the depth through them.
   const auto* impl = dynamic_cast<const BlobReaderImpl*>(base.get());
-  Status s = impl != nullptr ? impl->ReadAtDepth(base_offset, out, depth + 1) : base->ReadAt(base_offset, out);
-  if (s.ok()) return s;
-  return s.WithContext(fmt::format("blob: chunk {} at logical offset {}: reading base {}", c,
-                                   index_.chunks[c].logical_offset, index_.header.base->Hex()));
+  Result<ByteSpan> r = ByteSpan(out);
+  if (impl != nullptr) {
+    r = impl->ViewAtDepth(base_offset, out, depth + 1, hold);
+  } else if (Status s = base->ReadAt(base_offset, out); !s.ok()) {
+    r = s;
+  }
+  if (r.ok()) return r;
+  return r.status().WithContext(fmt::format("blob: chunk {} at logical offset {}: reading base {}", c,
+                                            index_.chunks[c].logical_offset, index_.header.base->Hex()));
 }
 
 Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const {
@@ -331,22 +348,24 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     stored = stored.subspan(t.block_bytes);
     ctx.base = ByteSpan(base, out.size());
   }
+  // Cached chunks that the views below (v, the base) point into.
+  std::shared_ptr<const ChunkBuffer> v_hold, base_hold;
   if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
-    MutableByteSpan v(scratch.step_inputs[1].Reserve(out.size()), out.size());
-    Status s = ReadAtDepth(params->step_space->v_offset, v, depth);
-    if (!s.ok())
-      return s.WithContext(fmt::format("blob: chunk {} at logical offset {}: step-space second moment", c,
-                                       chunk.logical_offset));
-    if (!StepScales(v, params->step_space->eps, v.data()))
+    std::byte* s_out = scratch.step_inputs[1].Reserve(out.size());
+    Result<ByteSpan> v = ViewAtDepth(params->step_space->v_offset, MutableByteSpan(s_out, out.size()), depth, &v_hold);
+    if (!v.ok())
+      return v.status().WithContext(fmt::format("blob: chunk {} at logical offset {}: step-space second moment", c,
+                                                chunk.logical_offset));
+    if (!StepScales(*v, params->step_space->eps, s_out))
       return ChunkError(StatusCode::kCorruption, c, "step-space second moment negative or not finite");
-    scales = v.data();
+    v_hold.reset();
+    scales = s_out;
   }
   if (chunk.codec == ChunkCodec::kBytePlaneXorZstd || chunk.codec == ChunkCodec::kZstdWithBase || lossy_delta) {
     // The base bytes get their own buffer: the base read below leases its
     // own scratch, never this one.
     std::byte* base = scratch.base.Reserve(out.size());
-    RETURN_IF_ERROR(ReadBase(c, MutableByteSpan(base, out.size()), depth));
-    ctx.base = ByteSpan(base, out.size());
+    ASSIGN_OR_RETURN(ctx.base, ViewBase(c, MutableByteSpan(base, out.size()), depth, &base_hold));
     if (scales != nullptr) {
       std::byte* base_x = scratch.step_inputs[0].Reserve(out.size());
       DivideByScales(ctx.base, scales, base_x);
@@ -519,6 +538,26 @@ Status CheckFileChecksum(const BlobReader& reader, uint64_t have) {
   if (have == reader.file_checksum()) return Status::Ok();
   return Status::ChecksumMismatch(
       fmt::format("blob: whole-file checksum want={:016x} have={:016x}", reader.file_checksum(), have));
+}
+
+Result<ByteSpan> BlobReaderImpl::ViewAtDepth(uint64_t offset, MutableByteSpan buffer, uint32_t depth,
+                                             std::shared_ptr<const ChunkBuffer>* hold) const {
+  const uint64_t size = index_.header.logical_size;
+  if (cache_ != nullptr && id_ && !buffer.empty() && offset <= size && buffer.size() <= size - offset) {
+    const uint32_t c = ChunkIndexAt(index_.chunks, offset);
+    const ChunkInfo& chunk = index_.chunks[c];
+    const uint64_t from = offset - chunk.logical_offset;
+    if (buffer.size() <= chunk.logical_length - from) {
+      ASSIGN_OR_RETURN(std::shared_ptr<const ChunkBuffer> data, CachedChunk(c, depth));
+      const std::byte* at = data->data() + from;
+      if (reinterpret_cast<uintptr_t>(at) % 4 == 0) {
+        *hold = std::move(data);
+        return ByteSpan(at, buffer.size());
+      }
+    }
+  }
+  RETURN_IF_ERROR(ReadAtDepth(offset, buffer, depth));
+  return ByteSpan(buffer);
 }
 
 }  // namespace
