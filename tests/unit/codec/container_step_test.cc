@@ -222,12 +222,20 @@ TEST(StepPredictor, ErrorSumsOfTheVectorKernelMatchThePortableCode) {
       EXPECT_EQ(std::bit_cast<uint64_t>(fast.max_abs), std::bit_cast<uint64_t>(portable.max_abs)) << n;
       // A reconstruction without specials (a's own specials are skipped):
       // finite sums, so the comparison is not one of NaN bits only.
-      if (type == lossy::ElementType::kF32) {
+      {
         std::vector<float> clean(n);
         std::mt19937 rng(seed);
         std::normal_distribution<float> normal(0.0f, 0.05f);
         for (float& x : clean) x = normal(rng);
-        const std::vector<std::byte> clean_b = F32Bytes(clean);
+        std::vector<std::byte> clean_b = F32Bytes(clean);
+        if (type != lossy::ElementType::kF32) {
+          clean_b.resize(2 * n);
+          for (size_t i = 0; i < n; ++i) {
+            const uint16_t bits =
+                type == lossy::ElementType::kF16 ? lossy::FloatToHalf(clean[i]) : lossy::FloatToBf16(clean[i]);
+            std::memcpy(clean_b.data() + 2 * i, &bits, 2);
+          }
+        }
         const ErrorSums c = MeasureError(dtype, a, clean_b), cp = MeasureErrorPortable(dtype, a, clean_b);
         EXPECT_TRUE(std::isfinite(c.err2) && std::isfinite(c.ref2)) << n;
         EXPECT_EQ(std::bit_cast<uint64_t>(c.err2), std::bit_cast<uint64_t>(cp.err2)) << n;
