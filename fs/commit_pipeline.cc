@@ -294,9 +294,11 @@ uint64_t EncodeWorkingSet(const CommitOptions& options) {
   // Measured (scripts/reliability/load_test.py, threads=1 against 2): an
   // encode worker adds ~60 MiB of RSS with 4 MiB chunks (its thread's
   // workspace of chunk slots and byte planes, the zstd context, a base
-  // chunk, the allocator's arena), and keeps most of it between encodes.
+  // chunk, the allocator's arena), and keeps most of it between encodes;
+  // plus a predicted chunk's steps while they are fitted (two f64 per
+  // element: 4x the chunk for f32 weights, 8x for bf16).
   uint64_t threads = std::max(1u, options.encode.threads);
-  return 16 * threads * options.encode.chunk_bytes;
+  return 24 * threads * options.encode.chunk_bytes;
 }
 
 uint64_t EncodeMemoryEstimate(uint64_t file_size, const CommitOptions& options) {

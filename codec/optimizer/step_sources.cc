@@ -160,17 +160,18 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
     }
   }
   if (!lossy::CheckStepSources(sources).ok()) return std::nullopt;
-  std::optional<lossy::StepPredictor> fit = lossy::FitStepPredictor(values, sources, kStepEps);
+  // Fitted and predicted in one call: each element's steps are computed once.
+  MutableByteSpan prediction(scratch.prediction.Reserve(values.size()), values.size());
+  auto* steps = reinterpret_cast<double*>(scratch.steps.Reserve(2 * n * sizeof(double)));
+  std::optional<lossy::StepPredictor> fit = lossy::FitAndPredict(values, sources, kStepEps, steps, prediction);
   if (!fit) return std::nullopt;
   if (step.has_base_step && fit->base_step == 0.0) {
-    // The base term did not enter the fit: do not make the decoder read it.
+    // The base term did not enter the fit (nor the prediction): do not make
+    // the decoder read it.
     step.has_base_step = false;
     step.m_base_offset = step.v_base_offset = 0;
-    sources.m_base = sources.v_base = ByteSpan();
   }
   step.predictor = *fit;
-  MutableByteSpan prediction(scratch.prediction.Reserve(values.size()), values.size());
-  lossy::PredictWeights(step.predictor, sources, prediction);
   // Keep it only when it explains enough of the update.
   return KeepIfItHelps(weight_type, values, base, prediction, step);
 }

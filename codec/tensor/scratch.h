@@ -77,6 +77,8 @@ class CodecScratch {
   // prediction it is a delta frame against.
   ScratchBuffer step_inputs[4];
   ScratchBuffer prediction;
+  // A prediction's steps u and u_base while it is fitted (f64, encode only).
+  ScratchBuffer steps;
   // A dithered chunk's symbol contexts (one byte per element).
   ScratchBuffer symbol_contexts;
   // A first moment's residual for its low-rank term (f64, encode only).

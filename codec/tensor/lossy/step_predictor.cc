@@ -210,48 +210,53 @@ void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, double e
   StepsPortable<S>(m, v, eps, first, count, u);
 }
 
+// p of `count` (<= kBlock) elements from their steps: wb_p and o point at
+// the block's first element.
+template <typename W>
+void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte* wb_p, const double* u,
+                  const double* ub, uint64_t count, std::byte* o) {
+  using Bits = typename W::Bits;
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<W, F32Elem>) {
+    if (kernels.avx2) return CombineF32Avx2(pr, wb_p, u, ub, count, o);
+  }
+#endif
+  float wb[kBlock] = {}, p[kBlock];  // (zeroed: GCC cannot tell that count elements are set)
+  Bits wb_bits[kBlock];
+  std::memcpy(wb_bits, wb_p, count * sizeof(Bits));
+  for (uint64_t k = 0; k < count; ++k) wb[k] = W::ToFloat(wb_bits[k]);
+#if defined(__x86_64__)
+  if (kernels.avx2) {
+    CombineAvx2(pr, wb, u, ub, count, p);
+  } else {
+    CombinePortable(pr, wb, u, ub, count, p);
+  }
+#else
+  CombinePortable(pr, wb, u, ub, count, p);
+#endif
+  for (uint64_t k = 0; k < count; ++k) {
+    const Bits rounded = W::FromFloat(p[k]);
+    // Not finite in the weights' type: keep w_base's bits.
+    const Bits bits = std::isfinite(W::ToFloat(rounded)) ? rounded : wb_bits[k];
+    std::memcpy(o + k * sizeof bits, &bits, sizeof bits);
+  }
+}
+
 template <typename W, typename S>
 void PredictAs(StepKernels kernels, const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
   using Bits = typename W::Bits;
   const uint64_t n = s.weight_base.size() / sizeof(Bits);
-  const std::byte* wb_p = s.weight_base.data();
   const std::byte* m = s.m.empty() ? nullptr : s.m.data();
   const std::byte* v = s.v.empty() ? nullptr : s.v.data();
   const std::byte* mb = s.m_base.empty() ? nullptr : s.m_base.data();
   const std::byte* vb = s.v_base.empty() ? nullptr : s.v_base.data();
-  std::byte* o = out.data();
   double u[kBlock], ub[kBlock];
-  float wb[kBlock], p[kBlock];
-  Bits wb_bits[kBlock];
   for (uint64_t first = 0; first < n; first += kBlock) {
     const uint64_t count = std::min(kBlock, n - first);
     Steps<S>(kernels, m, v, pr.eps, first, count, u);
     Steps<S>(kernels, mb, vb, pr.eps, first, count, ub);
-#if defined(__x86_64__)
-    if constexpr (std::is_same_v<W, F32Elem>) {
-      if (kernels.avx2) {
-        CombineF32Avx2(pr, wb_p + first * sizeof(Bits), u, ub, count, o + first * sizeof(Bits));
-        continue;
-      }
-    }
-#endif
-    std::memcpy(wb_bits, wb_p + first * sizeof(Bits), count * sizeof(Bits));
-    for (uint64_t k = 0; k < count; ++k) wb[k] = W::ToFloat(wb_bits[k]);
-#if defined(__x86_64__)
-    if (kernels.avx2) {
-      CombineAvx2(pr, wb, u, ub, count, p);
-    } else {
-      CombinePortable(pr, wb, u, ub, count, p);
-    }
-#else
-    CombinePortable(pr, wb, u, ub, count, p);
-#endif
-    for (uint64_t k = 0; k < count; ++k) {
-      const Bits rounded = W::FromFloat(p[k]);
-      // Not finite in the weights' type: keep w_base's bits.
-      const Bits bits = std::isfinite(W::ToFloat(rounded)) ? rounded : wb_bits[k];
-      std::memcpy(o + (first + k) * sizeof bits, &bits, sizeof bits);
-    }
+    CombineBlock<W>(kernels, pr, s.weight_base.data() + first * sizeof(Bits), u, ub, count,
+                    out.data() + first * sizeof(Bits));
   }
 }
 
@@ -318,11 +323,26 @@ namespace {
 struct FitSums {
   double uu = 0, ub_ub = 0, u_ub = 0, ud = 0, ub_d = 0;
 };
+// Adds elements [first, first + count) with their steps u, ub to f.
+template <typename W>
+void AddFitSums(const std::byte* w_p, const std::byte* wb_p, uint64_t first, uint64_t count, const double* u,
+                const double* ub, FitSums& f) {
+  for (uint64_t k = 0; k < count; ++k) {
+    const double w = LoadAs<W>(w_p, first + k);
+    const double wb = LoadAs<W>(wb_p, first + k);
+    if (!std::isfinite(w) || !std::isfinite(wb)) continue;
+    const double d = w - wb;
+    f.uu += u[k] * u[k];
+    f.ub_ub += ub[k] * ub[k];
+    f.u_ub += u[k] * ub[k];
+    f.ud += u[k] * d;
+    f.ub_d += ub[k] * d;
+  }
+}
+
 template <typename W, typename S>
 FitSums FitSumsAs(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
   const uint64_t n = s.weight_base.size() / sizeof(typename W::Bits);
-  const std::byte* w_p = weights.data();
-  const std::byte* wb_p = s.weight_base.data();
   const std::byte* m = s.m.data();
   const std::byte* v = s.v.empty() ? nullptr : s.v.data();
   const std::byte* mb = s.m_base.empty() ? nullptr : s.m_base.data();
@@ -333,17 +353,7 @@ FitSums FitSumsAs(StepKernels kernels, ByteSpan weights, const StepSources& s, d
     const uint64_t count = std::min(kBlock, n - first);
     Steps<S>(kernels, m, v, eps, first, count, u);
     Steps<S>(kernels, mb, vb, eps, first, count, ub);
-    for (uint64_t k = 0; k < count; ++k) {
-      const double w = LoadAs<W>(w_p, first + k);
-      const double wb = LoadAs<W>(wb_p, first + k);
-      if (!std::isfinite(w) || !std::isfinite(wb)) continue;
-      const double d = w - wb;
-      f.uu += u[k] * u[k];
-      f.ub_ub += ub[k] * ub[k];
-      f.u_ub += u[k] * ub[k];
-      f.ud += u[k] * d;
-      f.ub_d += ub[k] * d;
-    }
+    AddFitSums<W>(weights.data(), s.weight_base.data(), first, count, u, ub, f);
   }
   return f;
 }
@@ -365,10 +375,9 @@ FitSums ComputeFitSums(StepKernels kernels, ByteSpan weights, const StepSources&
   }
 }
 
-std::optional<StepPredictor> Fit(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
-  if (s.m.empty()) return std::nullopt;
-  // Normal equations of d = w - w_base over (u, u_base).
-  const auto [uu, ub_ub, u_ub, ud, ub_d] = ComputeFitSums(kernels, weights, s, eps);
+// The coefficients from the normal equations' sums.
+std::optional<StepPredictor> Solve(const FitSums& sums, double eps) {
+  const auto [uu, ub_ub, u_ub, ud, ub_d] = sums;
   if (!(uu > 0) || !std::isfinite(uu + ub_ub + u_ub + ud + ub_d)) return std::nullopt;
   StepPredictor p;
   p.eps = eps;
@@ -384,7 +393,59 @@ std::optional<StepPredictor> Fit(StepKernels kernels, ByteSpan weights, const St
   return p;
 }
 
+std::optional<StepPredictor> Fit(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
+  if (s.m.empty()) return std::nullopt;
+  // Normal equations of d = w - w_base over (u, u_base).
+  return Solve(ComputeFitSums(kernels, weights, s, eps), eps);
+}
+
+template <typename W, typename S>
+std::optional<StepPredictor> FitAndPredictAs(ByteSpan weights, const StepSources& s, double eps, double* steps,
+                                             MutableByteSpan out) {
+  const StepKernels kernels = StepKernels::Best();
+  using Bits = typename W::Bits;
+  const uint64_t n = s.weight_base.size() / sizeof(Bits);
+  double* u = steps;
+  double* ub = steps + n;
+  Steps<S>(kernels, s.m.data(), s.v.empty() ? nullptr : s.v.data(), eps, 0, n, u);
+  Steps<S>(kernels, s.m_base.empty() ? nullptr : s.m_base.data(), s.v_base.empty() ? nullptr : s.v_base.data(), eps,
+           0, n, ub);
+  FitSums sums;
+  for (uint64_t first = 0; first < n; first += kBlock)
+    AddFitSums<W>(weights.data(), s.weight_base.data(), first, std::min(kBlock, n - first), u + first, ub + first,
+                  sums);
+  std::optional<StepPredictor> fit = Solve(sums, eps);
+  if (!fit) return std::nullopt;
+  // A fit without the base term predicts as PredictWeights does without
+  // the base's moments (u_base = 0), which is what a decoder then reads.
+  if (fit->base_step == 0.0) std::fill(ub, ub + n, 0.0);
+  for (uint64_t first = 0; first < n; first += kBlock)
+    CombineBlock<W>(kernels, *fit, s.weight_base.data() + first * sizeof(Bits), u + first, ub + first,
+                    std::min(kBlock, n - first), out.data() + first * sizeof(Bits));
+  return fit;
+}
+
+template <typename W>
+std::optional<StepPredictor> FitAndPredictWithState(ByteSpan weights, const StepSources& s, double eps, double* steps,
+                                                    MutableByteSpan out) {
+  switch (s.state_type) {
+    case ElementType::kF32: return FitAndPredictAs<W, F32Elem>(weights, s, eps, steps, out);
+    case ElementType::kF16: return FitAndPredictAs<W, F16Elem>(weights, s, eps, steps, out);
+    default: return FitAndPredictAs<W, BF16Elem>(weights, s, eps, steps, out);
+  }
+}
+
 }  // namespace
+
+std::optional<StepPredictor> FitAndPredict(ByteSpan weights, const StepSources& s, double eps, double* steps,
+                                           MutableByteSpan out) {
+  if (s.m.empty()) return std::nullopt;
+  switch (s.weight_type) {
+    case ElementType::kF32: return FitAndPredictWithState<F32Elem>(weights, s, eps, steps, out);
+    case ElementType::kF16: return FitAndPredictWithState<F16Elem>(weights, s, eps, steps, out);
+    default: return FitAndPredictWithState<BF16Elem>(weights, s, eps, steps, out);
+  }
+}
 
 std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSources& s, double eps) {
   return Fit(StepKernels::Best(), weights, s, eps);

@@ -82,6 +82,13 @@ std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSource
 // The same without the vector kernels (same coefficients, bit for bit).
 std::optional<StepPredictor> FitStepPredictorPortable(ByteSpan weights, const StepSources& sources, double eps);
 
+// FitStepPredictor, then PredictWeights of its coefficients into `out`
+// (without the base's moments when the fit left their term out), with
+// each element's steps computed once: `steps` holds 2n doubles of working
+// memory. The same coefficients and bits as the two calls.
+std::optional<StepPredictor> FitAndPredict(ByteSpan weights, const StepSources& sources, double eps, double* steps,
+                                           MutableByteSpan out);
+
 // The correlation of the update (weights - weight_base) with u over at most
 // `samples` evenly spaced elements: cheap evidence that m and v belong to
 // these weights (a checkpoint names optimizer state by index, not by the

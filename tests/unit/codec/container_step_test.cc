@@ -182,6 +182,21 @@ TEST(StepPredictor, VectorKernelsMatchThePortableCodeBitForBit) {
             EXPECT_EQ(std::bit_cast<uint64_t>(fit->base_step), std::bit_cast<uint64_t>(portable_fit->base_step))
                 << where;
           }
+          // Fitted and predicted in one call: the same coefficients and bits
+          // as the two portable calls (without the base's moments when the
+          // fit left their term out).
+          std::vector<double> steps(2 * n);
+          std::vector<std::byte> joint(wb.size()), apart(wb.size());
+          const std::optional<lossy::StepPredictor> joint_fit = lossy::FitAndPredict(w, s, 1e-8, steps.data(), joint);
+          ASSERT_EQ(joint_fit.has_value(), portable_fit.has_value()) << where;
+          if (joint_fit) {
+            EXPECT_EQ(std::bit_cast<uint64_t>(joint_fit->step), std::bit_cast<uint64_t>(portable_fit->step));
+            EXPECT_EQ(std::bit_cast<uint64_t>(joint_fit->base_step), std::bit_cast<uint64_t>(portable_fit->base_step));
+            lossy::StepSources used = s;
+            if (portable_fit->base_step == 0.0) used.m_base = used.v_base = ByteSpan();
+            lossy::PredictWeightsPortable(*portable_fit, used, apart);
+            EXPECT_EQ(joint, apart) << where;
+          }
           // Coefficients that overflow some predictions, and a scale alone.
           for (const lossy::StepPredictor& p : {lossy::StepPredictor{1.0, -2e-3, -1e-3, 1e-8},
                                                 lossy::StepPredictor{0.9, 1e35, 0.5, 1e-8},
