@@ -116,6 +116,13 @@ struct BlobIndex {
   std::vector<uint32_t> step_predicted_before;
   // The same for the chunks coded in step space (FORMAT.md "Step space").
   std::vector<uint32_t> step_space_before;
+  // [c] = 1 when a later chunk of this file reads chunk c while it is
+  // decoded (a step prediction's optimizer state, a step-space moment's
+  // second moment): a sequential reader keeps c cached past its own turn
+  // (a hint only; ranges over more than kMaxMarkedChunks chunks are not
+  // marked).
+  std::vector<uint8_t> needed_later;
+  static constexpr uint32_t kMaxMarkedChunks = 64;
 
   // Whether [offset, offset + length) covers a chunk with a step term.
   // REQUIRES: a decoded index, the range inside the logical size, length > 0.

@@ -121,6 +121,14 @@ Status ValidateStepPredictions(BlobIndex& index) {
     index.step_space_before[c + 1] = index.step_space_before[c] + (spaces[c] ? 1 : 0);
   }
   const uint64_t size = index.header.logical_size;
+  index.needed_later.assign(count, 0);
+  // Chunk `reader` reads [offset, +length) (checked to lie in the file).
+  auto mark = [&](size_t reader, uint64_t offset, uint64_t length) {
+    const uint32_t first = ChunkIndexAt(index.chunks, offset);
+    const uint32_t last = ChunkIndexAt(index.chunks, offset + length - 1);
+    if (last - first >= BlobIndex::kMaxMarkedChunks) return;
+    for (uint32_t k = first; k <= last && k < reader; ++k) index.needed_later[k] = 1;
+  };
   // A step-space chunk reads its second moment from this file: f32 like the
   // chunk, and a range of plain chunks (neither step-predicted nor in step
   // space), so that decoding it never comes back to itself.
@@ -144,6 +152,7 @@ Status ValidateStepPredictions(BlobIndex& index) {
       return fail(fmt::format("range [{}, +{}) not inside one f32 tensor", offset, length));
     if (index.CoversStepPredicted(offset, length) || index.CoversStepSpace(offset, length))
       return fail(fmt::format("range [{}, +{}) covers a step-predicted or step-space chunk", offset, length));
+    mark(c, offset, length);
   }
   for (size_t c = 0; c < count; ++c) {
     if (!steps[c]) continue;
@@ -163,6 +172,10 @@ Status ValidateStepPredictions(BlobIndex& index) {
     };
     RETURN_IF_ERROR(check(steps[c]->m_offset, "m"));
     if (steps[c]->has_v) RETURN_IF_ERROR(check(steps[c]->v_offset, "v"));
+    if (length > 0) {
+      mark(c, steps[c]->m_offset, length);
+      if (steps[c]->has_v) mark(c, steps[c]->v_offset, length);
+    }
   }
   return Status::Ok();
 }

@@ -440,7 +440,9 @@ Status BlobReaderImpl::ReadPieces(uint64_t offset, uint64_t length, std::vector<
     }
     ByteSpan piece(data->data() + from, n);
     pieces->push_back(Piece{std::move(data), piece});
-    if (cached && cache_->NoteRead(*id_, c, n)) MarkFinished(c);  // after the piece holds the buffer
+    // A chunk a later chunk reads stays cached for it (not dropped once read).
+    const bool needed_later = c < index_.needed_later.size() && index_.needed_later[c] != 0;
+    if (cached && !needed_later && cache_->NoteRead(*id_, c, n)) MarkFinished(c);  // after the piece holds the buffer
     at += n;
   }
   return Status::Ok();
@@ -581,14 +583,30 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
     hash.Update(piece);
     return sink->Append(piece);
   };
+  // Read as pieces of the decoded chunks (ReadPieces): with a chunk cache
+  // a chunk leaves it once all its bytes were taken, so the cache holds
+  // only the chunks other chunks need (a prediction's optimizer state, a
+  // step-space moment's second moment) until their turn, instead of
+  // filling with the whole file and pushing out the bases' chunks.
   if (threads == 1 || pieces.size() <= 1) {
-    ScratchBuffer buffer;
+    std::vector<BlobReader::Piece> parts;
     for (auto [begin, end] : pieces) {
-      RETURN_IF_ERROR(reader.ReadAt(begin, MutableByteSpan(buffer.Reserve(end - begin), end - begin)));
-      RETURN_IF_ERROR(append(ByteSpan(buffer.data(), end - begin)));
+      parts.clear();
+      RETURN_IF_ERROR(reader.ReadPieces(begin, end - begin, &parts));
+      for (const BlobReader::Piece& part : parts) RETURN_IF_ERROR(append(part.data));
     }
     return CheckFileChecksum(reader, hash.Digest());
   }
+  auto read_into = [&reader](uint64_t begin, MutableByteSpan out) {
+    std::vector<BlobReader::Piece> parts;
+    RETURN_IF_ERROR(reader.ReadPieces(begin, out.size(), &parts));
+    uint64_t at = 0;
+    for (const BlobReader::Piece& part : parts) {
+      std::memcpy(out.data() + at, part.data.data(), part.data.size());
+      at += part.data.size();
+    }
+    return Status::Ok();
+  };
   // `threads` decoders fill a ring of 2 slots per thread in file order
   // while this thread hashes and appends the finished pieces in order, so
   // the output's copy overlaps the decode of the next pieces.
@@ -610,7 +628,7 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
         i = next_to_take++;
       }
       auto [begin, end] = pieces[i];
-      Status s = reader.ReadAt(begin, MutableByteSpan(buffers[i % slots].Reserve(end - begin), end - begin));
+      Status s = read_into(begin, MutableByteSpan(buffers[i % slots].Reserve(end - begin), end - begin));
       std::lock_guard lock(mu);
       if (!s.ok() && failure.ok()) failure = std::move(s), stop = true;
       done[i] = 1;
