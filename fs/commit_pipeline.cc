@@ -223,7 +223,6 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     if (reader.ok()) {
       base_ref.id = candidate->id;
       base_ref.reader = *reader;
-      if (options.reconstructions) base_ref.reader = options.reconstructions->Wrap(candidate->id, base_ref.reader);
       have_base = true;
     } else if (log) {
       log->Warn("{}: base {} unusable, writing a key frame: {}", staging_path, candidate->id.Hex(),
@@ -245,11 +244,8 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   // frame's encode). Only for a file that fits half the cache: a larger
   // one would push out its own first chunks before the next encode reads
   // them.
-  // A larger one's goes to a file on this machine's disk instead
-  // (base_reconstructions.h).
   ChunkCache* cache = store.chunk_cache();
   std::vector<std::shared_ptr<ChunkBuffer>> reconstruction;
-  std::optional<BaseReconstructions::Pending> kept_file;
   if (layout.format != FileFormat::kOpaque && cache != nullptr && bytes.size() <= cache->capacity_bytes() / 2) {
     encode.on_reconstruction = [&](ByteSpan recon, const std::vector<ChunkInfo>& chunks) {
       reconstruction.reserve(chunks.size());
@@ -258,10 +254,6 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
         std::copy_n(recon.data() + c.logical_offset, c.logical_length, buffer->data());
         reconstruction.push_back(std::move(buffer));
       }
-    };
-  } else if (layout.format != FileFormat::kOpaque && options.reconstructions) {
-    encode.on_reconstruction = [&](ByteSpan recon, const std::vector<ChunkInfo>&) {
-      kept_file = options.reconstructions->Write(recon);
     };
   }
   auto stats = EncodeBlob(bytes, layout, have_base ? &base_ref : nullptr, encode, &sink);
@@ -273,9 +265,6 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   v.fields.format = layout.format;
   v.fields.stored_bytes = stats->stored_bytes;
   const bool delta = have_base && stats->uses_base;
-  if (kept_file)
-    options.reconstructions->Keep(v.fields.object, std::move(*kept_file),
-                                  delta ? std::optional<ObjectId>(candidate->id) : std::nullopt);
   if (delta) {
     v.fields.base = candidate->id;
     v.fields.chain_depth = candidate->chain_depth + 1;

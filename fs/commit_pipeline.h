@@ -22,7 +22,6 @@
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
 #include "codec/policy/policy.h"
-#include "fs/base_reconstructions.h"
 #include "fs/content_in_flight.h"
 #include "fs/log.h"
 #include "fs/manifest.h"
@@ -60,10 +59,6 @@ struct CommitOptions {
   // Commits of identical content running at once encode it once (the
   // daemon's; null: each commit on its own).
   std::shared_ptr<ContentInFlight> in_flight;
-  // Reconstructions of committed files too large for the chunk cache, kept
-  // on this machine's disk as the next version's base (the daemon's; null:
-  // the base chain is decoded from the store).
-  std::shared_ptr<BaseReconstructions> reconstructions;
   // Old versions of this file's role are being deleted (seen since mount):
   // lossless deltas that do not pay start new chains (ChooseBase).
   bool retention = false;

@@ -63,8 +63,6 @@ Filesystem::Filesystem(const MountOptions& options, std::unique_ptr<Store> store
   commit_options_.encode.threads = 1;  // each commit: threads= shared among the running encodes
   commit_options_.policy = options.policy;
   commit_options_.in_flight = std::make_shared<ContentInFlight>();
-  commit_options_.reconstructions =
-      std::make_shared<BaseReconstructions>(store_->StagingRoot(), kKeptReconstructionBytes);
   commit_options_.encode.budget_schedule = options.schedule;
   commit_options_.encode.step_prediction = options.step_prediction;
   commit_options_.encode.low_rank_moments = options.low_rank_moments;
