@@ -178,78 +178,117 @@ constexpr double kRowColumnFromBits = 1.0;
 // The candidate costs a second encode of the chunk, and on most chunks it
 // saved little (`ckptfs encode --stages` on a 201 MB MLP near
 // initialization: 45 % of the key frame's time for 0.4 % of its bytes; on
-// a transformer 36 % for 9 %): it is first tried on a band of
-// 1/kRowColumnSampleShare of the chunk's rows (middle rows, their own fit),
-// and the whole chunk follows only when the band's candidate is below
-// kRowColumnSampleGain of the band's share of the stream.
+// a transformer 36 % for 9 %): a chunk of at least kRowColumnSampleRows
+// rows is first encoded both ways on a band of 1/kRowColumnSampleShare of
+// its rows (middle rows; the candidate with the band's own fit), and only
+// the winner is then encoded whole: the candidate when it is below
+// kRowColumnSampleGain of the plain band. (The whole chunk was encoded
+// plainly, then the candidate was tried on a band and encoded whole again
+// when the band said so: a third of a transformer's key frame.) A chunk
+// of fewer rows is encoded whole both ways (TryRowColumnBase).
 constexpr uint64_t kRowColumnSampleShare = 8;
-constexpr uint64_t kRowColumnSampleRows = 64;  // fewer rows: no band, the whole chunk is tried
+constexpr uint64_t kRowColumnSampleRows = 64;
 constexpr double kRowColumnSampleGain = 0.97;
 
-bool RowColumnSamplePays(ByteSpan file, const PlannedChunk& plan, uint64_t columns, const SourceMatch& source,
-                         const EncodeOptions& options, CodecScratch& scratch, MutableByteSpan recon,
-                         uint64_t stream_bytes) {
+// The number of columns of a chunk the row-column candidate may apply to
+// (an f32 chunk with a per-element bound, of whole rows of one tensor).
+std::optional<uint64_t> RowColumnColumns(const PlannedChunk& plan, const Layout& layout,
+                                         const std::vector<std::optional<uint64_t>>& tensor_offsets) {
+  if (plan.dtype != DType::kF32 || !(plan.budget.max_rel > 0) || plan.tensor < 0) return std::nullopt;
+  // A tensor split over several segments has no rows here.
+  const std::optional<uint64_t>& tensor_offset = tensor_offsets[plan.tensor];
+  if (!tensor_offset || plan.offset < *tensor_offset) return std::nullopt;
+  return ChunkColumns(layout.tensors[plan.tensor], (plan.offset - *tensor_offset) / 4, plan.length / 4);
+}
+
+// `plan` encoded as a delta frame against its own row-column fit: *ok when
+// the stream is a log-mode delta frame (then *out holds it with its block,
+// and its reconstruction is in `recon`). *block_bytes: the block's size.
+Status EncodeWithRowColumnBase(ByteSpan file, const PlannedChunk& plan, uint64_t columns, const SourceMatch& source,
+                               const EncodeOptions& options, CodecScratch& scratch, MutableByteSpan recon,
+                               LossyResult* out, bool* ok) {
+  *ok = false;
+  std::optional<std::vector<std::byte>> block = lossy::FitRowColumnBase(file.subspan(plan.offset, plan.length), columns);
+  if (!block) return Status::Ok();
+  MutableByteSpan base(scratch.step_inputs[3].Reserve(plan.length), plan.length);
+  if (!lossy::SynthesizeRowColumnBase(*block, columns, base)) return Status::Ok();
+  LossyResult candidate;
+  RETURN_IF_ERROR(EncodeLossy(file, plan, base, source, nullptr, options, options.lossy_kernels, scratch,
+                              recon.data(), &candidate));
+  if (!candidate.used || !candidate.params.delta() || candidate.params.mode != 2) return Status::Ok();
+  candidate.stored.insert(candidate.stored.begin(), block->begin(), block->end());
+  candidate.params.flags &= static_cast<uint8_t>(~LossyChunkParams::kFlagDelta);
+  candidate.params.row_column = RowColumnTerm{static_cast<uint32_t>(columns), block->size()};
+  *out = std::move(candidate);
+  *ok = true;
+  return Status::Ok();
+}
+
+// The band's verdict (above). kNoBand: too few rows. With kRowColumn,
+// *saved estimates the bytes the candidate saves on the whole chunk.
+enum class BandVerdict { kNoBand, kPlain, kRowColumn };
+BandVerdict RowColumnBandVerdict(ByteSpan file, const PlannedChunk& plan, uint64_t columns, ByteSpan base_bytes,
+                                 const SourceMatch& source, const EncodeOptions& options, CodecScratch& scratch,
+                                 MutableByteSpan recon, int64_t* saved) {
   const uint64_t rows = plan.length / 4 / columns;
-  if (rows < kRowColumnSampleRows) return true;
+  if (rows < kRowColumnSampleRows) return BandVerdict::kNoBand;
   const uint64_t band_rows = rows / kRowColumnSampleShare;
   const uint64_t skip = (rows - band_rows) / 2 * columns * 4;
   PlannedChunk band = plan;
   band.offset += skip;
   band.length = band_rows * columns * 4;
   if (band.base_offset) *band.base_offset += skip;
-  std::optional<std::vector<std::byte>> block = lossy::FitRowColumnBase(file.subspan(band.offset, band.length), columns);
-  if (!block) return false;
-  MutableByteSpan base(scratch.step_inputs[3].Reserve(band.length), band.length);
-  if (!lossy::SynthesizeRowColumnBase(*block, columns, base)) return false;
-  // The probe writes its reconstruction over the band's: put it back.
-  MutableByteSpan range = recon.subspan(band.offset, band.length);
-  std::byte* kept = scratch.step_inputs[2].Reserve(band.length);
-  std::copy(range.begin(), range.end(), kept);
+  // Both write their reconstruction over the band's; the whole chunk's
+  // encode that follows writes it again.
+  LossyResult plain;
+  const ByteSpan band_base = base_bytes.empty() ? ByteSpan() : base_bytes.subspan(skip, band.length);
+  if (!EncodeLossy(file, band, band_base, source, nullptr, options, options.lossy_kernels, scratch, recon.data(),
+                   &plain)
+           .ok() ||
+      !plain.used || plain.params.mode != 2 ||
+      static_cast<double>(plain.stored.size()) * 8 < kRowColumnFromBits * static_cast<double>(band.length / 4))
+    return BandVerdict::kPlain;
   LossyResult probe;
-  const Status encoded =
-      EncodeLossy(file, band, base, source, nullptr, options, options.lossy_kernels, scratch, recon.data(), &probe);
-  std::copy(kept, kept + band.length, range.begin());
-  if (!encoded.ok() || !probe.used || !probe.params.delta() || probe.params.mode != 2) return false;
-  const double band_share = static_cast<double>(stream_bytes) * static_cast<double>(band.length) /
-                            static_cast<double>(plan.length);
-  return static_cast<double>(probe.stored.size() + block->size()) < kRowColumnSampleGain * band_share;
+  bool ok = false;
+  if (!EncodeWithRowColumnBase(file, band, columns, source, options, scratch, recon, &probe, &ok).ok() || !ok)
+    return BandVerdict::kPlain;
+  if (!(static_cast<double>(probe.stored.size()) < kRowColumnSampleGain * static_cast<double>(plain.stored.size())))
+    return BandVerdict::kPlain;
+  *saved = static_cast<int64_t>((plain.stored.size() - probe.stored.size()) * (rows / band_rows));
+  return BandVerdict::kRowColumn;
 }
 
-// *tried: whether the candidate was encoded.
-Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, const Layout& layout,
-                        const std::vector<std::optional<uint64_t>>& tensor_offsets, const SourceMatch& source,
-                        const EncodeOptions& options, CodecScratch& scratch, MutableByteSpan recon,
-                        LossyResult* result, bool* tried) {
-  const uint64_t n = plan.length / 4;
-  if (!result->used || result->params.mode != 2 || plan.dtype != DType::kF32 || !(plan.budget.max_rel > 0) ||
-      static_cast<double>(result->stored.size()) * 8 < kRowColumnFromBits * static_cast<double>(n))
+// After the plain stream `result` (a delta frame's, or a key frame's chunk
+// of too few rows for a band): the candidate, when the band says so (a
+// delta frame's chunk of enough rows), encoded whole and kept when smaller
+// (else `result` and its reconstruction in `recon` stay). In a delta frame
+// the plain stream comes first: against a near version most second
+// moments cost under kRowColumnFromBits, and the band is not encoded for
+// them. *tried: whether the whole candidate was encoded.
+Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, uint64_t columns, ByteSpan base_bytes,
+                        const SourceMatch& source, const EncodeOptions& options, CodecScratch& scratch,
+                        MutableByteSpan recon, LossyResult* result, bool* tried) {
+  if (!result->used || result->params.mode != 2 ||
+      static_cast<double>(result->stored.size()) * 8 < kRowColumnFromBits * static_cast<double>(plan.length / 4))
     return Status::Ok();
-  // A tensor split over several segments has no rows here.
-  if (plan.tensor < 0) return Status::Ok();
-  const std::optional<uint64_t>& tensor_offset = tensor_offsets[plan.tensor];
-  if (!tensor_offset || plan.offset < *tensor_offset) return Status::Ok();
-  const std::optional<uint64_t> columns =
-      ChunkColumns(layout.tensors[plan.tensor], (plan.offset - *tensor_offset) / 4, n);
-  if (!columns) return Status::Ok();
-  if (!RowColumnSamplePays(file, plan, *columns, source, options, scratch, recon, result->stored.size()))
-    return Status::Ok();
-  const ByteSpan data = file.subspan(plan.offset, plan.length);
-  std::optional<std::vector<std::byte>> block = lossy::FitRowColumnBase(data, *columns);
-  if (!block) return Status::Ok();
-  MutableByteSpan base(scratch.step_inputs[3].Reserve(plan.length), plan.length);
-  if (!lossy::SynthesizeRowColumnBase(*block, *columns, base)) return Status::Ok();
-  *tried = true;
   MutableByteSpan range = recon.subspan(plan.offset, plan.length);
+  if (plan.length / 4 / columns >= kRowColumnSampleRows) {
+    // The band's encodes write over its reconstruction: put it back.
+    std::byte* plain_recon = scratch.step_inputs[2].Reserve(plan.length);
+    std::copy(range.begin(), range.end(), plain_recon);
+    int64_t saved = 0;
+    const BandVerdict verdict =
+        RowColumnBandVerdict(file, plan, columns, base_bytes, source, options, scratch, recon, &saved);
+    std::copy(plain_recon, plain_recon + plan.length, range.begin());
+    if (verdict != BandVerdict::kRowColumn) return Status::Ok();
+  }
+  *tried = true;
   std::byte* kept = scratch.step_inputs[2].Reserve(plan.length);
   std::copy(range.begin(), range.end(), kept);
   LossyResult candidate;
-  RETURN_IF_ERROR(EncodeLossy(file, plan, base, source, nullptr, options, options.lossy_kernels, scratch,
-                              recon.data(), &candidate));
-  if (candidate.used && candidate.params.delta() && candidate.params.mode == 2 &&
-      candidate.stored.size() + block->size() < result->stored.size()) {
-    candidate.stored.insert(candidate.stored.begin(), block->begin(), block->end());
-    candidate.params.flags &= static_cast<uint8_t>(~LossyChunkParams::kFlagDelta);
-    candidate.params.row_column = RowColumnTerm{static_cast<uint32_t>(*columns), block->size()};
+  bool ok = false;
+  RETURN_IF_ERROR(EncodeWithRowColumnBase(file, plan, columns, source, options, scratch, recon, &candidate, &ok));
+  if (ok && candidate.stored.size() < result->stored.size()) {
     *result = std::move(candidate);
   } else {
     std::copy(kept, kept + plan.length, range.begin());
@@ -313,15 +352,32 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
       scaled = PredictScaledBase(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, scratch);
       stages.Add(EncodeStage::kPrediction, timer.Seconds());
     }
+    // A key frame's row-column candidate, decided on a band of rows: then
+    // only the winner is encoded whole.
+    const std::optional<uint64_t> columns = RowColumnColumns(plan[i], layout, tensor_offsets);
+    BandVerdict verdict = BandVerdict::kNoBand;
+    if (columns && base_bytes.empty()) {
+      StageTimer timer;
+      int64_t saved = 0;
+      verdict = RowColumnBandVerdict(file, plan[i], *columns, base_bytes, source, options, scratch, recon, &saved);
+      bool kept = false;
+      if (verdict == BandVerdict::kRowColumn) {
+        statuses[i] = EncodeWithRowColumnBase(file, plan[i], *columns, source, options, scratch, recon,
+                                              &lossy_results[i], &kept);
+        if (!statuses[i].ok()) return;
+      }
+      stages.Add(EncodeStage::kRowColumn, timer.Seconds(), verdict != BandVerdict::kNoBand, kept, kept ? saved : 0);
+      if (kept) return;
+    }
     StageTimer lossy_timer;
     statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, scaled ? &*scaled : nullptr, options,
                               options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
     stages.Add(EncodeStage::kLossy, lossy_timer.Seconds());
-    if (statuses[i].ok()) {
+    if (statuses[i].ok() && columns && verdict == BandVerdict::kNoBand) {
       StageTimer timer;
       const size_t before = lossy_results[i].stored.size();
       bool tried = false;
-      statuses[i] = TryRowColumnBase(file, plan[i], layout, tensor_offsets, source, options, scratch, recon,
+      statuses[i] = TryRowColumnBase(file, plan[i], *columns, base_bytes, source, options, scratch, recon,
                                      &lossy_results[i], &tried);
       const bool kept = lossy_results[i].params.row_column.has_value();
       stages.Add(EncodeStage::kRowColumn, timer.Seconds(), tried, kept,
