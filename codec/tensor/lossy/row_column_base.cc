@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace ckptfs::lossy {
 namespace {
@@ -77,26 +82,81 @@ std::optional<std::vector<std::byte>> FitRowColumnBase(ByteSpan values, uint64_t
   return block;
 }
 
-bool SynthesizeRowColumnBase(ByteSpan block, uint64_t columns, MutableByteSpan out) {
+namespace {
+
+// One row's elements c in [from, columns): e = clamp(sum + column[c]).
+void SynthesizeRowPortable(int32_t sum, const int8_t* column, uint64_t from, uint64_t columns, std::byte* at) {
+  for (uint64_t c = from; c < columns; ++c) {
+    const int32_t e = std::clamp<int32_t>(sum + column[c], kLowest, kHighest);
+    // e >> 3 is floor(e / 8) and e & 7 its remainder, negative e included.
+    // ldexp(kEighths[e & 7], e >> 3) is a normal float for every e in
+    // [kLowest, kHighest] (its exponent in [-126, 127]): the eighth's bits
+    // with e >> 3 added to the exponent field, exactly.
+    const uint32_t eighth = std::bit_cast<uint32_t>(kEighths[e & 7]);
+    StoreLE32(at + 4 * c, eighth + static_cast<uint32_t>((e >> 3) * (int32_t{1} << 23)));
+  }
+}
+
+#if defined(__x86_64__)
+// SynthesizeRowPortable 8 lanes wide: the eighths are one register
+// (a permute), the exponent a shift. Same bits.
+__attribute__((target("avx2"))) uint64_t SynthesizeRowAvx2(int32_t sum, const int8_t* column, uint64_t columns,
+                                                           std::byte* at) {
+  __m256i table;
+  std::memcpy(&table, kEighths, sizeof table);
+  const __m256i lo = _mm256_set1_epi32(static_cast<int32_t>(kLowest));
+  const __m256i hi = _mm256_set1_epi32(static_cast<int32_t>(kHighest));
+  const __m256i seven = _mm256_set1_epi32(7);
+  const __m256i s = _mm256_set1_epi32(sum);
+  uint64_t c = 0;
+  for (; c + 8 <= columns; c += 8) {
+    const __m256i col = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(column + c)));
+    const __m256i e = _mm256_max_epi32(lo, _mm256_min_epi32(hi, _mm256_add_epi32(s, col)));
+    const __m256i eighth = _mm256_permutevar8x32_epi32(table, _mm256_and_si256(e, seven));
+    const __m256i bits = _mm256_add_epi32(eighth, _mm256_slli_epi32(_mm256_srai_epi32(e, 3), 23));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(at + 4 * c), bits);
+  }
+  return c;
+}
+#endif
+
+bool Synthesize(ByteSpan block, uint64_t columns, MutableByteSpan out, bool vector) {
   const uint64_t n = out.size() / 4;
   if (columns == 0 || n % columns != 0 || block.size() != RowColumnBlockSize(n / columns, columns)) return false;
   const uint64_t rows = n / columns;
-  const int64_t global = static_cast<int32_t>(LoadLE32(block.data()));
+  // Clamped first (row and column add at most 254 in size): the sums below
+  // stay in int32 and clamp to the same e as unbounded ones would.
+  const int32_t global =
+      static_cast<int32_t>(std::clamp<int64_t>(static_cast<int32_t>(LoadLE32(block.data())), kLowest - 512, kHighest + 512));
   const auto* row = reinterpret_cast<const int8_t*>(block.data() + 4);
   const auto* column = row + rows;
   for (uint64_t r = 0; r < rows; ++r) {
     std::byte* at = out.data() + 4 * r * columns;
-    for (uint64_t c = 0; c < columns; ++c) {
-      const int64_t e = std::clamp<int64_t>(global + row[r] + column[c], kLowest, kHighest);
-      // e >> 3 is floor(e / 8) and e & 7 its remainder, negative e included.
-      // ldexp(kEighths[e & 7], e >> 3) is a normal float for every e in
-      // [kLowest, kHighest] (its exponent in [-126, 127]): the eighth's bits
-      // with e >> 3 added to the exponent field, exactly.
-      const uint32_t eighth = std::bit_cast<uint32_t>(kEighths[e & 7]);
-      StoreLE32(at + 4 * c, eighth + static_cast<uint32_t>(static_cast<int32_t>(e >> 3) * (int32_t{1} << 23)));
-    }
+    const int32_t sum = global + row[r];
+    uint64_t from = 0;
+#if defined(__x86_64__)
+    if (vector) from = SynthesizeRowAvx2(sum, column, columns, at);
+#else
+    (void)vector;
+#endif
+    SynthesizeRowPortable(sum, column, from, columns, at);
   }
   return true;
+}
+
+}  // namespace
+
+bool SynthesizeRowColumnBase(ByteSpan block, uint64_t columns, MutableByteSpan out) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+#else
+  constexpr bool avx2 = false;
+#endif
+  return Synthesize(block, columns, out, avx2);
+}
+
+bool SynthesizeRowColumnBasePortable(ByteSpan block, uint64_t columns, MutableByteSpan out) {
+  return Synthesize(block, columns, out, false);
 }
 
 }  // namespace ckptfs::lossy

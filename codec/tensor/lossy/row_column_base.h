@@ -35,5 +35,7 @@ std::optional<std::vector<std::byte>> FitRowColumnBase(ByteSpan values, uint64_t
 // [-126 * 8, 127 * 8 + 7], computed as the float nearest 2^((e mod 8) / 8)
 // times 2^floor(e / 8), exact. false when the sizes disagree.
 bool SynthesizeRowColumnBase(ByteSpan block, uint64_t columns, MutableByteSpan out);
+// The same without the vector kernel (same bits; tests compare the two).
+bool SynthesizeRowColumnBasePortable(ByteSpan block, uint64_t columns, MutableByteSpan out);
 
 }  // namespace ckptfs::lossy

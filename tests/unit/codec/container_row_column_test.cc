@@ -76,6 +76,26 @@ std::vector<float> OuterProduct(size_t rows, size_t columns, double noise, uint3
   return v;
 }
 
+// The vector kernel writes the portable code's bits: random rows and
+// columns, globals at and past both clamps (a hostile block may hold any
+// int32), widths that are no multiple of 8.
+TEST(RowColumnBase, VectorSynthesisMatchesThePortableCode) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> eighth(-127, 127);
+  for (int32_t global : {0, -1000, 1000, -1100, 1100, -2000000000, 2000000000, INT32_MIN, INT32_MAX}) {
+    for (uint64_t columns : {uint64_t{1}, uint64_t{7}, uint64_t{8}, uint64_t{37}}) {
+      const uint64_t rows = 5;
+      std::vector<std::byte> block(lossy::RowColumnBlockSize(rows, columns));
+      StoreLE32(block.data(), static_cast<uint32_t>(global));
+      for (size_t k = 4; k < block.size(); ++k) block[k] = std::byte(static_cast<uint8_t>(eighth(rng)));
+      std::vector<std::byte> fast(4 * rows * columns), portable(fast.size());
+      ASSERT_TRUE(lossy::SynthesizeRowColumnBase(block, columns, fast));
+      ASSERT_TRUE(lossy::SynthesizeRowColumnBasePortable(block, columns, portable));
+      EXPECT_EQ(fast, portable) << "global " << global << " columns " << columns;
+    }
+  }
+}
+
 TEST(RowColumnBase, FitRecoversAnOuterProduct) {
   const size_t rows = 60, columns = 90;
   const std::vector<float> v = OuterProduct(rows, columns, 0.0, 3);
