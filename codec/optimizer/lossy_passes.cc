@@ -166,14 +166,12 @@ Status TryLowRank(ByteSpan file, const PlannedChunk& plan, const Layout& layout,
   return Status::Ok();
 }
 
-// An update denominator's log-mode chunk encoded again as a delta frame
-// against a row-column base (codec/tensor/lossy/row_column_base.h), kept
-// when its block and stream are smaller than `result` (whose reconstruction
-// is in `recon`); otherwise `result` and `recon` stay. Only for chunks of
-// whole rows of a matrix that cost more than kRowColumnFromBits per
-// element: a key frame, or a delta against a version far back (an anchor
-// frame); a near version predicts its successor better than any outer
-// product.
+// The row-column candidate: an update denominator's log-mode chunk coded as
+// a delta frame against a row-column base (codec/tensor/lossy/
+// row_column_base.h). Only for chunks of whole rows of a matrix whose plain
+// stream costs more than kRowColumnFromBits per element: a key frame, or a
+// delta against a version far back (an anchor frame); a near version
+// predicts its successor better than any outer product.
 constexpr double kRowColumnFromBits = 1.0;
 // The candidate costs a second encode of the chunk, and on most chunks it
 // saved little (`ckptfs encode --stages` on a 201 MB MLP near
@@ -203,7 +201,7 @@ std::optional<uint64_t> RowColumnColumns(const PlannedChunk& plan, const Layout&
 
 // `plan` encoded as a delta frame against its own row-column fit: *ok when
 // the stream is a log-mode delta frame (then *out holds it with its block,
-// and its reconstruction is in `recon`). *block_bytes: the block's size.
+// and its reconstruction is in `recon`).
 Status EncodeWithRowColumnBase(ByteSpan file, const PlannedChunk& plan, uint64_t columns, const SourceMatch& source,
                                const EncodeOptions& options, CodecScratch& scratch, MutableByteSpan recon,
                                LossyResult* out, bool* ok) {
@@ -271,20 +269,21 @@ Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, uint64_t column
   if (!result->used || result->params.mode != 2 ||
       static_cast<double>(result->stored.size()) * 8 < kRowColumnFromBits * static_cast<double>(plan.length / 4))
     return Status::Ok();
+  // The plain stream's reconstruction, put back unless the candidate wins
+  // (the band's encodes and the candidate's write over it).
   MutableByteSpan range = recon.subspan(plan.offset, plan.length);
+  std::byte* kept = scratch.step_inputs[2].Reserve(plan.length);
+  std::copy(range.begin(), range.end(), kept);
   if (plan.length / 4 / columns >= kRowColumnSampleRows) {
-    // The band's encodes write over its reconstruction: put it back.
-    std::byte* plain_recon = scratch.step_inputs[2].Reserve(plan.length);
-    std::copy(range.begin(), range.end(), plain_recon);
     int64_t saved = 0;
     const BandVerdict verdict =
         RowColumnBandVerdict(file, plan, columns, base_bytes, source, options, scratch, recon, &saved);
-    std::copy(plain_recon, plain_recon + plan.length, range.begin());
-    if (verdict != BandVerdict::kRowColumn) return Status::Ok();
+    if (verdict != BandVerdict::kRowColumn) {
+      std::copy(kept, kept + plan.length, range.begin());
+      return Status::Ok();
+    }
   }
   *tried = true;
-  std::byte* kept = scratch.step_inputs[2].Reserve(plan.length);
-  std::copy(range.begin(), range.end(), kept);
   LossyResult candidate;
   bool ok = false;
   RETURN_IF_ERROR(EncodeWithRowColumnBase(file, plan, columns, source, options, scratch, recon, &candidate, &ok));

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include "codec/common/simd_level.h"
 #include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/low_rank.h"
@@ -326,43 +327,49 @@ Status LossyChunkCodec::DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx
 
 namespace {
 
-// MeasureError for one element type: four interleaved sums (the loop is
-// not serialized on one accumulator's adds; the sums' rounding differs from
-// one running sum's in the last bits only), the type decided once.
-template <float (*kLoad)(const std::byte*, size_t)>
-ErrorSums MeasureErrorTyped(const std::byte* a, const std::byte* b, size_t n) {
-  constexpr size_t kLanes = 4;
-  double err2[kLanes] = {}, ref2[kLanes] = {}, max_abs[kLanes] = {};
-  auto add = [&](size_t lane, size_t i) {
-    const double x = kLoad(a, i);
-    const bool finite = std::isfinite(x);
-    const double d = static_cast<double>(kLoad(b, i)) - x;
-    const double ad = std::isfinite(d) ? std::fabs(d) : INFINITY;
-    err2[lane] += finite ? d * d : 0.0;
-    ref2[lane] += finite ? x * x : 0.0;
-    max_abs[lane] = std::max(max_abs[lane], finite ? ad : 0.0);
-  };
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t l = 0; l < kLanes; ++l) add(l, i + l);
-  for (; i < n; ++i) add(0, i);
-  ErrorSums sums;
-  for (size_t l = 0; l < kLanes; ++l) {
-    sums.err2 += err2[l];
-    sums.ref2 += ref2[l];
-    sums.max_abs = std::max(sums.max_abs, max_abs[l]);
-  }
-  return sums;
-}
-
 float LoadF32(const std::byte* p, size_t i) { return lossy::BitsFloat(LoadLE32(p + 4 * i)); }
 float LoadF16(const std::byte* p, size_t i) { return lossy::HalfToFloat(LoadLE16(p + 2 * i)); }
 float LoadBF16(const std::byte* p, size_t i) { return lossy::Bf16ToFloat(LoadLE16(p + 2 * i)); }
 
+// MeasureError's sums in four interleaved lanes (the loop is not
+// serialized on one accumulator's adds; the sums' rounding differs from one
+// running sum's in the last bits only): element i goes to lane i % 4, a
+// tail shorter than 4 to lane 0, and the lanes are added in order.
+struct ErrorLanes {
+  double err2[4] = {}, ref2[4] = {}, max_abs[4] = {};
+  void Add(size_t lane, double x, double y) {
+    const bool finite = std::isfinite(x);
+    const double d = y - x;
+    const double ad = std::isfinite(d) ? std::fabs(d) : INFINITY;
+    err2[lane] += finite ? d * d : 0.0;
+    ref2[lane] += finite ? x * x : 0.0;
+    max_abs[lane] = std::max(max_abs[lane], finite ? ad : 0.0);
+  }
+  ErrorSums Sum() const {
+    ErrorSums sums;
+    for (size_t l = 0; l < 4; ++l) {
+      sums.err2 += err2[l];
+      sums.ref2 += ref2[l];
+      sums.max_abs = std::max(sums.max_abs, max_abs[l]);
+    }
+    return sums;
+  }
+};
+
+// MeasureError for one element type, the type decided once; elements from
+// `first` on (the vector kernels leave a tail to it).
+template <float (*kLoad)(const std::byte*, size_t)>
+ErrorSums MeasureErrorTyped(const std::byte* a, const std::byte* b, size_t n, ErrorLanes lanes = {},
+                            size_t first = 0) {
+  size_t i = first;
+  for (; i + 4 <= n; i += 4)
+    for (size_t l = 0; l < 4; ++l) lanes.Add(l, kLoad(a, i + l), kLoad(b, i + l));
+  for (; i < n; ++i) lanes.Add(0, kLoad(a, i), kLoad(b, i));
+  return lanes.Sum();
+}
+
+
 #if defined(__x86_64__)
-// MeasureErrorTyped (f32, bf16) with its four lanes in one AVX2 register: the
-// same operations on the same elements per lane, so the same sums bit for
-// bit (it was most of what weighing a step prediction cost).
 // Four elements of f32 or bf16 (bf16 is the top half of an f32) as doubles.
 template <bool kBf16>
 __attribute__((target("avx2"), always_inline)) inline __m256d LoadFour(const std::byte* p, size_t i) {
@@ -374,9 +381,11 @@ __attribute__((target("avx2"), always_inline)) inline __m256d LoadFour(const std
   }
 }
 
+// MeasureErrorTyped (f32, bf16) with its four lanes in one AVX2 register:
+// the same operations on the same elements per lane, so the same sums bit
+// for bit (it was most of what weighing a step prediction cost).
 template <bool kBf16>
 __attribute__((target("avx2"))) ErrorSums MeasureErrorAvx2(const std::byte* a, const std::byte* b, size_t n) {
-  constexpr auto kLoad = kBf16 ? LoadBF16 : LoadF32;
   const __m256d sign = _mm256_set1_pd(-0.0);
   const __m256d inf = _mm256_set1_pd(INFINITY);
   __m256d err2 = _mm256_setzero_pd(), ref2 = _mm256_setzero_pd(), max_abs = _mm256_setzero_pd();
@@ -393,27 +402,11 @@ __attribute__((target("avx2"))) ErrorSums MeasureErrorAvx2(const std::byte* a, c
     const __m256d v = _mm256_and_pd(finite, ad);
     max_abs = _mm256_blendv_pd(max_abs, v, _mm256_cmp_pd(max_abs, v, _CMP_LT_OQ));
   }
-  alignas(32) double e[4], r[4], m[4];
-  _mm256_store_pd(e, err2);
-  _mm256_store_pd(r, ref2);
-  _mm256_store_pd(m, max_abs);
-  // The tail on lane 0, then the lanes in order, as MeasureErrorTyped.
-  for (; i < n; ++i) {
-    const double x = kLoad(a, i);
-    const bool finite = std::isfinite(x);
-    const double d = static_cast<double>(kLoad(b, i)) - x;
-    const double ad = std::isfinite(d) ? std::fabs(d) : INFINITY;
-    e[0] += finite ? d * d : 0.0;
-    r[0] += finite ? x * x : 0.0;
-    m[0] = std::max(m[0], finite ? ad : 0.0);
-  }
-  ErrorSums sums;
-  for (size_t l = 0; l < 4; ++l) {
-    sums.err2 += e[l];
-    sums.ref2 += r[l];
-    sums.max_abs = std::max(sums.max_abs, m[l]);
-  }
-  return sums;
+  ErrorLanes lanes;
+  _mm256_storeu_pd(lanes.err2, err2);
+  _mm256_storeu_pd(lanes.ref2, ref2);
+  _mm256_storeu_pd(lanes.max_abs, max_abs);
+  return MeasureErrorTyped<kBf16 ? LoadBF16 : LoadF32>(a, b, n, lanes, i);
 }
 #endif
 
@@ -430,7 +423,7 @@ ErrorSums MeasureErrorPortable(DType dtype, ByteSpan a, ByteSpan b) {
 
 ErrorSums MeasureError(DType dtype, ByteSpan a, ByteSpan b) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool avx2 = CpuHasSimd(SimdLevel::kAvx2);
   if (dtype == DType::kF32 && avx2) return MeasureErrorAvx2<false>(a.data(), b.data(), a.size() / 4);
   if (dtype == DType::kBF16 && avx2) return MeasureErrorAvx2<true>(a.data(), b.data(), a.size() / 2);
 #endif

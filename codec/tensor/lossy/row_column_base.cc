@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #endif
 
+#include "codec/common/simd_level.h"
+
 namespace ckptfs::lossy {
 namespace {
 
@@ -124,7 +126,7 @@ bool Synthesize(ByteSpan block, uint64_t columns, MutableByteSpan out, bool vect
   const uint64_t n = out.size() / 4;
   if (columns == 0 || n % columns != 0 || block.size() != RowColumnBlockSize(n / columns, columns)) return false;
   const uint64_t rows = n / columns;
-  // Clamped first (row and column add at most 254 in size): the sums below
+  // Clamped first (row and column add at most 256 in size): the sums below
   // stay in int32 and clamp to the same e as unbounded ones would.
   const int32_t global =
       static_cast<int32_t>(std::clamp<int64_t>(static_cast<int32_t>(LoadLE32(block.data())), kLowest - 512, kHighest + 512));
@@ -147,11 +149,7 @@ bool Synthesize(ByteSpan block, uint64_t columns, MutableByteSpan out, bool vect
 }  // namespace
 
 bool SynthesizeRowColumnBase(ByteSpan block, uint64_t columns, MutableByteSpan out) {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-#else
-  constexpr bool avx2 = false;
-#endif
+  static const bool avx2 = CpuHasSimd(SimdLevel::kAvx2);
   return Synthesize(block, columns, out, avx2);
 }
 

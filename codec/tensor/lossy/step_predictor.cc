@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #endif
 
+#include "codec/common/simd_level.h"
 #include "codec/tensor/lossy/element_ops.h"
 
 namespace ckptfs::lossy {
@@ -135,24 +136,8 @@ CKPTFS_STEP_AVX2 void StepsF32Avx2(const std::byte* m, const std::byte* v, doubl
   for (; k < count; ++k) u[k] = StepAs<F32Elem>(m, v, eps, first + k);
 }
 
-// CombinePortable 4 lanes wide.
-CKPTFS_STEP_AVX2 void CombineAvx2(const StepPredictor& pr, const float* wb, const double* u, const double* ub,
-                                  uint64_t count, float* p) {
-  const __m256d scale = _mm256_set1_pd(pr.scale);
-  const __m256d step = _mm256_set1_pd(pr.step);
-  const __m256d base_step = _mm256_set1_pd(pr.base_step);
-  uint64_t k = 0;
-  for (; k + 4 <= count; k += 4) {
-    __m256d q = _mm256_mul_pd(scale, _mm256_cvtps_pd(_mm_loadu_ps(wb + k)));
-    q = _mm256_add_pd(q, _mm256_mul_pd(step, _mm256_loadu_pd(u + k)));
-    q = _mm256_add_pd(q, _mm256_mul_pd(base_step, _mm256_loadu_pd(ub + k)));
-    _mm_storeu_ps(p + k, _mm256_cvtpd_ps(q));
-  }
-  CombinePortable(pr, wb + k, u + k, ub + k, count - k, p + k);
-}
-
-// CombineAvx2 for f32 weights straight from and to their bytes, with the
-// not-finite fallback to w_base.
+// CombinePortable 4 lanes wide on f32 weights, with the not-finite
+// fallback to w_base (an f32 prediction that is not finite becomes w_base).
 CKPTFS_STEP_AVX2 void CombineF32Avx2(const StepPredictor& pr, const std::byte* wb_bytes, const double* u,
                                      const double* ub, uint64_t count, std::byte* out_bytes) {
   const float* wb = reinterpret_cast<const float*>(wb_bytes);
@@ -183,14 +168,7 @@ CKPTFS_STEP_AVX2 void CombineF32Avx2(const StepPredictor& pr, const std::byte* w
 // Which kernels a call uses: the vector ones when the CPU has AVX2.
 struct StepKernels {
   bool avx2 = false;
-  static StepKernels Best() {
-#if defined(__x86_64__)
-    static const bool avx2 = __builtin_cpu_supports("avx2");
-    return StepKernels{avx2};
-#else
-    return StepKernels{};
-#endif
-  }
+  static StepKernels Best() { return StepKernels{CpuHasSimd(SimdLevel::kAvx2)}; }
 };
 
 // u of elements [first, first + count) into u; all 0 without m.
@@ -225,9 +203,11 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
   Bits wb_bits[kBlock];
   std::memcpy(wb_bits, wb_p, count * sizeof(Bits));
   for (uint64_t k = 0; k < count; ++k) wb[k] = W::ToFloat(wb_bits[k]);
+  // (A not-finite f32 p that the vector kernel replaced by w_base converts
+  // back to w_base's bits below, or fails the same finiteness test.)
 #if defined(__x86_64__)
   if (kernels.avx2) {
-    CombineAvx2(pr, wb, u, ub, count, p);
+    CombineF32Avx2(pr, reinterpret_cast<const std::byte*>(wb), u, ub, count, reinterpret_cast<std::byte*>(p));
   } else {
     CombinePortable(pr, wb, u, ub, count, p);
   }
@@ -316,10 +296,8 @@ std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base)
 
 namespace {
 
-// The normal equations' sums of FitStepPredictor for element types known
-// at compile time: the steps of a block come from Steps (the vector
-// kernels), then are added in element order, so the sums have the same
-// bits with either kernels.
+// The normal equations' sums of the fit, added in element order from the
+// steps (so the same bits with either kernels).
 struct FitSums {
   double uu = 0, ub_ub = 0, u_ub = 0, ud = 0, ub_d = 0;
 };
@@ -337,41 +315,6 @@ void AddFitSums(const std::byte* w_p, const std::byte* wb_p, uint64_t first, uin
     f.u_ub += u[k] * ub[k];
     f.ud += u[k] * d;
     f.ub_d += ub[k] * d;
-  }
-}
-
-template <typename W, typename S>
-FitSums FitSumsAs(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
-  const uint64_t n = s.weight_base.size() / sizeof(typename W::Bits);
-  const std::byte* m = s.m.data();
-  const std::byte* v = s.v.empty() ? nullptr : s.v.data();
-  const std::byte* mb = s.m_base.empty() ? nullptr : s.m_base.data();
-  const std::byte* vb = s.v_base.empty() ? nullptr : s.v_base.data();
-  double u[kBlock], ub[kBlock];
-  FitSums f;
-  for (uint64_t first = 0; first < n; first += kBlock) {
-    const uint64_t count = std::min(kBlock, n - first);
-    Steps<S>(kernels, m, v, eps, first, count, u);
-    Steps<S>(kernels, mb, vb, eps, first, count, ub);
-    AddFitSums<W>(weights.data(), s.weight_base.data(), first, count, u, ub, f);
-  }
-  return f;
-}
-
-template <typename W>
-FitSums FitSumsWithState(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
-  switch (s.state_type) {
-    case ElementType::kF32: return FitSumsAs<W, F32Elem>(kernels, weights, s, eps);
-    case ElementType::kF16: return FitSumsAs<W, F16Elem>(kernels, weights, s, eps);
-    default: return FitSumsAs<W, BF16Elem>(kernels, weights, s, eps);
-  }
-}
-
-FitSums ComputeFitSums(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
-  switch (s.weight_type) {
-    case ElementType::kF32: return FitSumsWithState<F32Elem>(kernels, weights, s, eps);
-    case ElementType::kF16: return FitSumsWithState<F16Elem>(kernels, weights, s, eps);
-    default: return FitSumsWithState<BF16Elem>(kernels, weights, s, eps);
   }
 }
 
@@ -393,16 +336,9 @@ std::optional<StepPredictor> Solve(const FitSums& sums, double eps) {
   return p;
 }
 
-std::optional<StepPredictor> Fit(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps) {
-  if (s.m.empty()) return std::nullopt;
-  // Normal equations of d = w - w_base over (u, u_base).
-  return Solve(ComputeFitSums(kernels, weights, s, eps), eps);
-}
-
 template <typename W, typename S>
-std::optional<StepPredictor> FitAndPredictAs(ByteSpan weights, const StepSources& s, double eps, double* steps,
-                                             MutableByteSpan out) {
-  const StepKernels kernels = StepKernels::Best();
+std::optional<StepPredictor> FitAndPredictAs(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps,
+                                             double* steps, MutableByteSpan out) {
   using Bits = typename W::Bits;
   const uint64_t n = s.weight_base.size() / sizeof(Bits);
   double* u = steps;
@@ -410,10 +346,9 @@ std::optional<StepPredictor> FitAndPredictAs(ByteSpan weights, const StepSources
   Steps<S>(kernels, s.m.data(), s.v.empty() ? nullptr : s.v.data(), eps, 0, n, u);
   Steps<S>(kernels, s.m_base.empty() ? nullptr : s.m_base.data(), s.v_base.empty() ? nullptr : s.v_base.data(), eps,
            0, n, ub);
+  // Normal equations of d = w - w_base over (u, u_base).
   FitSums sums;
-  for (uint64_t first = 0; first < n; first += kBlock)
-    AddFitSums<W>(weights.data(), s.weight_base.data(), first, std::min(kBlock, n - first), u + first, ub + first,
-                  sums);
+  AddFitSums<W>(weights.data(), s.weight_base.data(), 0, n, u, ub, sums);
   std::optional<StepPredictor> fit = Solve(sums, eps);
   if (!fit) return std::nullopt;
   // A fit without the base term predicts as PredictWeights does without
@@ -426,12 +361,22 @@ std::optional<StepPredictor> FitAndPredictAs(ByteSpan weights, const StepSources
 }
 
 template <typename W>
-std::optional<StepPredictor> FitAndPredictWithState(ByteSpan weights, const StepSources& s, double eps, double* steps,
-                                                    MutableByteSpan out) {
+std::optional<StepPredictor> FitAndPredictWithState(StepKernels kernels, ByteSpan weights, const StepSources& s,
+                                                    double eps, double* steps, MutableByteSpan out) {
   switch (s.state_type) {
-    case ElementType::kF32: return FitAndPredictAs<W, F32Elem>(weights, s, eps, steps, out);
-    case ElementType::kF16: return FitAndPredictAs<W, F16Elem>(weights, s, eps, steps, out);
-    default: return FitAndPredictAs<W, BF16Elem>(weights, s, eps, steps, out);
+    case ElementType::kF32: return FitAndPredictAs<W, F32Elem>(kernels, weights, s, eps, steps, out);
+    case ElementType::kF16: return FitAndPredictAs<W, F16Elem>(kernels, weights, s, eps, steps, out);
+    default: return FitAndPredictAs<W, BF16Elem>(kernels, weights, s, eps, steps, out);
+  }
+}
+
+std::optional<StepPredictor> FitAndPredictWith(StepKernels kernels, ByteSpan weights, const StepSources& s,
+                                               double eps, double* steps, MutableByteSpan out) {
+  if (s.m.empty()) return std::nullopt;
+  switch (s.weight_type) {
+    case ElementType::kF32: return FitAndPredictWithState<F32Elem>(kernels, weights, s, eps, steps, out);
+    case ElementType::kF16: return FitAndPredictWithState<F16Elem>(kernels, weights, s, eps, steps, out);
+    default: return FitAndPredictWithState<BF16Elem>(kernels, weights, s, eps, steps, out);
   }
 }
 
@@ -439,20 +384,12 @@ std::optional<StepPredictor> FitAndPredictWithState(ByteSpan weights, const Step
 
 std::optional<StepPredictor> FitAndPredict(ByteSpan weights, const StepSources& s, double eps, double* steps,
                                            MutableByteSpan out) {
-  if (s.m.empty()) return std::nullopt;
-  switch (s.weight_type) {
-    case ElementType::kF32: return FitAndPredictWithState<F32Elem>(weights, s, eps, steps, out);
-    case ElementType::kF16: return FitAndPredictWithState<F16Elem>(weights, s, eps, steps, out);
-    default: return FitAndPredictWithState<BF16Elem>(weights, s, eps, steps, out);
-  }
+  return FitAndPredictWith(StepKernels::Best(), weights, s, eps, steps, out);
 }
 
-std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSources& s, double eps) {
-  return Fit(StepKernels::Best(), weights, s, eps);
-}
-
-std::optional<StepPredictor> FitStepPredictorPortable(ByteSpan weights, const StepSources& s, double eps) {
-  return Fit(StepKernels{}, weights, s, eps);
+std::optional<StepPredictor> FitAndPredictPortable(ByteSpan weights, const StepSources& s, double eps, double* steps,
+                                                   MutableByteSpan out) {
+  return FitAndPredictWith(StepKernels{}, weights, s, eps, steps, out);
 }
 
 double StepCorrelation(ByteSpan weights, const StepSources& s, double eps, uint64_t samples) {

@@ -76,18 +76,19 @@ void PredictWeightsPortable(const StepPredictor& predictor, const StepSources& s
 std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base);
 
 // Least-squares coefficients for `weights` (this version's original values,
-// n elements of weight_type) over the finite elements, with eps = `eps`.
-// nullopt when the system is degenerate (no usable regressor).
-std::optional<StepPredictor> FitStepPredictor(ByteSpan weights, const StepSources& sources, double eps);
-// The same without the vector kernels (same coefficients, bit for bit).
-std::optional<StepPredictor> FitStepPredictorPortable(ByteSpan weights, const StepSources& sources, double eps);
-
-// FitStepPredictor, then PredictWeights of its coefficients into `out`
-// (without the base's moments when the fit left their term out), with
-// each element's steps computed once: `steps` holds 2n doubles of working
-// memory. The same coefficients and bits as the two calls.
+// n elements of weight_type) over the finite elements, with eps = `eps`
+// (nullopt when the system is degenerate: no usable regressor), and
+// PredictWeights of them into `out`, without the base's moments when the
+// fit left their term out (base_step == 0), as a decoder then computes it.
+// Each element's steps are computed once: `steps` holds 2n doubles of
+// working memory. REQUIRES: CheckStepSources(sources).ok(), out.size() ==
+// sources.weight_base.size().
 std::optional<StepPredictor> FitAndPredict(ByteSpan weights, const StepSources& sources, double eps, double* steps,
                                            MutableByteSpan out);
+// The same without the vector kernels (same coefficients and bits; tests
+// compare the two).
+std::optional<StepPredictor> FitAndPredictPortable(ByteSpan weights, const StepSources& sources, double eps,
+                                                   double* steps, MutableByteSpan out);
 
 // The correlation of the update (weights - weight_base) with u over at most
 // `samples` evenly spaced elements: cheap evidence that m and v belong to

@@ -49,7 +49,9 @@ TEST(StepPredictor, FitRecoversTheCoefficientsAndPredictsBitForBit) {
     w[i] = static_cast<float>(wb[i] - 2e-3 * u - 1e-3 * ub);
   }
   std::vector<std::byte> w_b = F32Bytes(w);
-  std::optional<lossy::StepPredictor> fit = lossy::FitStepPredictor(w_b, s, 1e-8);
+  std::vector<double> steps(2 * kN);
+  std::vector<std::byte> fitted(w_b.size());
+  std::optional<lossy::StepPredictor> fit = lossy::FitAndPredict(w_b, s, 1e-8, steps.data(), fitted);
   ASSERT_TRUE(fit.has_value());
   EXPECT_NEAR(fit->step, -2e-3, 1e-6);
   EXPECT_NEAR(fit->base_step, -1e-3, 1e-6);
@@ -59,13 +61,14 @@ TEST(StepPredictor, FitRecoversTheCoefficientsAndPredictsBitForBit) {
   lossy::PredictWeights(*fit, s, p1);
   lossy::PredictWeights(*fit, s, p2);
   EXPECT_EQ(p1, p2);
+  EXPECT_EQ(p1, fitted);
   for (size_t i = 0; i < kN; ++i) EXPECT_NEAR(F32At(p1, i), w[i], 1e-6f) << i;
 
   // Without the base step the fit takes u alone.
   lossy::StepSources no_base = s;
   no_base.m_base = no_base.v_base = ByteSpan();
   ASSERT_TRUE(lossy::CheckStepSources(no_base).ok());
-  fit = lossy::FitStepPredictor(w_b, no_base, 1e-8);
+  fit = lossy::FitAndPredict(w_b, no_base, 1e-8, steps.data(), fitted);
   ASSERT_TRUE(fit.has_value());
   EXPECT_EQ(fit->base_step, 0.0);
 }
@@ -174,24 +177,21 @@ TEST(StepPredictor, VectorKernelsMatchThePortableCodeBitForBit) {
           ASSERT_TRUE(lossy::CheckStepSources(s).ok());
           const std::string where = fmt::format("weights {} state {} n {} v {} base {}", static_cast<int>(wt),
                                                 static_cast<int>(st), n, has_v, has_base);
-          const std::optional<lossy::StepPredictor> fit = lossy::FitStepPredictor(w, s, 1e-8);
-          const std::optional<lossy::StepPredictor> portable_fit = lossy::FitStepPredictorPortable(w, s, 1e-8);
+          // Fitted and predicted: the same coefficients and bits with either
+          // kernels, and the same prediction as PredictWeights computes
+          // from the coefficients (without the base's moments when the fit
+          // left their term out): what a decoder reads.
+          std::vector<double> steps(2 * n);
+          std::vector<std::byte> joint(wb.size()), portable_joint(wb.size()), apart(wb.size());
+          const std::optional<lossy::StepPredictor> fit = lossy::FitAndPredict(w, s, 1e-8, steps.data(), joint);
+          const std::optional<lossy::StepPredictor> portable_fit =
+              lossy::FitAndPredictPortable(w, s, 1e-8, steps.data(), portable_joint);
           ASSERT_EQ(fit.has_value(), portable_fit.has_value()) << where;
           if (fit) {
             EXPECT_EQ(std::bit_cast<uint64_t>(fit->step), std::bit_cast<uint64_t>(portable_fit->step)) << where;
             EXPECT_EQ(std::bit_cast<uint64_t>(fit->base_step), std::bit_cast<uint64_t>(portable_fit->base_step))
                 << where;
-          }
-          // Fitted and predicted in one call: the same coefficients and bits
-          // as the two portable calls (without the base's moments when the
-          // fit left their term out).
-          std::vector<double> steps(2 * n);
-          std::vector<std::byte> joint(wb.size()), apart(wb.size());
-          const std::optional<lossy::StepPredictor> joint_fit = lossy::FitAndPredict(w, s, 1e-8, steps.data(), joint);
-          ASSERT_EQ(joint_fit.has_value(), portable_fit.has_value()) << where;
-          if (joint_fit) {
-            EXPECT_EQ(std::bit_cast<uint64_t>(joint_fit->step), std::bit_cast<uint64_t>(portable_fit->step));
-            EXPECT_EQ(std::bit_cast<uint64_t>(joint_fit->base_step), std::bit_cast<uint64_t>(portable_fit->base_step));
+            EXPECT_EQ(joint, portable_joint) << where;
             lossy::StepSources used = s;
             if (portable_fit->base_step == 0.0) used.m_base = used.v_base = ByteSpan();
             lossy::PredictWeightsPortable(*portable_fit, used, apart);
