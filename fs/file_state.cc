@@ -61,6 +61,7 @@ Status Filesystem::RevalidateLocked(Inode& inode, const struct stat& st) {
                                  before.logical_size == f.manifest.logical_size));
   if (!same || !had_manifest) {  // a plain file may have been rewritten by anyone
     f.content.reset();
+    f.committed_from.reset();
     ++f.content_gen;
   }
   return Status::Ok();
@@ -175,6 +176,7 @@ void Filesystem::MaybeQueueCommitLocked(const std::shared_ptr<Inode>& inode) {
     return;
   }
   if (!f.dirty && !(f.has_manifest && f.manifest.kind == ManifestKind::kStaging)) {
+    f.committed_from = f.staging;
     f.staging.reset();  // opened for writing but unchanged, or committed by fsync
     f.phase = f.has_manifest ? FilePhase::kCommitted : FilePhase::kPlain;
     ++f.content_gen;  // the kernel's pages hold the staged bytes, not a lossy reconstruction
@@ -337,6 +339,7 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
       return;
     }
     f.phase = FilePhase::kCommitted;
+    f.committed_from = f.staging;
     done = std::move(f.staging);
     superseded.swap(f.superseded);
   }

@@ -50,6 +50,10 @@ struct FileHandle {
   // writer, and the (asynchronous) RELEASE that queues the commit is on its
   // way. Counted in Filesystem::closing_handles_ until then.
   std::atomic<bool> closing{false};
+  // The staging file this handle last read from (guarded by inode->mu):
+  // after the commit of those bytes it keeps reading them, not the
+  // reconstruction (FileState::committed_from).
+  std::shared_ptr<StagingFile> staged_bytes;
   // Where this handle reads a committed blob (decoding ahead).
   ReadAhead::Stream read_stream;
 };

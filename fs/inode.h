@@ -58,6 +58,12 @@ struct FileState {
   // commit changes it (RevalidateLocked).
   struct timespec loaded_ctime {};
   ino_t parent_dir = 0;                           // last directory seen naming it (delta scope)
+  // The staging file whose bytes the committed content was encoded from
+  // (what readers got until the commit). A handle that read them goes on
+  // reading them (FileHandle::staged_bytes), so that one open never mixes
+  // staged bytes with a lossy reconstruction: a copy made while the file
+  // is being committed gets one version or the other, whole.
+  std::weak_ptr<StagingFile> committed_from;
 
   // The bytes changed: a new content generation, differing from the
   // committed content. `touch_times` (write, truncate) also sets mtime and

@@ -23,9 +23,13 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fu
     std::lock_guard<std::mutex> lock(inode.mu);
     s = LoadLocked(inode);
     if (s.ok()) {
-      if (inode.file.phase == FilePhase::kStaging || inode.file.phase == FilePhase::kEncoding) {
-        staging = inode.file.staging;
+      FileState& f = inode.file;
+      if (f.phase == FilePhase::kStaging || f.phase == FilePhase::kEncoding) {
+        staging = handle->staged_bytes = f.staging;
+      } else if (handle->staged_bytes && f.committed_from.lock() == handle->staged_bytes) {
+        staging = handle->staged_bytes;  // this open began on the staged bytes: no mix
       } else {
+        handle->staged_bytes.reset();
         auto c = ContentLocked(inode);
         if (c.ok()) content = *c;
         else s = c.status();

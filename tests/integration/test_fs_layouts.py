@@ -228,6 +228,41 @@ def test_copy_of_a_lossy_file_is_stored_once(store):
             assert a.read() == b.read()
 
 
+def test_an_open_that_began_before_the_commit_reads_one_version(store, tmp_path):
+    """A copy made while a lossy file is committed (Lightning's `last.ckpt`,
+    a `cp` right after the save) must not get the staged bytes up to the
+    commit and the reconstruction after it: that mix fails the zip's CRCs.
+    An open that read staged bytes goes on reading them; an open after the
+    commit reads the reconstruction whole."""
+    store.mount("lossy=on")
+    ref = tmp_path / "ref.ckpt"
+    torch.save({"state_dict": {f"w{i}": torch.randn(512, 512) for i in range(4)}}, ref)
+    raw = ref.read_bytes()
+    p = store.path("epoch=0.ckpt")
+    head = 64 << 10
+    with open(p, "wb") as w:
+        w.write(raw)
+        w.flush()
+        reader = open(p, "rb", buffering=0)
+        first = reader.read(head)
+    # The writer's close queues the commit; the reader is still open.
+    deadline = time.time() + 60
+    while xattr(p, "state") != "committed":
+        assert time.time() < deadline, "not committed"
+        time.sleep(0.02)
+    store.wait_idle()
+    rest = b""
+    while chunk := reader.read(1 << 20):
+        rest += chunk
+    reader.close()
+    assert first + rest == raw
+    with open(p, "rb") as f:
+        after = f.read()
+    assert "lossy" in xattr(p, "codec") and after != raw  # the reconstruction differs
+    assert len(after) == len(raw)
+    torch.load(p)  # whole and consistent
+
+
 def test_ranks_written_by_two_daemons_into_one_store(store, tmp_path):
     """Two nodes, one shared store: each daemon writes its rank's file of
     every step; a daemon's first file of a rank it never wrote (a restart
