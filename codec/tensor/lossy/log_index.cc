@@ -6,6 +6,9 @@
 // element order, so every output equals the scalar one bit for bit.
 #include "codec/tensor/lossy/log_index.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "codec/common/simd_level.h"
 
 #if defined(__x86_64__)
@@ -106,6 +109,33 @@ CKPTFS_LOG_AVX2 __m256i OnGridLanes(__m256i v) {
   return _mm256_and_si256(_mm256_cmpgt_epi32(v, _mm256_setzero_si256()),
                           _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), v));
 }
+
+// The eight `bits`-bit symbols of a group that starts on a byte, for bits
+// <= 15: lanes 0-3 from the 8 bytes at the group, lanes 4-7 from the 8
+// bytes at its byte (4 bits) / 8, each shifted by its own count (no 64-bit
+// window is overrun: r + 4 bits <= 64). It reads exactly what SymbolAt
+// reads for lanes 0 and 4.
+struct GroupUnpacker {
+  __m256i shift_lo, shift_hi, mask;
+  uint32_t hi_byte;
+};
+CKPTFS_LOG_AVX2 GroupUnpacker MakeGroupUnpacker(uint32_t bits) {
+  const int64_t b = bits, r = (4 * b) % 8;
+  return {_mm256_setr_epi64x(0, b, 2 * b, 3 * b), _mm256_setr_epi64x(r, r + b, r + 2 * b, r + 3 * b),
+          _mm256_set1_epi32(static_cast<int>((1u << bits) - 1)), static_cast<uint32_t>(4 * bits / 8)};
+}
+CKPTFS_LOG_AVX2 __m256i UnpackGroup(const GroupUnpacker& u, const std::byte* group) {
+  uint64_t w0, w1;
+  std::memcpy(&w0, group, 8);  // little-endian host, as SymbolAt's le64toh
+  std::memcpy(&w1, group + u.hi_byte, 8);
+  const __m256i lo = _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<int64_t>(w0)), u.shift_lo);
+  const __m256i hi = _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<int64_t>(w1)), u.shift_hi);
+  const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  const __m256i v = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(lo, low_dwords),
+                                       _mm256_permutevar8x32_epi32(hi, low_dwords), 0xF0);
+  return _mm256_and_si256(v, u.mask);
+}
+inline constexpr uint32_t kMaxGroupUnpackBits = 15;
 
 struct Located {
   __m256i q, value;
@@ -441,12 +471,19 @@ __attribute__((target("avx2"))) void DecodeDeltaF32Avx2(const LogGrid& grid, con
   const uint32_t mask = (1u << bits) - 1;
   const int* level_bits = reinterpret_cast<const int*>(table.level_bits.data());
   alignas(32) uint32_t syms[8];
+  const bool vector_unpack = bits <= kMaxGroupUnpackBits;
+  const GroupUnpacker unpacker = MakeGroupUnpacker(std::min(bits, kMaxGroupUnpackBits));
   uint64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     // The group's symbols start on a byte (i is a multiple of 8).
     const std::byte* group = packed + i / 8 * bits;
-    for (uint32_t l = 0; l < 8; ++l) syms[l] = SymbolAt(group, l, bits, mask);
-    const __m256i stored_sym = _mm256_load_si256(reinterpret_cast<const __m256i*>(syms));
+    __m256i stored_sym;
+    if (vector_unpack) {
+      stored_sym = UnpackGroup(unpacker, group);
+    } else {
+      for (uint32_t l = 0; l < 8; ++l) syms[l] = SymbolAt(group, l, bits, mask);
+      stored_sym = _mm256_load_si256(reinterpret_cast<const __m256i*>(syms));
+    }
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 4 * i));
     __m256i sym = stored_sym;
     if (zero_carry) {  // over a +0.0 base element, symbols 0 and 1 exchange
@@ -481,6 +518,7 @@ __attribute__((target("avx2"))) void DecodeDeltaF32Avx2(const LogGrid& grid, con
     const __m256i abnormal = _mm256_cmpgt_epi32(_mm256_abs_epi32(e), _mm256_set1_epi32(126));
     slow |= _mm256_movemask_epi8(_mm256_andnot_si256(is_zero, abnormal));
     if (slow != 0) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(syms), stored_sym);
       for (uint32_t l = 0; l < 8; ++l)
         StoreLogBits<F32Elem>(out, i + l,
                               DecodeLogElement<F32Elem>(grid, syms[l], base, i + l, origin, shift, zero_carry));
