@@ -261,6 +261,13 @@ def test_an_open_that_began_before_the_commit_reads_one_version(store, tmp_path)
     assert "lossy" in xattr(p, "codec") and after != raw  # the reconstruction differs
     assert len(after) == len(raw)
     torch.load(p)  # whole and consistent
+    # What that open read, written back as a copy (last.ckpt), names the
+    # same blob: the staged bytes' content key leads to it.
+    copy = store.path("last.ckpt")
+    with open(copy, "wb") as f:
+        f.write(first + rest)
+    store.wait_idle()
+    assert xattr(copy, "object") == xattr(p, "object")
 
 
 def test_ranks_written_by_two_daemons_into_one_store(store, tmp_path):
