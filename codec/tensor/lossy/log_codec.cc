@@ -355,7 +355,8 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
 }
 
 // `packed` has kPackedSlack readable bytes past its end. With avx512 an
-// f32 key frame's table decode runs by AVX-512, and with a vector_table
+// f32 key frame's table decode runs by AVX-512 (with avx2 by AVX2, for
+// symbols up to kMaxKeyTableAvx2Bits), and with a vector_table
 // (see DecodeDeltaF32Avx2's requirements) an f32 delta frame by AVX-512
 // (its small tables) or AVX2.
 // Decodes the elements of a log stream slice by slice: [first, first +
@@ -367,10 +368,10 @@ class LogSliceDecoder {
  public:
   using Bits = typename E::Bits;
   LogSliceDecoder(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, bool zero_carry, ByteSpan packed,
-                  ByteSpan base, MutableByteSpan out, bool avx512, const LogFractionTable* vector_table)
+                  ByteSpan base, MutableByteSpan out, bool avx512, bool avx2, const LogFractionTable* vector_table)
       : grid_(grid), bits_(bits), mask_((1u << bits) - 1), origin_(origin), shift_(shift), zero_carry_(zero_carry),
         packed_(packed),
-        base_(base), out_(out), avx512_(avx512), vector_table_(vector_table) {
+        base_(base), out_(out), avx512_(avx512), avx2_(avx2), vector_table_(vector_table) {
     const uint64_t n = out.size() / sizeof(Bits);
     if (base.empty() && bits <= kMaxTableBits && (uint64_t{1} << bits) <= n) {
       // A key frame predicts every element from the origin, so a symbol alone
@@ -389,6 +390,10 @@ class LogSliceDecoder {
       if constexpr (std::is_same_v<E, F32Elem>) {
         if (avx512_) {
           DecodeKeyTableF32Avx512(table_.data(), p, bits_, n, out);
+          return Status::Ok();
+        }
+        if (avx2_ && bits_ <= kMaxKeyTableAvx2Bits) {
+          DecodeKeyTableF32Avx2(table_.data(), p, bits_, n, out);
           return Status::Ok();
         }
       }
@@ -418,7 +423,7 @@ class LogSliceDecoder {
   bool zero_carry_;
   ByteSpan packed_, base_;
   MutableByteSpan out_;
-  bool avx512_;
+  bool avx512_, avx2_;
   const LogFractionTable* vector_table_;
   std::vector<Bits> table_;
 };
@@ -542,7 +547,7 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list));
   auto run = [&]<typename E>(bool vector_ok) {
     LogSliceDecoder<E> decoder(*grid, h.bits, origin, shift, (h.flags & kFlagZeroCarry) != 0, packed, base, out,
-                               vector_ok && avx512,
+                               vector_ok && avx512, vector_ok && avx2,
                                vector_ok ? vector_table : nullptr);
     return DecodeInSlices(n, sizeof(typename E::Bits), exact, hash, out,
                           [&](uint64_t first, uint64_t count) { return decoder.Slice(first, count); });

@@ -135,6 +135,7 @@ CKPTFS_LOG_AVX2 __m256i UnpackGroup(const GroupUnpacker& u, const std::byte* gro
                                        _mm256_permutevar8x32_epi32(hi, low_dwords), 0xF0);
   return _mm256_and_si256(v, u.mask);
 }
+static_assert(kMaxKeyTableAvx2Bits <= 15, "GroupUnpacker's limit");
 inline constexpr uint32_t kMaxGroupUnpackBits = 15;
 
 struct Located {
@@ -457,6 +458,19 @@ __attribute__((target("avx2"))) uint64_t PackSymbolsAvx2(const uint32_t* symbols
   return zeros;
 }
 
+__attribute__((target("avx2"))) void DecodeKeyTableF32Avx2(const uint32_t* table, const std::byte* packed,
+                                                           uint32_t bits, uint64_t n, std::byte* out) {
+  const GroupUnpacker unpacker = MakeGroupUnpacker(bits);
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i sym = UnpackGroup(unpacker, packed + i / 8 * bits);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * i),
+                        _mm256_i32gather_epi32(reinterpret_cast<const int*>(table), sym, 4));
+  }
+  const uint32_t mask = (1u << bits) - 1;
+  for (; i < n; ++i) StoreLogBits<F32Elem>(out, i, table[SymbolAt(packed, i, bits, mask)]);
+}
+
 __attribute__((target("avx2"))) void DecodeDeltaF32Avx2(const LogGrid& grid, const LogFractionTable& table,
                                                         const std::byte* packed, uint32_t bits, int64_t origin,
                                                         int64_t shift, bool zero_carry, const std::byte* base,
@@ -545,6 +559,7 @@ void IndexPassF32Avx2(const LogGrid&, const LogFractionTable&, const std::byte*,
 void SymbolPassAvx2(const int32_t*, const int32_t*, int64_t, int64_t, uint64_t, uint32_t*, LogWidthCounts*) {}
 void DecodeDeltaF32Avx2(const LogGrid&, const LogFractionTable&, const std::byte*, uint32_t, int64_t, int64_t, bool,
                         const std::byte*, uint64_t, std::byte*) {}
+void DecodeKeyTableF32Avx2(const uint32_t*, const std::byte*, uint32_t, uint64_t, std::byte*) {}
 
 #endif
 

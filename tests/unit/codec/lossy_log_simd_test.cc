@@ -225,6 +225,38 @@ TEST(LossyLogSimd, DeltaDecodeEqualsDecodeLogElement) {
   }
 }
 
+// The key frame's table decode (out[i] = table[symbol i]) by AVX2 and, where
+// the CPU has it, AVX-512, against the symbols read one by one: every width
+// the AVX2 path takes, lengths around the group sizes.
+TEST(LossyLogSimd, KeyTableDecodeEqualsTheTableLookup) {
+  if (!LogSimdAvailable()) GTEST_SKIP() << "no AVX2";
+  std::mt19937_64 rng(12);
+  for (uint32_t bits = 1; bits <= kMaxKeyTableAvx2Bits; ++bits) {
+    std::vector<uint32_t> table(size_t{1} << bits);
+    for (uint32_t& t : table) t = static_cast<uint32_t>(rng());
+    for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{15}, size_t{16}, size_t{17}, size_t{1000} + bits}) {
+      SCOPED_TRACE("bits " + std::to_string(bits) + " n " + std::to_string(n));
+      std::vector<std::byte> packed((n * bits + 7) / 8 + 8);
+      for (std::byte& b : packed) b = std::byte(rng() & 0xff);
+      const uint32_t mask = (1u << bits) - 1;
+      std::vector<uint32_t> want(n);
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t word;
+        std::memcpy(&word, packed.data() + i * bits / 8, 8);
+        want[i] = table[static_cast<uint32_t>(word >> (i * bits % 8)) & mask];
+      }
+      std::vector<uint32_t> got(n);
+      DecodeKeyTableF32Avx2(table.data(), packed.data(), bits, n, reinterpret_cast<std::byte*>(got.data()));
+      ASSERT_EQ(got, want);
+      if (LogAvx512Available()) {
+        std::fill(got.begin(), got.end(), 0);
+        DecodeKeyTableF32Avx512(table.data(), packed.data(), bits, n, reinterpret_cast<std::byte*>(got.data()));
+        ASSERT_EQ(got, want);
+      }
+    }
+  }
+}
+
 TEST(LossyLogSimd, ChunksEncodeAsTheScalarReference) {
   if (!LogSimdAvailable()) GTEST_SKIP() << "no AVX2";
   std::vector<SimdLevel> levels = {SimdLevel::kAvx2};
