@@ -163,6 +163,51 @@ CKPTFS_STEP_AVX2 void CombineF32Avx2(const StepPredictor& pr, const std::byte* w
     out[k] = std::isfinite(p) ? p : wb[k];
   }
 }
+
+// CombineBlock for bf16 weights, 8 elements at a time (the rest are left
+// to the caller; returns how many were done): the same double operations
+// as CombineF32Avx2 on the weights widened to f32, then the bf16 rounding
+// of FloatToBf16 (to nearest, ties to even; p is finite there) and its
+// finiteness test. A p that is not finite, or rounds to an infinity,
+// keeps w_base's bits, which is what the scalar path gives (it rounds
+// w_base itself then, exactly).
+// scale w + step u + base_step ub of four elements, as CombineF32Avx2.
+CKPTFS_STEP_AVX2 inline __m128 Combine4(__m256d scale, __m256d step, __m256d base_step, __m128 w, const double* u,
+                                        const double* ub) {
+  __m256d q = _mm256_mul_pd(scale, _mm256_cvtps_pd(w));
+  q = _mm256_add_pd(q, _mm256_mul_pd(step, _mm256_loadu_pd(u)));
+  q = _mm256_add_pd(q, _mm256_mul_pd(base_step, _mm256_loadu_pd(ub)));
+  return _mm256_cvtpd_ps(q);
+}
+
+CKPTFS_STEP_AVX2 uint64_t CombineBf16Avx2(const StepPredictor& pr, const std::byte* wb_bytes, const double* u,
+                                          const double* ub, uint64_t count, std::byte* out_bytes) {
+  const __m256d scale = _mm256_set1_pd(pr.scale);
+  const __m256d step = _mm256_set1_pd(pr.step);
+  const __m256d base_step = _mm256_set1_pd(pr.base_step);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  const __m256i exponent = _mm256_set1_epi32(0x7f80);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i half = _mm256_set1_epi32(0x7fff);
+  uint64_t k = 0;
+  for (; k + 8 <= count; k += 8) {
+    const __m256i wb16 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb_bytes + 2 * k)));
+    const __m256 w = _mm256_castsi256_ps(_mm256_slli_epi32(wb16, 16));
+    const __m256 p = _mm256_set_m128(Combine4(scale, step, base_step, _mm256_extractf128_ps(w, 1), u + k + 4, ub + k + 4),
+                                     Combine4(scale, step, base_step, _mm256_castps256_ps128(w), u + k, ub + k));
+    const __m256i p_finite = _mm256_castps_si256(_mm256_cmp_ps(_mm256_andnot_ps(sign, p), inf, _CMP_LT_OQ));
+    const __m256i bits = _mm256_castps_si256(p);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, half), _mm256_and_si256(_mm256_srli_epi32(bits, 16), one)), 16);
+    const __m256i rounded_inf = _mm256_cmpeq_epi32(_mm256_and_si256(rounded, exponent), exponent);
+    const __m256i out = _mm256_blendv_epi8(wb16, rounded, _mm256_andnot_si256(rounded_inf, p_finite));
+    // 16-bit results in 32-bit lanes: pack each half, then join the halves.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(out, out), 0b1000);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out_bytes + 2 * k), _mm256_castsi256_si128(packed));
+  }
+  return k;
+}
 #endif
 
 // Which kernels a call uses: the vector ones when the CPU has AVX2.
@@ -197,6 +242,17 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<W, F32Elem>) {
     if (kernels.avx2) return CombineF32Avx2(pr, wb_p, u, ub, count, o);
+  }
+  if constexpr (std::is_same_v<W, BF16Elem>) {
+    if (kernels.avx2) {
+      const uint64_t done = CombineBf16Avx2(pr, wb_p, u, ub, count, o);
+      wb_p += done * sizeof(Bits);
+      u += done;
+      ub += done;
+      o += done * sizeof(Bits);
+      count -= done;
+      if (count == 0) return;
+    }
   }
 #endif
   float wb[kBlock] = {}, p[kBlock];  // (zeroed: GCC cannot tell that count elements are set)

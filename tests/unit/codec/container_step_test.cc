@@ -219,6 +219,52 @@ TEST(StepPredictor, VectorKernelsMatchThePortableCodeBitForBit) {
   EXPECT_EQ(out, portable);
 }
 
+// bf16 weights: the vector kernel's rounding to bf16 against the portable
+// code's on predictions made to land on what random values never hit:
+// exact ties (an even and an odd last bit), the neighbours of a tie, values
+// that round to an infinity, and weights that are not finite. With weights
+// 0, no v and coefficients (1, 1, 0) a prediction is the first moment's
+// value itself.
+TEST(StepPredictor, Bf16RoundingOfTheVectorKernelMatchesThePortableCode) {
+  using lossy::ElementType;
+  const uint32_t cases[] = {0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x3F818001u, 0xBF818000u,
+                            0x7F7FFFFFu, 0xFF7F8000u, 0x7F7F7FFFu, 0x00018000u, 0x3DCCCCCDu};
+  const size_t n = 1031;
+  std::mt19937 rng(77);
+  std::vector<std::byte> wb(2 * n), m(4 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t bits = cases[rng() % std::size(cases)];
+    std::memcpy(m.data() + 4 * i, &bits, 4);
+    const uint16_t w = (rng() % 16 == 0) ? uint16_t{0x7FC0} : (rng() % 16 == 0) ? uint16_t{0xFF80} : uint16_t{0};
+    std::memcpy(wb.data() + 2 * i, &w, 2);
+  }
+  const lossy::StepSources s{ElementType::kBF16, wb, ElementType::kF32, m, {}, {}, {}};
+  ASSERT_TRUE(lossy::CheckStepSources(s).ok());
+  std::vector<std::byte> out(wb.size()), portable(wb.size());
+  const lossy::StepPredictor unit{1.0, 1.0, 0.0, 1e-8};
+  lossy::PredictWeights(unit, s, out);
+  lossy::PredictWeightsPortable(unit, s, portable);
+  EXPECT_EQ(out, portable);
+  // The cases did what they are meant to: a tie with an odd last bit
+  // rounds up, one with an even last bit stays, a value past the largest
+  // bf16 keeps the weight.
+  size_t up = 0, even = 0, kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t mi;
+    uint16_t wi, pi;
+    std::memcpy(&mi, m.data() + 4 * i, 4);
+    std::memcpy(&wi, wb.data() + 2 * i, 2);
+    std::memcpy(&pi, portable.data() + 2 * i, 2);
+    if (wi != 0) continue;
+    up += mi == 0x3F818000u && pi == 0x3F82;
+    even += mi == 0x3F808000u && pi == 0x3F80;
+    kept += mi == 0x7F7FFFFFu && pi == 0;
+  }
+  EXPECT_GT(up, 0u);
+  EXPECT_GT(even, 0u);
+  EXPECT_GT(kept, 0u);
+}
+
 // The error sums that weigh a prediction: the vector kernel adds the same
 // lanes in the same order as the portable code (same bits), specials and
 // lengths that are no multiple of 4 included.
