@@ -8,6 +8,7 @@
 namespace ckptfs::lossy {
 
 void PackGroups(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte* out, bool use_simd) {
+  if (count == 0) return;  // (the pointers may be null then)
   if (bits == 8) {
     std::memcpy(out, symbols, count);
     return;

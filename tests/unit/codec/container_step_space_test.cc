@@ -43,7 +43,7 @@ TEST(StepSpaceArithmetic, ScalesAndDivisionEqualTheScalarFormulaBitForBit) {
                             -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
   auto bytes_of = [](const std::vector<float>& f) {
     std::vector<std::byte> b(4 * f.size());
-    std::memcpy(b.data(), f.data(), b.size());
+    if (!f.empty()) std::memcpy(b.data(), f.data(), b.size());
     return b;
   };
   for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{1000}, size_t{1003}}) {
@@ -69,7 +69,9 @@ TEST(StepSpaceArithmetic, ScalesAndDivisionEqualTheScalarFormulaBitForBit) {
           want_scales_ok &= std::isfinite(want_s[i]) && want_s[i] > 0;
         }
         EXPECT_EQ(scales_ok, want_scales_ok);
-        ASSERT_EQ(std::memcmp(s.data(), want_s.data(), s.size()), 0);
+        if (n > 0) {
+          ASSERT_EQ(std::memcmp(s.data(), want_s.data(), s.size()), 0);
+        }
         const bool divide_ok = DivideByScales(bytes_of(m), s.data(), x.data());
         bool want_divide_ok = true;
         std::vector<float> want_x(n);
