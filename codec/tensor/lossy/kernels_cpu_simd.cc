@@ -377,19 +377,15 @@ __attribute__((target("bmi2"))) static void PackWithPext(const uint8_t* symbols,
   const uint64_t groups = count / kPackGroup;
   const uint64_t exact_groups = std::min<uint64_t>(groups, (8 + bits - 1) / bits);
   const uint64_t word_end = (groups - exact_groups) * kPackGroup;
-  uint64_t g = 0;
-  for (; g < word_end; g += kPackGroup) {
+  for (uint64_t g = 0; g < count; g += kPackGroup) {
     uint64_t word;
     std::memcpy(&word, symbols + g, 8);
     const uint64_t packed = _pext_u64(word, mask);  // symbol j lands at bit j * bits
-    std::memcpy(out, &packed, 8);
-    out += bits;
-  }
-  for (; g < count; g += kPackGroup) {
-    uint64_t word;
-    std::memcpy(&word, symbols + g, 8);
-    const uint64_t packed = _pext_u64(word, mask);
-    std::memcpy(out, &packed, bits);
+    if (g < word_end) {
+      std::memcpy(out, &packed, 8);
+    } else {
+      std::memcpy(out, &packed, bits);
+    }
     out += bits;
   }
 }

@@ -356,7 +356,7 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
 
 // `packed` has kPackedSlack readable bytes past its end. With avx512 an
 // f32 key frame's table decode runs by AVX-512 (with avx2 by AVX2, for
-// symbols up to kMaxKeyTableAvx2Bits), and with a vector_table
+// symbols up to kMaxAvx2UnpackBits), and with a vector_table
 // (see DecodeDeltaF32Avx2's requirements) an f32 delta frame by AVX-512
 // (its small tables) or AVX2.
 // Decodes the elements of a log stream slice by slice: [first, first +
@@ -392,7 +392,7 @@ class LogSliceDecoder {
           DecodeKeyTableF32Avx512(table_.data(), p, bits_, n, out);
           return Status::Ok();
         }
-        if (avx2_ && bits_ <= kMaxKeyTableAvx2Bits) {
+        if (avx2_ && bits_ <= kMaxAvx2UnpackBits) {
           DecodeKeyTableF32Avx2(table_.data(), p, bits_, n, out);
           return Status::Ok();
         }

@@ -135,8 +135,7 @@ CKPTFS_LOG_AVX2 __m256i UnpackGroup(const GroupUnpacker& u, const std::byte* gro
                                        _mm256_permutevar8x32_epi32(hi, low_dwords), 0xF0);
   return _mm256_and_si256(v, u.mask);
 }
-static_assert(kMaxKeyTableAvx2Bits <= 15, "GroupUnpacker's limit");
-inline constexpr uint32_t kMaxGroupUnpackBits = 15;
+static_assert(kMaxAvx2UnpackBits <= 15, "r + 4 bits must fit a 64-bit window");
 
 struct Located {
   __m256i q, value;
@@ -485,8 +484,8 @@ __attribute__((target("avx2"))) void DecodeDeltaF32Avx2(const LogGrid& grid, con
   const uint32_t mask = (1u << bits) - 1;
   const int* level_bits = reinterpret_cast<const int*>(table.level_bits.data());
   alignas(32) uint32_t syms[8];
-  const bool vector_unpack = bits <= kMaxGroupUnpackBits;
-  const GroupUnpacker unpacker = MakeGroupUnpacker(std::min(bits, kMaxGroupUnpackBits));
+  const bool vector_unpack = bits <= kMaxAvx2UnpackBits;
+  const GroupUnpacker unpacker = MakeGroupUnpacker(std::min(bits, kMaxAvx2UnpackBits));
   uint64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     // The group's symbols start on a byte (i is a multiple of 8).

@@ -272,11 +272,12 @@ inline constexpr int64_t kMaxVectorOrigin = int64_t{1} << 28;
 // entries, packed readable for 8 bytes past its packed size.
 void DecodeKeyTableF32Avx512(const uint32_t* table, const std::byte* packed, uint32_t bits, uint64_t n,
                              std::byte* out);
-// DecodeKeyTableF32Avx512 by AVX2, for symbols of at most
-// kMaxKeyTableAvx2Bits bits (groups of 8 unpacked in one vector).
-// REQUIRES: LogSimdAvailable(), 1 <= bits <= kMaxKeyTableAvx2Bits, table
-// has 2^bits entries, packed readable for 8 bytes past its packed size.
-inline constexpr uint32_t kMaxKeyTableAvx2Bits = 15;
+// The widest symbols the AVX2 decodes unpack a group of 8 of in one vector
+// (two 64-bit windows; wider ones are read one at a time).
+inline constexpr uint32_t kMaxAvx2UnpackBits = 15;
+// DecodeKeyTableF32Avx512 by AVX2.
+// REQUIRES: LogSimdAvailable(), 1 <= bits <= kMaxAvx2UnpackBits, table has
+// 2^bits entries, packed readable for 8 bytes past its packed size.
 void DecodeKeyTableF32Avx2(const uint32_t* table, const std::byte* packed, uint32_t bits, uint64_t n,
                            std::byte* out);
 void DecodeDeltaF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits,

@@ -136,6 +136,16 @@ CKPTFS_STEP_AVX2 void StepsF32Avx2(const std::byte* m, const std::byte* v, doubl
   for (; k < count; ++k) u[k] = StepAs<F32Elem>(m, v, eps, first + k);
 }
 
+// scale w + step u + base_step ub of four elements, as CombinePortable
+// (double products and sums in its order, then rounded to f32).
+CKPTFS_STEP_AVX2 inline __m128 Combine4(__m256d scale, __m256d step, __m256d base_step, __m128 w, const double* u,
+                                        const double* ub) {
+  __m256d q = _mm256_mul_pd(scale, _mm256_cvtps_pd(w));
+  q = _mm256_add_pd(q, _mm256_mul_pd(step, _mm256_loadu_pd(u)));
+  q = _mm256_add_pd(q, _mm256_mul_pd(base_step, _mm256_loadu_pd(ub)));
+  return _mm256_cvtpd_ps(q);
+}
+
 // CombinePortable 4 lanes wide on f32 weights, with the not-finite
 // fallback to w_base (an f32 prediction that is not finite becomes w_base).
 CKPTFS_STEP_AVX2 void CombineF32Avx2(const StepPredictor& pr, const std::byte* wb_bytes, const double* u,
@@ -150,10 +160,7 @@ CKPTFS_STEP_AVX2 void CombineF32Avx2(const StepPredictor& pr, const std::byte* w
   uint64_t k = 0;
   for (; k + 4 <= count; k += 4) {
     const __m128 w = _mm_loadu_ps(wb + k);
-    __m256d q = _mm256_mul_pd(scale, _mm256_cvtps_pd(w));
-    q = _mm256_add_pd(q, _mm256_mul_pd(step, _mm256_loadu_pd(u + k)));
-    q = _mm256_add_pd(q, _mm256_mul_pd(base_step, _mm256_loadu_pd(ub + k)));
-    const __m128 p = _mm256_cvtpd_ps(q);
+    const __m128 p = Combine4(scale, step, base_step, w, u + k, ub + k);
     const __m128 finite = _mm_cmplt_ps(_mm_andnot_ps(sign, p), inf);
     _mm_storeu_ps(out + k, _mm_blendv_ps(w, p, finite));
   }
@@ -171,15 +178,6 @@ CKPTFS_STEP_AVX2 void CombineF32Avx2(const StepPredictor& pr, const std::byte* w
 // finiteness test. A p that is not finite, or rounds to an infinity,
 // keeps w_base's bits, which is what the scalar path gives (it rounds
 // w_base itself then, exactly).
-// scale w + step u + base_step ub of four elements, as CombineF32Avx2.
-CKPTFS_STEP_AVX2 inline __m128 Combine4(__m256d scale, __m256d step, __m256d base_step, __m128 w, const double* u,
-                                        const double* ub) {
-  __m256d q = _mm256_mul_pd(scale, _mm256_cvtps_pd(w));
-  q = _mm256_add_pd(q, _mm256_mul_pd(step, _mm256_loadu_pd(u)));
-  q = _mm256_add_pd(q, _mm256_mul_pd(base_step, _mm256_loadu_pd(ub)));
-  return _mm256_cvtpd_ps(q);
-}
-
 CKPTFS_STEP_AVX2 uint64_t CombineBf16Avx2(const StepPredictor& pr, const std::byte* wb_bytes, const double* u,
                                           const double* ub, uint64_t count, std::byte* out_bytes) {
   const __m256d scale = _mm256_set1_pd(pr.scale);

@@ -231,7 +231,7 @@ TEST(LossyLogSimd, DeltaDecodeEqualsDecodeLogElement) {
 TEST(LossyLogSimd, KeyTableDecodeEqualsTheTableLookup) {
   if (!LogSimdAvailable()) GTEST_SKIP() << "no AVX2";
   std::mt19937_64 rng(12);
-  for (uint32_t bits = 1; bits <= kMaxKeyTableAvx2Bits; ++bits) {
+  for (uint32_t bits = 1; bits <= kMaxAvx2UnpackBits; ++bits) {
     std::vector<uint32_t> table(size_t{1} << bits);
     for (uint32_t& t : table) t = static_cast<uint32_t>(rng());
     for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{15}, size_t{16}, size_t{17}, size_t{1000} + bits}) {
