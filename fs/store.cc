@@ -84,7 +84,7 @@ constexpr std::string_view kFormatPrefix = "ckptfs-store ";
 }  // namespace
 
 Store::Store(std::string backing, int backing_fd, const StoreOptions& options)
-    : backing_(std::move(backing)), backing_fd_(backing_fd), options_(options), cache_(options.chunk_cache_bytes) {}
+    : backing_(std::move(backing)), backing_fd_(backing_fd), options_(options), cache_(options.chunk_cache_bytes, options.chunk_cache_idle_reserve) {}
 
 Store::~Store() {
   ReleaseStagingArea();

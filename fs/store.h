@@ -76,6 +76,8 @@ class StagingFile {
 struct StoreOptions {
   bool create = true;              // create .ckptfs/ when absent
   uint64_t chunk_cache_bytes = 256ull << 20;
+  // Idle chunk buffers kept beyond chunk_cache_bytes (ChunkCache).
+  uint64_t chunk_cache_idle_reserve = 0;
   size_t max_open_readers = 256;   // BlobReaders kept open by id
   // Where this daemon's staging area lives: empty for BACKING/.ckptfs/
   // staging, else a directory outside the store (a node-local disk when

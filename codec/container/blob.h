@@ -287,10 +287,16 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads =
 // reply that was written), and the next AcquireBuffer reuses it, so that a
 // long read touches fresh memory (page faults, the kernel's zeroing) only
 // for the chunks in flight. Cached plus idle bytes stay within the
-// capacity; buffers still held by readers after eviction are outside it.
+// capacity plus the idle reserve; buffers still held by readers after
+// eviction are outside it.
 class ChunkCache {
  public:
-  explicit ChunkCache(uint64_t capacity_bytes);
+  // `idle_reserve_bytes`: idle buffers kept beyond the capacity. A full
+  // cache evicts a chunk before each decode, and decodes running at the
+  // same time take each other's evicted buffers; without a reserve the
+  // buffers let go meanwhile are freed (cached plus idle would pass the
+  // capacity) and every decode at capacity touches fresh memory.
+  explicit ChunkCache(uint64_t capacity_bytes, uint64_t idle_reserve_bytes = 0);
   // Buffers still held elsewhere stay valid (they are freed, not recycled,
   // when let go).
   ~ChunkCache();

@@ -26,7 +26,7 @@ struct CacheKeyHash {
 // lent (a buffer may outlive the cache: a reply still being written).
 class IdleBuffers {
  public:
-  explicit IdleBuffers(uint64_t capacity) : capacity_(capacity) {}
+  IdleBuffers(uint64_t capacity, uint64_t reserve) : capacity_(capacity), reserve_(reserve) {}
 
   // An idle buffer of at least `size` bytes (the most recently returned,
   // whose memory is the warmest), else null.
@@ -42,12 +42,13 @@ class IdleBuffers {
     return nullptr;
   }
 
-  // Keeps `buffer` while idle plus cached bytes fit the capacity; frees it
-  // otherwise (or once the cache is gone).
+  // Keeps `buffer` while idle plus cached bytes fit the capacity, or the
+  // idle bytes the reserve; frees it otherwise (or once the cache is gone).
   void GiveBack(std::unique_ptr<ChunkBuffer> buffer) {
     std::unique_ptr<ChunkBuffer> freed;
     std::lock_guard lock(mu_);
-    if (!closed_ && bytes_ + buffer->capacity() + cached_bytes_ <= capacity_) {
+    const uint64_t idle_after = bytes_ + buffer->capacity();
+    if (!closed_ && (idle_after + cached_bytes_ <= capacity_ || idle_after <= reserve_)) {
       bytes_ += buffer->capacity();
       idle_.push_back(std::move(buffer));
     } else {
@@ -56,12 +57,12 @@ class IdleBuffers {
   }
 
   // The cache now holds `cached` bytes: frees idle buffers until idle plus
-  // cached bytes fit the capacity again.
+  // cached bytes fit the capacity again, or the idle ones the reserve.
   void SetCached(uint64_t cached) {
     std::vector<std::unique_ptr<ChunkBuffer>> freed;
     std::lock_guard lock(mu_);
     cached_bytes_ = cached;
-    while (!idle_.empty() && bytes_ + cached > capacity_) {
+    while (!idle_.empty() && bytes_ + cached > capacity_ && bytes_ > reserve_) {
       bytes_ -= idle_.front()->capacity();
       freed.push_back(std::move(idle_.front()));
       idle_.erase(idle_.begin());
@@ -84,6 +85,7 @@ class IdleBuffers {
 
  private:
   const uint64_t capacity_;
+  const uint64_t reserve_;  // idle bytes kept whatever the cache holds
   mutable std::mutex mu_;  // leaf lock; guards the members below
   std::vector<std::unique_ptr<ChunkBuffer>> idle_;
   uint64_t bytes_ = 0;  // capacity of the buffers in idle_
@@ -131,9 +133,9 @@ struct ChunkCache::Impl {
   }
 };
 
-ChunkCache::ChunkCache(uint64_t capacity_bytes) : impl_(std::make_unique<Impl>()) {
+ChunkCache::ChunkCache(uint64_t capacity_bytes, uint64_t idle_reserve_bytes) : impl_(std::make_unique<Impl>()) {
   impl_->capacity = capacity_bytes;
-  impl_->idle = std::make_shared<IdleBuffers>(capacity_bytes);
+  impl_->idle = std::make_shared<IdleBuffers>(capacity_bytes, idle_reserve_bytes);
 }
 
 ChunkCache::~ChunkCache() {

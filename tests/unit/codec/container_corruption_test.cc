@@ -376,6 +376,55 @@ TEST(ChunkCacheTest, IdleAndCachedBytesStayWithinTheCapacity) {
   EXPECT_EQ(cache.idle_bytes(), 0u);  // the idle buffer made room
 }
 
+// Two decodes at the same time on a full cache: the first evicts a chunk
+// and reuses its buffer, the second finds the cache with room and takes
+// new memory, and its Put evicts another chunk. Without a reserve that
+// chunk's buffer is freed (cached plus idle would pass the capacity), so
+// every later decode touches fresh memory; with one it is kept and lent
+// again. Memory stays within capacity plus reserve.
+TEST(ChunkCacheTest, AFullCacheKeepsItsReserveOfIdleBuffers) {
+  ObjectId a = ObjectId::Of(AsBytes("a"));
+  for (uint64_t reserve : {uint64_t{0}, uint64_t{200}}) {
+    SCOPED_TRACE(reserve);
+    ChunkCache cache(300, reserve);
+    std::vector<const std::byte*> memory;
+    for (uint32_t i = 0; i < 3; ++i) {
+      auto buffer = cache.AcquireBuffer(100);
+      memory.push_back(buffer->data());
+      cache.Put(a, i, buffer);
+    }
+    auto first = cache.AcquireBuffer(100);  // evicts a/0, reuses its buffer
+    EXPECT_EQ(first->data(), memory[0]);
+    auto second = cache.AcquireBuffer(100);  // room for it: new memory
+    cache.Put(a, 3, first);
+    cache.Put(a, 4, second);  // evicts a/1
+    EXPECT_EQ(cache.Get(a, 1), nullptr);
+    EXPECT_EQ(cache.size_bytes(), 300u);
+    if (reserve == 0) {
+      EXPECT_EQ(cache.idle_bytes(), 0u);
+      continue;
+    }
+    EXPECT_EQ(cache.idle_bytes(), 100u);
+    EXPECT_EQ(cache.AcquireBuffer(100)->data(), memory[1]);
+    // Four decodes in flight (one buffer idle, one evicted chunk, two new
+    // ones) let go with 200 bytes cached: the reserve keeps two, not one.
+    std::vector<std::shared_ptr<ChunkBuffer>> lent;
+    for (int i = 0; i < 4; ++i) lent.push_back(cache.AcquireBuffer(100));
+    lent.clear();
+    EXPECT_EQ(cache.size_bytes(), 200u);
+    EXPECT_EQ(cache.idle_bytes(), 200u);
+    // Filled with memory from elsewhere, the cache keeps the reserve's
+    // idle buffers and no more: capacity plus reserve in all.
+    for (uint32_t i = 10; i < 13; ++i) {
+      auto outside = std::make_shared<ChunkBuffer>();
+      outside->Resize(100);
+      cache.Put(a, i, outside);
+    }
+    EXPECT_EQ(cache.size_bytes(), 300u);
+    EXPECT_EQ(cache.idle_bytes(), 200u);
+  }
+}
+
 TEST(ChunkCacheTest, AChunkReadToItsEndLeavesTheCache) {
   ChunkCache cache(1000);
   ObjectId a = ObjectId::Of(AsBytes("a"));
