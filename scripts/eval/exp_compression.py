@@ -2,7 +2,7 @@
 """Experiment: compression over a training run, per checkpoint and
 cumulative, weights and optimizer state apart.
 
-  exp_compression.py --workload digits|charlm|transfer [--size full|smoke]
+  exp_compression.py --workload digits|charlm|transfer|resnet|finetune-bf16 [--size full|smoke]
       [--backends ckptfs-lossless,ckptfs-lossy:1e-2,...] [--workdir DIR]
       [--results DIR]
 
@@ -300,7 +300,7 @@ def write_outputs(res, results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", required=True, choices=["digits", "charlm", "transfer"])
+    ap.add_argument("--workload", required=True, choices=h.WORKLOADS)
     ap.add_argument("--size", default="full", choices=["full", "smoke"])
     ap.add_argument("--backends", default="ckptfs-lossless,ckptfs-lossy:1e-2,ckptfs-lossy:1e-2:1e-2,ckptfs-lossy:5e-2,ckptfs-lossy:1e-1")
     ap.add_argument("--workdir", default="/tmp/ckptfs-eval")

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Experiment: restore-and-resume fault tolerance (as in DynaQuant).
 
-  exp_fault_tolerance.py --workload digits|charlm|transfer [--size full|smoke]
+  exp_fault_tolerance.py --workload digits|charlm|transfer|resnet|finetune-bf16 [--size full|smoke]
       [--backends ckptfs-lossless,ckptfs-lossy:1e-2,...] [--seeds 0[,1,2]]
       [--workdir DIR] [--results DIR]
 
@@ -16,8 +16,9 @@ restore perturbs the trajectory much as another seed does, so one seed's
 difference alone says little. The data
 order is a function of the step, so a lossless backend must end bit-identical
 to the baseline: the experiment checks it and exits 1 when it does not.
-For `transfer`, fine-tuning also starts from the pretrained checkpoint read
-back from the mount (the baseline starts from the original file).
+For the fine-tunes (`transfer`, `finetune-bf16`), fine-tuning also starts
+from the pretrained checkpoint read back from the mount (the baseline starts
+from the original file).
 
 Writes RESULTS/fault-<workload>.json, .md and .png.
 """
@@ -86,7 +87,7 @@ def run(args, extra=None):
         res["baseline"][f"seed{seed}"] = {"final": final_eval(b["final"]), "curves": curves(b["log"])}
     vals = [res["baseline"][f"seed{s}"]["final"][metric] for s in h.SEEDS]
     res["seed_spread"] = {"metric": metric, "min": min(vals), "max": max(vals), "range": max(vals) - min(vals)}
-    init_source = h.pretrained_checkpoint(args.workdir, args.size) if args.workload == "transfer" else None
+    init_source = h.pretrained_checkpoint(args.workdir, args.workload, args.size)
 
     failures = []
     for spec, b, work in bk.runnable(args.backends, expdir, res, h.log, f"fault {args.workload}"):
@@ -239,7 +240,7 @@ def parser(doc):
 
 def main():
     ap = parser(__doc__)
-    ap.add_argument("--workload", required=True, choices=["digits", "charlm", "transfer"])
+    ap.add_argument("--workload", required=True, choices=h.WORKLOADS)
     res = run(ap.parse_args())
     return 1 if res["failures"] else 0
 

@@ -26,7 +26,7 @@ import harness as h  # noqa: E402
 def main():
     args = ft.parser(__doc__).parse_args()
     args.workload = "transfer"
-    original = h.pretrained_checkpoint(args.workdir, args.size)
+    original = h.pretrained_checkpoint(args.workdir, "transfer", args.size)
 
     def pretrained_report(backend, work):
         root = backend.start(work)

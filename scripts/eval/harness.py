@@ -13,17 +13,27 @@ PYTHON = os.environ.get("CKPTFS_EVAL_PYTHON", "/usr/bin/python3")
 # Per experiment workload and size: trainer workload, total steps, checkpoint
 # interval, restore interval (steps = (restores + 1) * restore_every, so a run
 # is interrupted `restores` times at fixed steps), and the metric the targets
-# use. "transfer" fine-tunes from a digits-pretrain checkpoint.
+# use. A schedule with "pretrain" fine-tunes from the checkpoint that
+# trainer makes in that many steps (seed 0, plain directory): "transfer"
+# from digits-pretrain, "finetune-bf16" from charlm-pretrain. "resnet" and
+# "finetune-bf16" are the workloads nothing was tuned on (docs/eval.md).
 SCHEDULES = {
     ("digits", "full"): dict(trainer="digits", steps=440, save_every=20, restore_every=40, metric="accuracy"),
     ("digits", "smoke"): dict(trainer="digits", steps=30, save_every=5, restore_every=10, metric="accuracy"),
     ("charlm", "full"): dict(trainer="charlm", steps=110, save_every=5, restore_every=10, metric="loss"),
     ("charlm", "smoke"): dict(trainer="charlm", steps=15, save_every=5, restore_every=5, metric="loss"),
     ("transfer", "full"): dict(trainer="digits-finetune", steps=220, save_every=10, restore_every=20,
-                               metric="accuracy", pretrain_steps=300),
+                               metric="accuracy", pretrain=("digits-pretrain", 300)),
     ("transfer", "smoke"): dict(trainer="digits-finetune", steps=30, save_every=5, restore_every=10,
-                                metric="accuracy", pretrain_steps=20),
+                                metric="accuracy", pretrain=("digits-pretrain", 20)),
+    ("resnet", "full"): dict(trainer="resnet", steps=440, save_every=20, restore_every=40, metric="accuracy"),
+    ("resnet", "smoke"): dict(trainer="resnet", steps=30, save_every=5, restore_every=10, metric="accuracy"),
+    ("finetune-bf16", "full"): dict(trainer="charlm-finetune-bf16", steps=110, save_every=5, restore_every=10,
+                                    metric="loss", pretrain=("charlm-pretrain", 200)),
+    ("finetune-bf16", "smoke"): dict(trainer="charlm-finetune-bf16", steps=15, save_every=5, restore_every=5,
+                                     metric="loss", pretrain=("charlm-pretrain", 10)),
 }
+WORKLOADS = sorted({w for w, _ in SCHEDULES})
 SEEDS = (0, 1, 2)
 
 
@@ -66,17 +76,20 @@ def read_log(path):
     return train, evals, seconds
 
 
-def pretrained_checkpoint(workdir, size):
-    """The original pretrained checkpoint of the transfer workload (digits
-    0-4, seed 0, plain directory); trained once and cached in workdir."""
-    sched = schedule("transfer", size)
-    d = os.path.join(workdir, f"transfer-{size}", "pretrain")
+def pretrained_checkpoint(workdir, workload, size):
+    """The original pretrained checkpoint a fine-tuning workload starts from
+    (its schedule's "pretrain": trainer and steps; seed 0, plain directory);
+    trained once and cached in workdir. None for other workloads."""
+    sched = schedule(workload, size)
+    if "pretrain" not in sched:
+        return None
+    d = os.path.join(workdir, f"{workload}-{size}", "pretrain")
     path = os.path.join(d, "pretrained.pt")
     if not os.path.exists(path):
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
-        n = sched["pretrain_steps"]
-        run_trainer("digits-pretrain", os.path.join(d, "ckpts"), n, n, size, 0, os.path.join(d, "train.log"))
+        trainer, n = sched["pretrain"]
+        run_trainer(trainer, os.path.join(d, "ckpts"), n, n, size, 0, os.path.join(d, "train.log"))
         shutil.copyfile(os.path.join(d, "ckpts", f"ckpt_{n:06d}.pt"), path)
     return path
 
@@ -92,7 +105,7 @@ def baseline_run(workdir, workload, size, seed):
         return res
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    init = pretrained_checkpoint(workdir, size) if workload == "transfer" else None
+    init = pretrained_checkpoint(workdir, workload, size)
     run_trainer(sched["trainer"], res["ckpts"], sched["steps"], sched["save_every"], size, seed, res["log"],
                 init=init, final=res["final"])
     return res

@@ -1,7 +1,9 @@
 #!/bin/bash
 # Reproduces every eval result (docs/eval.md): compression over the run and
-# restore-and-resume fault tolerance for the digits CNN and the character
-# LM, and transfer learning from a checkpoint restored from the mount.
+# restore-and-resume fault tolerance for the digits CNN, the character LM,
+# and the two workloads nothing was tuned on (a ResNet with SGD + Nesterov
+# momentum, a bf16 fine-tune of the character LM), and transfer learning
+# from a checkpoint restored from the mount.
 # About 20 minutes on 2 cores with the default backends and one seed, 50
 # with SEEDS=0,1,2 (the run in docs/eval.md: 47), depending on the load.
 #
@@ -38,10 +40,10 @@ mkdir -p "$RESULTS"
 common=(--size "$SIZE" --backends "$BACKENDS" --workdir "$WORKDIR" --results "$RESULTS")
 status=0
 start=$(date +%s)
-for w in digits charlm transfer; do
+for w in digits charlm transfer resnet finetune-bf16; do
   "$PY" "$HERE/exp_compression.py" --workload "$w" "${common[@]}" || status=1
 done
-for w in digits charlm; do
+for w in digits charlm resnet finetune-bf16; do
   "$PY" "$HERE/exp_fault_tolerance.py" --workload "$w" --seeds "${SEEDS:-0}" "${common[@]}" || status=1
 done
 "$PY" "$HERE/exp_transfer.py" --seeds "${SEEDS:-0}" "${common[@]}" || status=1

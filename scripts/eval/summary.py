@@ -34,7 +34,7 @@ def main():
     headers = ["workload", "backend", "ratio w+opt (cumulative)", "ratio .pt files (cumulative)",
                "after restores: Δ vs uninterrupted", "seed spread", "bit-identical", "target met"]
     rows = []
-    for w in ("digits", "charlm", "transfer"):
+    for w in ("digits", "charlm", "transfer", "resnet", "finetune-bf16"):
         comp = load(os.path.join(args.results, f"compression-{w}.json"))
         fault = load(os.path.join(args.results, f"fault-{w}.json"))
         if not comp and not fault:

@@ -6,7 +6,8 @@
            [--resume CKPT] [--init PRETRAINED] [--seed S] [--size full|smoke]
            [--final FILE] [--log FILE]
 
-WORKLOAD: digits | charlm | digits-pretrain | digits-finetune.
+WORKLOAD: digits | charlm | digits-pretrain | digits-finetune | resnet |
+charlm-pretrain | charlm-finetune-bf16.
 Logs JSON lines ({"step", "train_loss"} per step, {"step", "eval"} per
 checkpoint) to --log or stdout.
 """
@@ -24,6 +25,9 @@ WORKLOADS = {
     "digits-pretrain": lambda: digits.DigitsPretrain,
     "digits-finetune": lambda: digits.DigitsFinetune,
     "charlm": lambda: __import__("charlm").CharLM,
+    "resnet": lambda: __import__("resnet").ResNetDigits,
+    "charlm-pretrain": lambda: __import__("finetune_bf16").CharLMPretrain,
+    "charlm-finetune-bf16": lambda: __import__("finetune_bf16").CharLMFinetuneBf16,
 }
 
 
@@ -35,7 +39,7 @@ def main():
     ap.add_argument("--save-every", type=int, required=True)
     ap.add_argument("--stop-at", type=int, default=None, help="exit after this step (an interruption)")
     ap.add_argument("--resume", default=None)
-    ap.add_argument("--init", default=None, help="pretrained checkpoint (digits-finetune)")
+    ap.add_argument("--init", default=None, help="pretrained checkpoint (the fine-tunes)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--size", choices=["full", "smoke"], default="full")
     ap.add_argument("--final", default=None)
