@@ -1,6 +1,10 @@
-"""A small ResNet (basic blocks with batch norm) on scikit-learn's digits,
-trained with SGD + Nesterov momentum, weight decay, and a linear warmup into
-a cosine learning-rate decay; batches are shifted by up to one pixel. Its
+"""A small ResNet (basic blocks with batch norm) on scikit-learn's digits
+with Gaussian pixel noise, trained with SGD + Nesterov momentum, weight
+decay, and a linear warmup into a cosine learning-rate decay; batches are
+shifted by up to one pixel. The noise (sigma 0.25 of the 0-1 pixel range,
+in the training batches and, fixed, in the test set) keeps the test
+accuracy near 94 %: on clean digits this net reaches 99.4-100 %, where one
+test image is 0.28 points and a restore's effect would not show. Its
 checkpoints differ from the Adam workloads': the optimizer state is one
 momentum buffer per parameter, the model holds batch-norm running
 statistics and step counters, and the learning rate swings through the run.
@@ -58,23 +62,28 @@ def warmup_cosine(total_steps, warmup_frac=0.1):
     return factor
 
 
-def shifted_batch(data, seed, step, batch_size=64):
+NOISE = 0.25
+
+
+def noisy_batch(data, seed, step, batch_size=64):
     """A batch drawn as a function of (seed, step) alone, each image shifted
-    by -1..1 pixels in both directions (zero padding)."""
+    by -1..1 pixels in both directions (zero padding), plus pixel noise."""
     x, y = data
     gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
     idx = torch.randint(0, len(y), (batch_size,), generator=gen)
     shifts = torch.randint(-1, 2, (batch_size, 2), generator=gen)
     padded = F.pad(x[idx], (1, 1, 1, 1))
     out = torch.stack([padded[i, :, 1 + dy:9 + dy, 1 + dx:9 + dx] for i, (dy, dx) in enumerate(shifts.tolist())])
-    return out, y[idx]
+    return out + NOISE * torch.randn(out.shape, generator=gen), y[idx]
 
 
 class ResNetDigits(_Classifier):
     def __init__(self, size, seed, steps, init=None):
         torch.manual_seed(seed)
         self.seed = seed
-        self.train_data, self.test_data = load_split()
+        self.train_data, (x, y) = load_split()
+        # One noisy test set for every seed.
+        self.test_data = (x + NOISE * torch.randn(x.shape, generator=torch.Generator().manual_seed(0)), y)
         self.model = SmallResNet(CHANNELS[size])
         decay = [p for p in self.model.parameters() if p.dim() > 1]
         no_decay = [p for p in self.model.parameters() if p.dim() <= 1]
@@ -84,5 +93,5 @@ class ResNetDigits(_Classifier):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(steps))
 
     def loss(self, step):
-        xb, yb = shifted_batch(self.train_data, self.seed, step)
+        xb, yb = noisy_batch(self.train_data, self.seed, step)
         return F.cross_entropy(self.model(xb), yb)
