@@ -71,6 +71,15 @@ def warmup_cosine(total_steps, warmup_frac=0.1, floor=0.1):
     return factor
 
 
+def validation_windows(val_ids, ctx, size):
+    """A fixed validation set: (inputs, targets) of evenly spaced windows of
+    the held-out text."""
+    n_val = 128 if size == "full" else 8
+    starts = torch.linspace(0, len(val_ids) - ctx - 2, n_val).long()
+    return (torch.stack([val_ids[s:s + ctx] for s in starts]),
+            torch.stack([val_ids[s + 1:s + 1 + ctx] for s in starts]))
+
+
 class CharLM:
     def __init__(self, size, seed, steps, init=None):
         cfg = SIZES[size]
@@ -84,11 +93,7 @@ class CharLM:
                                             {"params": no_decay, "weight_decay": 0.0}],
                                            lr=2e-3, betas=(0.9, 0.98))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(steps))
-        # A fixed validation set: evenly spaced windows of the held-out text.
-        n_val = 128 if size == "full" else 8
-        starts = torch.linspace(0, len(self.val_ids) - self.ctx - 2, n_val).long()
-        self.val_x = torch.stack([self.val_ids[s:s + self.ctx] for s in starts])
-        self.val_y = torch.stack([self.val_ids[s + 1:s + 1 + self.ctx] for s in starts])
+        self.val_x, self.val_y = validation_windows(self.val_ids, self.ctx, size)
 
     def loss(self, step):
         # Window offsets are a function of (seed, step) alone.

@@ -14,7 +14,6 @@ evaluation measures, are the same either way."""
 import os
 
 import torch
-import torch.nn.functional as F
 
 import charlm
 
@@ -94,35 +93,19 @@ def _to_bf16(module, state, prefix, local_metadata):
     return state
 
 
-class _LM:
-    """charlm.CharLM's batches and evaluation on one domain of the corpus."""
+class _LM(charlm.CharLM):
+    """charlm.CharLM's batches and evaluation on one domain of the corpus
+    (its __init__ is replaced by _setup), without its safetensors copy."""
 
     def _setup(self, size, seed, tech):
         cfg = charlm.SIZES[size]
         self.seed, self.ctx, self.batch = seed, cfg["ctx"], cfg["batch"]
         self.train_ids, self.val_ids, vocab = load_domain(tech)
-        n_val = 128 if size == "full" else 8
-        starts = torch.linspace(0, len(self.val_ids) - self.ctx - 2, n_val).long()
-        self.val_x = torch.stack([self.val_ids[s:s + self.ctx] for s in starts])
-        self.val_y = torch.stack([self.val_ids[s + 1:s + 1 + self.ctx] for s in starts])
+        self.val_x, self.val_y = charlm.validation_windows(self.val_ids, self.ctx, size)
         return cfg, vocab
 
-    def evaluate(self):
-        self.model.eval()
-        with torch.no_grad():
-            logits = self.model(self.val_x)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.val_y.reshape(-1)).item()
-            acc = (logits.argmax(-1) == self.val_y).float().mean().item()
-        return {"loss": loss, "accuracy": acc}
-
-    def loss(self, step):
-        # charlm's batches, on this domain.
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        starts = torch.randint(0, len(self.train_ids) - self.ctx - 1, (self.batch,), generator=gen)
-        x = torch.stack([self.train_ids[s:s + self.ctx] for s in starts])
-        y = torch.stack([self.train_ids[s + 1:s + 1 + self.ctx] for s in starts])
-        logits = self.model(x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    def extra_save(self, step, out_dir):
+        pass
 
 
 class CharLMPretrain(_LM):
