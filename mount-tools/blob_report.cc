@@ -76,6 +76,7 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
                                       {"quantized", l.quantized}, {"exact", l.exact},
                                       {"budget_rel_l2", l.budget_rel_l2}, {"update_rel", l.update_rel}};
       if (l.predicted_chunks > 0) j["tensors"].back()["lossy"]["predicted_chunks"] = l.predicted_chunks;
+      if (l.copy_chunks > 0) j["tensors"].back()["lossy"]["copy_chunks"] = l.copy_chunks;
       if (l.step_space_chunks > 0) j["tensors"].back()["lossy"]["step_space_chunks"] = l.step_space_chunks;
       if (l.dithered_chunks > 0) j["tensors"].back()["lossy"]["dithered_chunks"] = l.dithered_chunks;
       if (l.row_column_chunks > 0) j["tensors"].back()["lossy"]["row_column_chunks"] = l.row_column_chunks;

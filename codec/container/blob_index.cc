@@ -60,6 +60,13 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
       Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(index.params[c]);
       if (!params.ok()) return fail(params.status().message());
       delta = params->delta();
+      // A copy prediction reads this file alone (FORMAT.md "Step
+      // prediction"): its delta frame has no base.
+      if (params->prediction && params->prediction->copy) {
+        if (index.base_offsets[c] != 0)
+          return fail(fmt::format("base offset {} on a copy prediction, want 0", index.base_offsets[c]));
+        delta = false;
+      }
       if (params->row_column) {
         // Whole rows of f32 elements, and a block the stream follows.
         const RowColumnTerm& t = *params->row_column;
@@ -98,7 +105,9 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
 
 // A step-predicted chunk reads this file's optimizer state while it is
 // decoded: each such range must lie inside the file and cover no chunk with
-// a step term, so that a prediction never waits for another (no cycle). The
+// a step term, so that a prediction never waits for another (no cycle);
+// a copy's range (a master copy of the weights) may cover step-predicted
+// chunks but no other copy, so predictions nest two levels at most. The
 // base's ranges are checked by the same rule against the base when a chunk
 // is read (blob_reader.cc). Fills step_predicted_before, so each check is
 // two binary searches (a hostile index may cover millions of chunks).
@@ -108,6 +117,7 @@ Status ValidateStepPredictions(BlobIndex& index) {
   std::vector<std::optional<StepSpace>> spaces(count);
   index.step_predicted_before.assign(count + 1, 0);
   index.step_space_before.assign(count + 1, 0);
+  std::vector<uint32_t> copies_before(count + 1, 0);
   for (size_t c = 0; c < count; ++c) {
     bool step = false;
     if (index.chunks[c].codec == ChunkCodec::kLossy) {
@@ -118,6 +128,7 @@ Status ValidateStepPredictions(BlobIndex& index) {
       if (params.ok()) spaces[c] = params->step_space;
     }
     index.step_predicted_before[c + 1] = index.step_predicted_before[c] + (step ? 1 : 0);
+    copies_before[c + 1] = copies_before[c] + (step && steps[c]->copy ? 1 : 0);
     index.step_space_before[c + 1] = index.step_space_before[c] + (spaces[c] ? 1 : 0);
   }
   const uint64_t size = index.header.logical_size;
@@ -166,8 +177,9 @@ Status ValidateStepPredictions(BlobIndex& index) {
       };
       if (offset > size || length > size - offset)
         return fail(fmt::format("range [{}, +{}) past the logical size {}", offset, length, size));
-      if (index.CoversStepPredicted(offset, length))
-        return fail(fmt::format("range [{}, +{}) covers a step-predicted chunk", offset, length));
+      if (steps[c]->copy ? index.Covers(copies_before, offset, length) : index.CoversStepPredicted(offset, length))
+        return fail(fmt::format("range [{}, +{}) covers a {} chunk", offset, length,
+                                steps[c]->copy ? "copy-predicted" : "step-predicted"));
       return Status::Ok();
     };
     RETURN_IF_ERROR(check(steps[c]->m_offset, "m"));

@@ -232,7 +232,8 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
     // chunks only, and a hostile chain cannot fan out level after level.
     if (from_base) RETURN_IF_ERROR(CheckBaseStepRange(c, offset, length));
     MutableByteSpan buffer(scratch.step_inputs[slot].Reserve(length), length);
-    // This file's ranges cover no predicted chunk (checked at Open): no cycle.
+    // This file's ranges cover no predicted chunk, a copy's no copy (checked
+    // at Open): no cycle.
     Result<ByteSpan> r = from_base ? ViewBaseRange(c, offset, buffer, depth, &holds[slot])
                                    : ViewAtDepth(offset, buffer, depth, &holds[slot]);
     if (!r.ok())
@@ -365,7 +366,13 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     // The base bytes get their own buffer: the base read below leases its
     // own scratch, never this one.
     std::byte* base = scratch.base.Reserve(out.size());
-    ASSIGN_OR_RETURN(ctx.base, ViewBase(c, MutableByteSpan(base, out.size()), depth, &base_hold));
+    if (params && params->prediction && params->prediction->copy) {
+      // A copy's prediction reads no base version (its scale is 0).
+      std::fill(base, base + out.size(), std::byte{0});
+      ctx.base = ByteSpan(base, out.size());
+    } else {
+      ASSIGN_OR_RETURN(ctx.base, ViewBase(c, MutableByteSpan(base, out.size()), depth, &base_hold));
+    }
     if (scales != nullptr) {
       std::byte* base_x = scratch.step_inputs[0].Reserve(out.size());
       DivideByScales(ctx.base, scales, base_x);

@@ -86,7 +86,9 @@ Status EncodeOne(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, c
     const std::vector<std::byte>& bytes = lossy_result->stored;
     std::copy(bytes.begin(), bytes.end(), slot->stored.Reserve(bytes.size()));
     slot->encoding = ChunkEncoding{ChunkCodec::kLossy, bytes.size()};
-    slot->delta = lossy_result->params.delta();
+    // A copy prediction is a delta frame that reads no base version.
+    const LossyChunkParams& params = lossy_result->params;
+    slot->delta = params.delta() && !(params.prediction && params.prediction->copy);
     slot->stored_checksum = Checksum64(bytes);
     return Status::Ok();
   }

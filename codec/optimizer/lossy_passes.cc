@@ -8,6 +8,7 @@
 #include "codec/common/hash.h"
 #include "codec/optimizer/dither_candidate.h"
 #include "codec/optimizer/low_rank_candidate.h"
+#include "codec/optimizer/master_copies.h"
 #include "codec/optimizer/step_sources.h"
 #include "codec/optimizer/step_space.h"
 #include "codec/tensor/chunk_encoder.h"
@@ -76,6 +77,9 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   if (prediction != nullptr) {
     lossy_options.measured_update = prediction->update_rel;
     lossy_options.alternative_base = codec_base;
+    // A copy in a key frame (master_copies.h) has no update to tie its
+    // budget to: the configured one.
+    if (prediction->step.copy && codec_base.empty()) lossy_options.schedule = nullptr;
   }
   const bool dithered = space != nullptr && space->dithered && prediction != nullptr;
   if (dithered) {
@@ -329,10 +333,24 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
   const StepStates states = predict || options.momentum_step_space ? FindStepStates(layout) : StepStates{};
   // Second moments' rows for their row-column bases (TryRowColumnBase).
   const std::vector<std::optional<uint64_t>> tensor_offsets = SingleSegmentOffsets(layout);
+  // Low-precision weights whose fp32 master copy is in this file wait for
+  // the master's reconstruction: a last pass (master_copies.h).
+  std::vector<bool> copy(plan.size(), false);
+  std::vector<int32_t> master_of;
+  if (options.step_prediction) {
+    std::vector<bool> eligible(layout.tensors.size(), false);
+    for (const PlannedChunk& p : plan)
+      if (p.lossy() && p.tensor >= 0) eligible[p.tensor] = true;
+    const std::vector<bool> excluded =
+        states.is_state.empty() ? std::vector<bool>(layout.tensors.size(), false) : states.is_state;
+    master_of = FindMasterCopies(layout, file, eligible, excluded);
+    for (size_t i = 0; i < plan.size(); ++i)
+      copy[i] = plan[i].lossy() && plan[i].tensor >= 0 && master_of[plan[i].tensor] >= 0;
+  }
   std::vector<bool> deferred(plan.size());
   for (size_t i = 0; i < plan.size(); ++i)
     deferred[i] = predict && !states.states.empty() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&
-                  plan[i].base_offset.has_value() && !states.is_state[plan[i].tensor];
+                  plan[i].base_offset.has_value() && !states.is_state[plan[i].tensor] && !copy[i];
   // First moments coded in step space wait for their second moment's
   // reconstruction (a pass between the state and the weights).
   const std::vector<std::optional<uint64_t>> space_v =
@@ -385,7 +403,7 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
   };
   // A caller's kernel backend is one object: never used by two threads.
   parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
-    if (deferred[i] || in_step_space(i)) return;
+    if (deferred[i] || in_step_space(i) || copy[i]) return;
     if (plan[i].lossy()) {
       const ByteSpan base_bytes = read_base_bytes(plan[i], scratch);
       encode_as_is(i, base_bytes, MatchSource(plan[i], base, chunk_data(i), base_bytes), scratch);
@@ -464,6 +482,27 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
     StageTimer lossy_timer;
     statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, prediction ? &*prediction : nullptr, options,
                               options.lossy_kernels, scratch, recon.data(), &lossy_results[i]);
+    stages.Add(EncodeStage::kLossy, lossy_timer.Seconds());
+  });
+  std::vector<size_t> copies;
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (copy[i]) copies.push_back(i);
+  parallel(copies.size(), lossy_threads, [&](size_t k, CodecScratch& scratch) {
+    const size_t i = copies[k];
+    const ByteSpan base_bytes = read_base_bytes(plan[i], scratch);
+    const SourceMatch source = MatchSource(plan[i], base, chunk_data(i), base_bytes);
+    const int32_t tensor = plan[i].tensor, master = master_of[tensor];
+    const uint64_t element_size = DTypeSize(plan[i].dtype);
+    const uint64_t first = (plan[i].offset - *tensor_offsets[tensor]) / element_size;
+    const uint64_t master_offset = *tensor_offsets[master] + first * 4;
+    const ByteSpan master_recon = ByteSpan(recon).subspan(master_offset, plan[i].length / element_size * 4);
+    StageTimer timer;
+    const ChunkPrediction prediction = PredictCopy(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes,
+                                                   master_recon, master_offset, scratch);
+    stages.Add(EncodeStage::kPrediction, timer.Seconds());
+    StageTimer lossy_timer;
+    statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, &prediction, options, options.lossy_kernels, scratch,
+                              recon.data(), &lossy_results[i]);
     stages.Add(EncodeStage::kLossy, lossy_timer.Seconds());
   });
   for (size_t i = 0; i < plan.size(); ++i) {

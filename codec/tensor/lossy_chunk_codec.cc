@@ -66,7 +66,7 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   if (prediction) {
     const StepPrediction& s = *prediction;
     w.U8(static_cast<uint8_t>(s.state_type));
-    w.U8((s.has_v ? 1 : 0) | (s.has_base_step ? 2 : 0) | (s.has_step ? 4 : 0));
+    w.U8((s.has_v ? 1 : 0) | (s.has_base_step ? 2 : 0) | (s.has_step ? 4 : 0) | (s.copy ? 8 : 0));
     for (int i = 0; i < 6; ++i) w.U8(0);
     w.U64(s.m_offset);
     w.U64(s.has_v ? s.v_offset : 0);
@@ -217,7 +217,7 @@ Result<LossyChunkParams> LossyChunkParams::DecodeUpToVersion7(ByteSpan bytes) {
                               : has_prediction_area ? (kFlagDelta | kFlagPredicted)
                                                     : kFlagDelta;
   if ((p.flags & ~known_flags) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)) ||
-      reserved_tail != 0 || (inputs & ~7u) != 0 || reserved_space != 0 || reserved_low_rank != 0)
+      reserved_tail != 0 || (inputs & ~15u) != 0 || reserved_space != 0 || reserved_low_rank != 0)
     return Status::Corruption("lossy params: reserved bits set");
   if (has_step_space) {
     if ((p.flags & kFlagStepSpace) == 0)
@@ -236,6 +236,7 @@ Result<LossyChunkParams> LossyChunkParams::DecodeUpToVersion7(ByteSpan bytes) {
     step.has_v = (inputs & 1) != 0;
     step.has_base_step = (inputs & 2) != 0;
     step.has_step = (inputs & 4) != 0;
+    step.copy = (inputs & 8) != 0;
     if (!step.has_step && (step.has_v || step.has_base_step || step.m_offset != 0 || step.predictor.step != 0))
       return Status::Corruption("lossy params: step inputs without the step term");
     if ((!step.has_v && step.v_offset != 0) || (!step.has_base_step && step.m_base_offset != 0) ||
@@ -248,6 +249,9 @@ Result<LossyChunkParams> LossyChunkParams::DecodeUpToVersion7(ByteSpan bytes) {
       return Status::Corruption(fmt::format("lossy params: step eps {}, want finite and > 0", c.eps));
     if (!step.has_base_step && c.base_step != 0)
       return Status::Corruption("lossy params: base step coefficient without base step inputs");
+    // A copy reads this file's m alone: no base, so no scale either.
+    if (step.copy && (!step.has_step || step.has_v || step.has_base_step || c.scale != 0))
+      return Status::Corruption("lossy params: a copy prediction with inputs other than m, or a scale");
     p.prediction = step;
     // A step-space chunk is a first moment: at most a scaled base, never a
     // step term (which would read this file's first moments in turn).

@@ -25,6 +25,11 @@ struct StepPrediction {
   bool has_step = false;       // m is read (else p = scale * w_base and no range is read)
   bool has_v = false;          // v and v_base are read (else u = m)
   bool has_base_step = false;  // m_base (and v_base) are read
+  // m is a higher-precision copy of these weights in this file (bf16
+  // weights and their fp32 master copy): its range may cover step-predicted
+  // chunks, and the prediction reads no base (scale 0, no v, no base step),
+  // so a key frame may hold it too (FORMAT.md "Step prediction").
+  bool copy = false;
   uint64_t m_offset = 0, v_offset = 0;
   uint64_t m_base_offset = 0, v_base_offset = 0;
 };

@@ -356,6 +356,51 @@ def test_adam_weights_are_predicted_from_their_optimizer_state(store):
     assert stored < 0.9 * stored_plain, (stored, stored_plain)
 
 
+def mixed_precision_checkpoints(versions):
+    """adam_checkpoints as mixed precision saves them: the model's weights in
+    bf16, the fp32 masters they are rounded from in the optimizer's state
+    dict (a list in parameter order), beside Adam's moments."""
+    out = []
+    for state in adam_checkpoints(versions):
+        masters = [v.clone() for v in state["model"].values()]
+        out.append({"model": {k: v.to(torch.bfloat16) for k, v in state["model"].items()},
+                    "optimizer": {**state["optimizer"], "fp32_master": masters}})
+    return out
+
+
+def test_bf16_weights_are_stored_as_copies_of_their_fp32_masters(store):
+    """A mixed-precision checkpoint through the default mount: every bf16
+    weight, in the key frame and in the deltas, is coded as a copy of its
+    fp32 master in the same file (FORMAT.md "Step prediction", `copy`), costs
+    a small part of what the master costs, and reads back within budget
+    after a remount (the copy reads its master from the store)."""
+    states = mixed_precision_checkpoints(3)
+    store.mount("lossy=on")
+    save_versions(store, states, check=False)
+    names = list(states[0]["model"])
+    for version in (0, 2):
+        r = store.cli("inspect", "--json", os.path.join(store.backing, "run", f"ckpt-{version}.pt"))
+        tensors = {t["name"]: t for t in json.loads(r.stdout)["blob"]["tensors"]}
+        copies = masters = 0
+        for i, n in enumerate(names):
+            t = tensors["model." + n]
+            if "lossy" not in t:  # too small to code lossily
+                assert t["logical_bytes"] < 4096, (version, n, t)
+                continue
+            assert t["lossy"].get("copy_chunks", 0) > 0, (version, n, t)
+            copies += t["stored_bytes"]
+            masters += tensors[f"optimizer.fp32_master.{i}"]["stored_bytes"]
+        assert copies < 0.2 * masters, (version, copies, masters)
+    store.umount()
+    store.mount("lossy=on")
+    got = torch.load(store.path("run", "ckpt-2.pt"))
+    want = states[-1]
+    for i, n in enumerate(names):
+        assert got["model"][n].dtype == torch.bfloat16
+        assert rel_l2(got["model"][n].float(), want["model"][n].float()) <= 0.01 + EPS, n
+        assert rel_l2(got["optimizer"]["fp32_master"][i], want["optimizer"]["fp32_master"][i]) <= 0.01 + EPS, n
+
+
 def test_low_rank_first_moments_through_the_mount(store):
     """With low_rank=on the matrices' exp_avg of a real Adam run are coded
     with a low-rank term (FORMAT.md "Low-rank term"): inspect shows a rank,

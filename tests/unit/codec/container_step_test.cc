@@ -339,7 +339,8 @@ TEST(StepParams, VersionFourRoundTripsAndRejectsWhatItCannotMean) {
   rejects("unknown flag", [](auto& b) { b[1] = std::byte{7}; });
   rejects("state type 0", [](auto& b) { b[72] = std::byte{0}; });
   rejects("state type 4", [](auto& b) { b[72] = std::byte{4}; });
-  rejects("unknown input bit", [](auto& b) { b[73] = std::byte{15}; });
+  rejects("unknown input bit", [](auto& b) { b[73] = std::byte{4 | 16}; });
+  rejects("a copy with v and base step", [](auto& b) { b[73] = std::byte{15}; });
   rejects("reserved byte", [](auto& b) { b[75] = std::byte{1}; });
   rejects("v offset without v", [](auto& b) { b[73] = std::byte{6}; });
   rejects("step inputs without the step term", [](auto& b) { b[73] = std::byte{3}; });
