@@ -63,6 +63,8 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
       // A copy prediction reads this file alone (FORMAT.md "Step
       // prediction"): its delta frame has no base.
       if (params->prediction && params->prediction->copy) {
+        if (dtype != DType::kBF16 && dtype != DType::kF16)
+          return fail(fmt::format("copy prediction on dtype {}, want bf16 or f16", DTypeName(dtype)));
         if (index.base_offsets[c] != 0)
           return fail(fmt::format("base offset {} on a copy prediction, want 0", index.base_offsets[c]));
         delta = false;
@@ -107,7 +109,8 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
 // decoded: each such range must lie inside the file and cover no chunk with
 // a step term, so that a prediction never waits for another (no cycle);
 // a copy's range (a master copy of the weights) may cover step-predicted
-// chunks but no other copy, so predictions nest two levels at most. The
+// chunks but no other copy, so reads nest three levels at most (a copy, its
+// master, the master's first moment in step space, its second moment). The
 // base's ranges are checked by the same rule against the base when a chunk
 // is read (blob_reader.cc). Fills step_predicted_before, so each check is
 // two binary searches (a hostile index may cover millions of chunks).

@@ -340,12 +340,12 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
   if (options.step_prediction) {
     std::vector<bool> eligible(layout.tensors.size(), false);
     for (const PlannedChunk& p : plan)
-      if (p.lossy() && p.tensor >= 0) eligible[p.tensor] = true;
+      if (p.lossy() && p.budget.rel_l2 > 0 && p.tensor >= 0) eligible[p.tensor] = true;
     const std::vector<bool> excluded =
         states.is_state.empty() ? std::vector<bool>(layout.tensors.size(), false) : states.is_state;
     master_of = FindMasterCopies(layout, file, eligible, excluded);
     for (size_t i = 0; i < plan.size(); ++i)
-      copy[i] = plan[i].lossy() && plan[i].tensor >= 0 && master_of[plan[i].tensor] >= 0;
+      copy[i] = plan[i].lossy() && plan[i].budget.rel_l2 > 0 && plan[i].tensor >= 0 && master_of[plan[i].tensor] >= 0;
   }
   std::vector<bool> deferred(plan.size());
   for (size_t i = 0; i < plan.size(); ++i)

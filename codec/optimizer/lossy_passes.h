@@ -8,7 +8,9 @@
 //   2. first moments in step space (they read their second moment's
 //      reconstruction; with their dither or low-rank candidates);
 //   3. weights against their prediction from the optimizer state (they read
-//      both moments' reconstructions).
+//      both moments' reconstructions);
+//   4. bf16/f16 weights as copies of their fp32 master in the same file
+//      (they read the master's reconstruction; master_copies.h).
 // Each stage is timed in the encode's EncodeStageRecorder (`ckptfs encode
 // --stages`); the candidates themselves are in this folder
 // (step_sources.h, step_space.h, dither_candidate.h, low_rank_candidate.h)

@@ -250,8 +250,9 @@ Result<LossyChunkParams> LossyChunkParams::DecodeUpToVersion7(ByteSpan bytes) {
     if (!step.has_base_step && c.base_step != 0)
       return Status::Corruption("lossy params: base step coefficient without base step inputs");
     // A copy reads this file's m alone: no base, so no scale either.
-    if (step.copy && (!step.has_step || step.has_v || step.has_base_step || c.scale != 0))
-      return Status::Corruption("lossy params: a copy prediction with inputs other than m, or a scale");
+    if (step.copy && (!step.has_step || step.has_v || step.has_base_step || c.scale != 0 || c.step != 1.0 ||
+                      step.state_type != lossy::ElementType::kF32))
+      return Status::Corruption("lossy params: a copy prediction other than p = m of an f32 master");
     p.prediction = step;
     // A step-space chunk is a first moment: at most a scaled base, never a
     // step term (which would read this file's first moments in turn).

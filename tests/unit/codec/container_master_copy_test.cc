@@ -98,6 +98,9 @@ TEST(MasterCopies, CopyParamsRoundTripAndRejectOtherInputs) {
   rejects("copy without the step term", [](auto& b) { b[73] = std::byte{8}; StoreLE64(b.data() + 80, 0); StoreLE64(b.data() + 112, 0); });
   rejects("copy with v", [](auto& b) { b[73] = std::byte{4 | 8 | 1}; StoreLE64(b.data() + 88, 8); });
   rejects("copy with a scale", [](auto& b) { StoreLE64(b.data() + 136, std::bit_cast<uint64_t>(1.0)); });
+  rejects("copy with a base step", [](auto& b) { b[73] = std::byte{4 | 8 | 2}; StoreLE64(b.data() + 96, 8); });
+  rejects("copy with another step coefficient", [](auto& b) { StoreLE64(b.data() + 112, std::bit_cast<uint64_t>(0.5)); });
+  rejects("copy of a bf16 master", [](auto& b) { b[72] = std::byte{3}; });
   rejects("unknown input bit", [](auto& b) { b[73] = std::byte{4 | 16}; });
 }
 
@@ -109,13 +112,17 @@ struct CopyChain {
   uint64_t master_bytes[3] = {};  // of the fp32 masters
   uint32_t copy_chunks = 0;       // bf16 chunks coded as copies
   uint32_t bf16_chunks = 0;
+  uint32_t predicted_masters[3] = {};  // master chunks step-predicted (a copy then reads a prediction)
 };
 
 // Three versions, 5 steps apart: each decodes whole, every bf16 weight
-// within its budget of its own values.
-void EncodeCopyChain(CopyChain* chain) {
+// within its budget of its own values. With `step_space`, Adam's first
+// moments are coded in step space, as the mount does: a copy then reads
+// a master that reads a first moment that reads a second moment.
+void EncodeCopyChain(CopyChain* chain, bool step_space = false) {
   const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
-  const EncodeOptions options = DefaultLossy(policy, true);
+  EncodeOptions options = DefaultLossy(policy, true);
+  options.momentum_step_space = step_space;
   AdamRun run;
   std::shared_ptr<const BlobReader> previous;
   for (int version = 0; version < 3; ++version) {
@@ -154,18 +161,26 @@ void EncodeCopyChain(CopyChain* chain) {
         EXPECT_EQ(p->prediction->m_offset, master.offset + 4 * element);
       } else if (t == 2 || t == 3) {
         chain->master_bytes[version] += chunk.stored_length;
+        if (chunk.codec != ChunkCodec::kLossy) continue;
+        Result<LossyChunkParams> p = LossyChunkParams::DecodeFrom(previous->chunk_params(c));
+        ASSERT_TRUE(p.ok());
+        if (p->prediction && p->prediction->has_step) ++chain->predicted_masters[version];
       }
     }
   }
 }
 
-TEST(MasterCopies, Bf16WeightsCostLittleNextToTheirMastersInKeyAndDeltaFrames) {
-  CopyChain chain;
-  EncodeCopyChain(&chain);
+// Every bf16 chunk a copy, of a step-predicted master in the deltas, and
+// small; the key frame reads no base; a cached read decodes the same.
+void ExpectCopiesOfPredictedMasters(CopyChain& chain) {
   EXPECT_EQ(chain.copy_chunks, chain.bf16_chunks);
+  // The deltas' masters are step-predicted themselves: the copies read
+  // predictions (the one nesting FORMAT.md allows).
+  EXPECT_GT(chain.predicted_masters[1], 0u);
+  EXPECT_GT(chain.predicted_masters[2], 0u);
   for (int v = 0; v < 3; ++v) {
-    // Coded alone, bf16 weights cost about half of their fp32 masters (a
-    // key frame more); as copies a small fraction.
+    // Coded alone, bf16 weights cost about as much as their fp32 masters
+    // (the same budget); as copies a small fraction.
     EXPECT_LT(static_cast<double>(chain.copy_bytes[v]), 0.2 * static_cast<double>(chain.master_bytes[v]))
         << "version " << v << ": bf16 " << chain.copy_bytes[v] << " masters " << chain.master_bytes[v];
   }
@@ -177,6 +192,15 @@ TEST(MasterCopies, Bf16WeightsCostLittleNextToTheirMastersInKeyAndDeltaFrames) {
   // The mount's path (a chunk cache, read from the start: each bf16 chunk
   // pulls its master, later in the file, into the cache) reads the same.
   ExpectCachedReadOfNewest(&chain.resolver, chain.ids, chain.blobs);
+}
+
+TEST(MasterCopies, Bf16WeightsCostLittleNextToTheirMastersInKeyAndDeltaFrames) {
+  for (bool step_space : {false, true}) {
+    SCOPED_TRACE(step_space ? "first moments in step space" : "first moments as they are");
+    CopyChain chain;
+    EncodeCopyChain(&chain, step_space);
+    ExpectCopiesOfPredictedMasters(chain);
+  }
 }
 
 TEST(MasterCopies, OpenRejectsCopiesThatReadCopiesOrABase) {
@@ -205,7 +229,32 @@ TEST(MasterCopies, OpenRejectsCopiesThatReadCopiesOrABase) {
   }));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("copy prediction"), std::string::npos) << r.status().ToString();
-  // Another master range (the other tensor's): other bytes, which the
+  // A master's step range over a copy: the copy reads that master, a cycle.
+  r = open(EditFirstLossyParams(
+      chain.blobs.back(), [](const LossyChunkParams& p) { return p.prediction && p.prediction->has_step && !p.prediction->copy; },
+      [&](LossyChunkParams& p, const BlobIndex& index, size_t) {
+        for (size_t c = 0; c < index.chunks.size(); ++c) {
+          Result<LossyChunkParams> q = LossyChunkParams::DecodeFrom(index.params[c]);
+          if (q.ok() && is_copy(*q)) {
+            p.prediction->m_offset = index.chunks[c].logical_offset;
+            return;
+          }
+        }
+      }));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("covers a step-predicted chunk"), std::string::npos) << r.status().ToString();
+  // A copy on an f32 tensor (here a master's chunk): copies are bf16 or f16.
+  r = open(EditFirstLossyParams(
+      chain.blobs.back(), [](const LossyChunkParams& p) { return p.prediction && p.prediction->has_step && !p.prediction->copy; },
+      [](LossyChunkParams& p, const BlobIndex&, size_t) {
+        p.prediction->copy = true;
+        p.prediction->has_v = p.prediction->has_base_step = false;
+        p.prediction->v_offset = p.prediction->m_base_offset = p.prediction->v_base_offset = 0;
+        p.prediction->predictor = {0.0, 1.0, 0.0, 1e-8};
+      }));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("want bf16 or f16"), std::string::npos) << r.status().ToString();
+  // Another range of its master (120 elements on): other bytes, which the
   // decoded checksum rejects.
   r = open(EditFirstLossyParams(chain.blobs.back(), is_copy, [](LossyChunkParams& p, const BlobIndex&, size_t) {
     p.prediction->m_offset += 4 * 120;
