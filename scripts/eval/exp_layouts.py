@@ -2,12 +2,13 @@
 """Experiment (issue #24): the same training run saved in the folder layouts
 training frameworks use, each replayed into a fresh ckptfs mount.
 
-  exp_layouts.py [--size full|smoke] [--layouts a,b,...] [--workdir DIR]
+  exp_layouts.py [--size full|large|smoke] [--layouts a,b,...] [--workdir DIR]
       [--results DIR] [--mount-opts K=V,...] [--lossy on|off] [--keep-stores]
 
 One run trains once (an MLP on scikit-learn's digits with AdamW and a
 cosine schedule; full: 15 checkpoints 100 steps apart, ~6.9 MB of model and
-optimizer state each; smoke: a tiny model, 4 checkpoints). Every
+optimizer state each; large: the same with a 2048-wide MLP, ~52 MB each;
+smoke: a tiny model, 4 checkpoints). Every
 checkpoint's state (model, optimizer, scheduler, RNG, log) is kept in
 memory. Each layout then replays the run into a fresh mount (fresh backing
 directory), writing the files a framework writes, under its names, in its
@@ -90,6 +91,9 @@ SIZES = {
     # hidden width of the 64 -> H -> H -> 10 MLP; full: 0.57 M parameters,
     # 6.9 MB of weights + AdamW moments per checkpoint.
     "full": dict(hidden=720, steps=1500, save_every=100),
+    # 4.3 M parameters, 52 MB per checkpoint: where per-file costs (a
+    # manifest, a folder, an object's last block) no longer weigh.
+    "large": dict(hidden=2048, steps=1500, save_every=100),
     "smoke": dict(hidden=48, steps=40, save_every=10),
 }
 BATCH = 64
