@@ -59,15 +59,14 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
         return fail(fmt::format("lossy codec on dtype {}", DTypeName(dtype)));
       Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(index.params[c]);
       if (!params.ok()) return fail(params.status().message());
-      delta = params->delta();
       // A copy prediction reads this file alone (FORMAT.md "Step
       // prediction"): its delta frame has no base.
-      if (params->prediction && params->prediction->copy) {
+      delta = params->reads_base();
+      if (params->copy()) {
         if (dtype != DType::kBF16 && dtype != DType::kF16)
           return fail(fmt::format("copy prediction on dtype {}, want bf16 or f16", DTypeName(dtype)));
         if (index.base_offsets[c] != 0)
           return fail(fmt::format("base offset {} on a copy prediction, want 0", index.base_offsets[c]));
-        delta = false;
       }
       if (params->row_column) {
         // Whole rows of f32 elements, and a block the stream follows.

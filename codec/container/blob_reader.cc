@@ -366,7 +366,7 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     // The base bytes get their own buffer: the base read below leases its
     // own scratch, never this one.
     std::byte* base = scratch.base.Reserve(out.size());
-    if (params && params->prediction && params->prediction->copy) {
+    if (params && params->copy()) {
       // A copy's prediction reads no base version (its scale is 0).
       std::fill(base, base + out.size(), std::byte{0});
       ctx.base = ByteSpan(base, out.size());

@@ -86,9 +86,7 @@ Status EncodeOne(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, c
     const std::vector<std::byte>& bytes = lossy_result->stored;
     std::copy(bytes.begin(), bytes.end(), slot->stored.Reserve(bytes.size()));
     slot->encoding = ChunkEncoding{ChunkCodec::kLossy, bytes.size()};
-    // A copy prediction is a delta frame that reads no base version.
-    const LossyChunkParams& params = lossy_result->params;
-    slot->delta = params.delta() && !(params.prediction && params.prediction->copy);
+    slot->delta = lossy_result->params.reads_base();
     slot->stored_checksum = Checksum64(bytes);
     return Status::Ok();
   }

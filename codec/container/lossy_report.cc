@@ -23,7 +23,7 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
     ASSIGN_OR_RETURN(LossyChunkParams p, LossyChunkParams::DecodeFrom(reader.chunk_params(c)));
     ++r.lossy_chunks;
     if (p.predicted()) ++r.predicted_chunks;
-    if (p.prediction && p.prediction->copy) ++r.copy_chunks;
+    if (p.copy()) ++r.copy_chunks;
     if (p.step_space) ++r.step_space_chunks;
     if (p.dither) ++r.dithered_chunks;
     if (p.row_column) ++r.row_column_chunks;

@@ -335,6 +335,8 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
   const std::vector<std::optional<uint64_t>> tensor_offsets = SingleSegmentOffsets(layout);
   // Low-precision weights whose fp32 master copy is in this file wait for
   // the master's reconstruction: a last pass (master_copies.h).
+  // (A tensor's chunks share its budget: a tensor is eligible when its
+  // chunks are lossy under an L2 budget, and then all of them are copies.)
   std::vector<bool> copy(plan.size(), false);
   std::vector<int32_t> master_of;
   if (options.step_prediction) {
@@ -344,8 +346,7 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
     const std::vector<bool> excluded =
         states.is_state.empty() ? std::vector<bool>(layout.tensors.size(), false) : states.is_state;
     master_of = FindMasterCopies(layout, file, eligible, excluded);
-    for (size_t i = 0; i < plan.size(); ++i)
-      copy[i] = plan[i].lossy() && plan[i].budget.rel_l2 > 0 && plan[i].tensor >= 0 && master_of[plan[i].tensor] >= 0;
+    for (size_t i = 0; i < plan.size(); ++i) copy[i] = plan[i].tensor >= 0 && master_of[plan[i].tensor] >= 0;
   }
   std::vector<bool> deferred(plan.size());
   for (size_t i = 0; i < plan.size(); ++i)

@@ -149,6 +149,10 @@ struct LossyChunkParams {
 
   bool delta() const { return (flags & kFlagDelta) != 0; }
   bool predicted() const { return (flags & kFlagPredicted) != 0; }
+  // A copy of a master in the same file (StepPrediction::copy).
+  bool copy() const { return prediction && prediction->copy; }
+  // Whether decoding reads the base version: a delta frame, except a copy's.
+  bool reads_base() const { return delta() && !copy(); }
   void EncodeTo(ByteWriter& w) const;
   // Rejects a wrong size or version, reserved bits, negative or non-finite sums.
   // Accepts versions 1 and 2 (64 bytes), 3 (72 bytes), 4 (144 bytes), 5 (160 bytes), 6 (192 bytes), 7 (208
