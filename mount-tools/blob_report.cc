@@ -43,6 +43,7 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
   j["ratio"] = Ratio(r.logical_size(), r.stored_size());
   j["file_checksum"] = fmt::format("{:016x}", r.file_checksum());
   j["base"] = r.base() ? nlohmann::json(r.base()->Hex()) : nlohmann::json(nullptr);
+  if (r.ref()) j["ref"] = r.ref()->Hex();
   uint64_t verbatim_logical = 0, verbatim_stored = 0;
   j["tensors"] = nlohmann::json::array();
   // Achieved error per lossy tensor (from the chunk parameters; a blob with
@@ -77,6 +78,7 @@ nlohmann::json DescribeBlob(const BlobReader& r, bool with_chunks) {
                                       {"budget_rel_l2", l.budget_rel_l2}, {"update_rel", l.update_rel}};
       if (l.predicted_chunks > 0) j["tensors"].back()["lossy"]["predicted_chunks"] = l.predicted_chunks;
       if (l.copy_chunks > 0) j["tensors"].back()["lossy"]["copy_chunks"] = l.copy_chunks;
+      if (l.ref_copy_chunks > 0) j["tensors"].back()["lossy"]["ref_copy_chunks"] = l.ref_copy_chunks;
       if (l.step_space_chunks > 0) j["tensors"].back()["lossy"]["step_space_chunks"] = l.step_space_chunks;
       if (l.dithered_chunks > 0) j["tensors"].back()["lossy"]["dithered_chunks"] = l.dithered_chunks;
       if (l.row_column_chunks > 0) j["tensors"].back()["lossy"]["row_column_chunks"] = l.row_column_chunks;

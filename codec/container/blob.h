@@ -140,6 +140,8 @@ struct EncodeStats {
   uint32_t chunks = 0;
   uint32_t delta_chunks = 0;   // chunks encoded against the base
   bool uses_base = false;      // true if the blob references the base
+  uint32_t ref_chunks = 0;     // ref copies (codec/optimizer/ref_copies.h)
+  std::optional<ObjectId> ref; // the blob they read, when there is one
   uint32_t lossy_chunks = 0;   // chunks stored with ChunkCodec::kLossy
   double max_rel_l2 = 0.0;     // largest per-tensor rel_l2 achieved (0 = exact)
   uint64_t file_checksum = 0;  // the blob's file_checksum (of the reconstruction)
@@ -151,6 +153,13 @@ struct EncodeStats {
 // Thread safety: reentrant; `base->reader` is only read.
 Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRef* base,
                                const EncodeOptions& options, ByteSink* sink);
+// The same, with earlier files' blobs whose reconstruction some of this
+// file's f32 weights may be coded against (ref copies,
+// codec/optimizer/ref_copies.h); `refs` may be null. The blob names the one
+// it reads (EncodeStats::ref), a dependency like its base.
+struct RefCandidate;
+Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRef* base,
+                               const std::vector<RefCandidate>* refs, const EncodeOptions& options, ByteSink* sink);
 
 // Opens base blobs by id when a delta chain is followed.
 // Thread safety: OpenBlob may be called concurrently (by readers of
@@ -215,6 +224,9 @@ class BlobReader {
   virtual uint64_t stored_size() const = 0;
   virtual FileFormat format() const = 0;
   virtual const std::optional<ObjectId>& base() const = 0;
+  // The other file's blob that this one's ref copies read (FORMAT.md
+  // "Index header"); a dependency like the base (GC, fsck, touching).
+  virtual const std::optional<ObjectId>& ref() const = 0;
   virtual uint64_t file_checksum() const = 0;  // XXH3-64 of the whole file
   virtual const std::vector<TensorInfo>& tensors() const = 0;
   virtual const std::vector<SegmentInfo>& segments() const = 0;

@@ -134,13 +134,15 @@ void IndexHeader::EncodeTo(ByteWriter& w) const {
   w.U64(logical_size);
   w.U64(file_checksum);
   w.U8(static_cast<uint8_t>(format));
-  w.U8(base ? kFlagHasBase : 0);
+  w.U8((base ? kFlagHasBase : 0) | (ref ? kFlagHasRef : 0));
   w.U16(0);
   w.U32(tensor_count);
   w.U32(segment_count);
   w.U32(chunk_count);
   ObjectId id = base.value_or(ObjectId{});
   for (uint8_t b : id.bytes) w.U8(b);
+  if (ref)
+    for (uint8_t b : ref->bytes) w.U8(b);
 }
 
 Result<IndexHeader> IndexHeader::DecodeFrom(ByteReader& r) {
@@ -158,13 +160,20 @@ Result<IndexHeader> IndexHeader::DecodeFrom(ByteReader& r) {
   RETURN_IF_ERROR(r.status());
   if (format > kMaxKnownFormat) return Status::Corruption(fmt::format("blob index: unknown file format {}", format));
   h.format = static_cast<FileFormat>(format);
-  if ((flags & ~kFlagHasBase) != 0 || reserved != 0)
+  if ((flags & ~(kFlagHasBase | kFlagHasRef)) != 0 || reserved != 0)
     return Status::Corruption(fmt::format("blob index: reserved bits set, flags={:#x} reserved={:#x}", flags, reserved));
   if (flags & kFlagHasBase) {
     if (id.IsZero()) return Status::Corruption("blob index: base flag set but base id is zero");
     h.base = id;
   } else if (!id.IsZero()) {
     return Status::Corruption("blob index: base id present without the base flag");
+  }
+  if (flags & kFlagHasRef) {
+    ObjectId ref;
+    for (uint8_t& b : ref.bytes) b = r.U8();
+    RETURN_IF_ERROR(r.status());
+    if (ref.IsZero()) return Status::Corruption("blob index: ref flag set but ref id is zero");
+    h.ref = ref;
   }
   return h;
 }

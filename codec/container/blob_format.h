@@ -65,12 +65,15 @@ Status AppendIndexAndFooter(ByteSpan index, uint64_t index_offset, uint16_t vers
 Result<std::vector<std::byte>> IndexFromStored(const BlobFooter& footer, ByteSpan stored, uint64_t max_index_bytes);
 
 struct IndexHeader {
-  static constexpr size_t kEncodedSize = 48;
+  static constexpr size_t kEncodedSize = 48;  // plus 16 with a ref
   static constexpr uint8_t kFlagHasBase = 1;
+  static constexpr uint8_t kFlagHasRef = 2;
   uint64_t logical_size = 0;
   uint64_t file_checksum = 0;  // XXH3-64 (seed 0) of the reconstructed file
   FileFormat format = FileFormat::kOpaque;
   std::optional<ObjectId> base;
+  // Another file's blob that ref copies read (StepPrediction::ref).
+  std::optional<ObjectId> ref;
   uint32_t tensor_count = 0;
   uint32_t segment_count = 0;
   uint32_t chunk_count = 0;

@@ -63,8 +63,11 @@ Status ValidateChunk(const BlobIndex& index, uint32_t c, const SegmentInfo& segm
       // prediction"): its delta frame has no base.
       delta = params->reads_base();
       if (params->copy()) {
-        if (dtype != DType::kBF16 && dtype != DType::kF16)
+        // A copy of a master in this file lowers the precision; one in the
+        // ref object may keep it (the same f32 weights in two files).
+        if (!params->ref_copy() && dtype != DType::kBF16 && dtype != DType::kF16)
           return fail(fmt::format("copy prediction on dtype {}, want bf16 or f16", DTypeName(dtype)));
+        if (params->ref_copy() && !index.header.ref) return fail("ref copy in a blob without a ref");
         if (index.base_offsets[c] != 0)
           return fail(fmt::format("base offset {} on a copy prediction, want 0", index.base_offsets[c]));
       }
@@ -124,13 +127,18 @@ Status ValidateStepPredictions(BlobIndex& index) {
     bool step = false;
     if (index.chunks[c].codec == ChunkCodec::kLossy) {
       Result<LossyChunkParams> params = LossyChunkParams::DecodeFrom(index.params[c]);  // validated before
-      // Only a step term reads this file; a scaled base does not.
+      // Only a step term reads this file; a scaled base does not. A ref
+      // copy reads the ref instead (its range is checked against the ref
+      // when it is read), and counts as step-predicted too: no base range
+      // of a later version may cover it, so that reads never fan out
+      // through a chain of bases and refs.
       step = params.ok() && params->prediction && params->prediction->has_step;
       if (step) steps[c] = params->prediction;
       if (params.ok()) spaces[c] = params->step_space;
     }
     index.step_predicted_before[c + 1] = index.step_predicted_before[c] + (step ? 1 : 0);
-    copies_before[c + 1] = copies_before[c] + (step && steps[c]->copy ? 1 : 0);
+    // A ref copy reads another blob: a master in this file may be one.
+    copies_before[c + 1] = copies_before[c] + (step && steps[c]->copy && !steps[c]->ref ? 1 : 0);
     index.step_space_before[c + 1] = index.step_space_before[c] + (spaces[c] ? 1 : 0);
   }
   const uint64_t size = index.header.logical_size;
@@ -168,7 +176,7 @@ Status ValidateStepPredictions(BlobIndex& index) {
     mark(c, offset, length);
   }
   for (size_t c = 0; c < count; ++c) {
-    if (!steps[c]) continue;
+    if (!steps[c] || steps[c]->ref) continue;
     const ChunkInfo& chunk = index.chunks[c];
     const uint64_t n = chunk.logical_length / DTypeSize(index.tensors[index.segments[chunk.segment].tensor].dtype);
     const uint64_t length = n * lossy::ElementSize(steps[c]->state_type);

@@ -47,6 +47,7 @@ class BlobReaderImpl final : public BlobReader {
   uint64_t stored_size() const override { return blob_->Size(); }
   FileFormat format() const override { return index_.header.format; }
   const std::optional<ObjectId>& base() const override { return index_.header.base; }
+  const std::optional<ObjectId>& ref() const override { return index_.header.ref; }
   uint64_t file_checksum() const override { return index_.header.file_checksum; }
   const std::vector<TensorInfo>& tensors() const override { return index_.tensors; }
   const std::vector<SegmentInfo>& segments() const override { return index_.segments; }
@@ -104,14 +105,19 @@ class BlobReaderImpl final : public BlobReader {
   // Corruption unless [offset, +length) of the base lies inside it and
   // covers no step-predicted chunk of the base.
   Status CheckBaseStepRange(uint32_t c, uint64_t offset, uint64_t length) const;
-  // [offset, +buffer.size()) of the base version (ViewAtDepth).
-  Result<ByteSpan> ViewBaseRange(uint32_t c, uint64_t offset, MutableByteSpan buffer, uint32_t depth,
+  // The blobs this one reads: its base version, and the ref object that
+  // ref copies read (FORMAT.md "Index header").
+  enum class Link { kBase, kRef };
+  // [offset, +buffer.size()) of the base version or the ref (ViewAtDepth,
+  // one level deeper).
+  Result<ByteSpan> ViewLinkRange(uint32_t c, Link link, uint64_t offset, MutableByteSpan buffer, uint32_t depth,
                                  std::shared_ptr<const ChunkBuffer>* hold) const;
   // The prediction a step-predicted chunk is a delta frame against, from
   // the base's weights `weight_base` (step_predictor.h).
   Status Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
                  MutableByteSpan out, uint32_t depth) const;
-  Result<std::shared_ptr<const BlobReader>> OpenBase() const;
+  Result<std::shared_ptr<const BlobReader>> OpenLink(Link link) const;
+  Result<std::shared_ptr<const BlobReader>> OpenBase() const { return OpenLink(Link::kBase); }
   Status ChunkError(StatusCode code, uint32_t c, std::string_view why) const;
   // Chunk `c` decoded, from the cache or decoded once here. Concurrent
   // callers for the same chunk wait for one decode (the kernel's read-ahead
@@ -143,8 +149,9 @@ class BlobReaderImpl final : public BlobReader {
   // per chunk its value when that last happened (0: never).
   mutable std::atomic<uint64_t> finished_{0};
   std::unique_ptr<std::atomic<uint64_t>[]> finished_at_;
-  mutable std::mutex base_mu_;  // guards base_reader_
+  mutable std::mutex base_mu_;  // guards base_reader_ and ref_reader_
   mutable std::shared_ptr<const BlobReader> base_reader_;
+  mutable std::shared_ptr<const BlobReader> ref_reader_;
   // Lock order: inflight_mu_ before InFlight::mu; neither is held while
   // decoding.
   mutable std::mutex inflight_mu_;  // guards inflight_
@@ -200,19 +207,23 @@ Status BlobReaderImpl::ChunkError(StatusCode code, uint32_t c, std::string_view 
                                                : Status::Corruption(std::move(msg));
 }
 
-Result<std::shared_ptr<const BlobReader>> BlobReaderImpl::OpenBase() const {
+Result<std::shared_ptr<const BlobReader>> BlobReaderImpl::OpenLink(Link link) const {
   std::lock_guard lock(base_mu_);
-  if (base_reader_) return base_reader_;
+  std::shared_ptr<const BlobReader>& reader = link == Link::kBase ? base_reader_ : ref_reader_;
+  if (reader) return reader;
+  const char* what = link == Link::kBase ? "base" : "ref";
+  const std::optional<ObjectId>& id = link == Link::kBase ? index_.header.base : index_.header.ref;
+  if (!id) return Status::Corruption(fmt::format("blob: a chunk reads the {} but the blob names none", what));
   if (resolver_ == nullptr)
-    return Status::NotFound(fmt::format("blob: base {} needed but no resolver was given", index_.header.base->Hex()));
-  ASSIGN_OR_RETURN(base_reader_, resolver_->OpenBlob(*index_.header.base));
-  if (base_reader_ == nullptr) return Status::Internal("blob: resolver returned no reader");
-  return base_reader_;
+    return Status::NotFound(fmt::format("blob: {} {} needed but no resolver was given", what, id->Hex()));
+  ASSIGN_OR_RETURN(reader, resolver_->OpenBlob(*id));
+  if (reader == nullptr) return Status::Internal("blob: resolver returned no reader");
+  return reader;
 }
 
 Result<ByteSpan> BlobReaderImpl::ViewBase(uint32_t c, MutableByteSpan buffer, uint32_t depth,
                                           std::shared_ptr<const ChunkBuffer>* hold) const {
-  return ViewBaseRange(c, index_.base_offsets[c], buffer, depth, hold);
+  return ViewLinkRange(c, Link::kBase, index_.base_offsets[c], buffer, depth, hold);
 }
 
 Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
@@ -233,9 +244,11 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
     if (from_base) RETURN_IF_ERROR(CheckBaseStepRange(c, offset, length));
     MutableByteSpan buffer(scratch.step_inputs[slot].Reserve(length), length);
     // This file's ranges cover no predicted chunk, a copy's no copy (checked
-    // at Open): no cycle.
-    Result<ByteSpan> r = from_base ? ViewBaseRange(c, offset, buffer, depth, &holds[slot])
-                                   : ViewAtDepth(offset, buffer, depth, &holds[slot]);
+    // at Open): no cycle. A ref copy reads another blob, one level deeper
+    // (the depth limit bounds a hostile loop of refs).
+    Result<ByteSpan> r = from_base ? ViewLinkRange(c, Link::kBase, offset, buffer, depth, &holds[slot])
+                         : step.ref ? ViewLinkRange(c, Link::kRef, offset, buffer, depth, &holds[slot])
+                                    : ViewAtDepth(offset, buffer, depth, &holds[slot]);
     if (!r.ok())
       return r.status().WithContext(
           fmt::format("blob: chunk {} at logical offset {}: step prediction input", c, chunk.logical_offset));
@@ -270,19 +283,20 @@ Status BlobReaderImpl::CheckBaseStepRange(uint32_t c, uint64_t offset, uint64_t 
   return Status::Ok();
 }
 
-Result<ByteSpan> BlobReaderImpl::ViewBaseRange(uint32_t c, uint64_t base_offset, MutableByteSpan out, uint32_t depth,
-                                               std::shared_ptr<const ChunkBuffer>* hold) const {
+Result<ByteSpan> BlobReaderImpl::ViewLinkRange(uint32_t c, Link link, uint64_t base_offset, MutableByteSpan out,
+                                               uint32_t depth, std::shared_ptr<const ChunkBuffer>* hold) const {
   if (depth + 1 > limits_.max_chain_depth)
     return ChunkError(StatusCode::kCorruption, c,
                       fmt::format("delta chain deeper than the limit {}", limits_.max_chain_depth));
-  Result<std::shared_ptr<const BlobReader>> opened = OpenBase();
+  const char* what = link == Link::kBase ? "base" : "ref";
+  Result<std::shared_ptr<const BlobReader>> opened = OpenLink(link);
   if (!opened.ok())
     return opened.status().WithContext(
         fmt::format("blob: chunk {} at logical offset {}", c, index_.chunks[c].logical_offset));
   std::shared_ptr<const BlobReader> base = std::move(opened).value();
   if (base_offset > base->logical_size() || out.size() > base->logical_size() - base_offset)
     return ChunkError(StatusCode::kCorruption, c,
-                      fmt::format("base range [{}, +{}) past the base's size {}", base_offset, out.size(),
+                      fmt::format("{} range [{}, +{}) past the {}'s size {}", what, base_offset, out.size(), what,
                                   base->logical_size()));
   // Readers from Open are BlobReaderImpl; carry the depth through them.
   const auto* impl = dynamic_cast<const BlobReaderImpl*>(base.get());
@@ -293,8 +307,9 @@ Result<ByteSpan> BlobReaderImpl::ViewBaseRange(uint32_t c, uint64_t base_offset,
     r = s;
   }
   if (r.ok()) return r;
-  return r.status().WithContext(fmt::format("blob: chunk {} at logical offset {}: reading base {}", c,
-                                            index_.chunks[c].logical_offset, index_.header.base->Hex()));
+  return r.status().WithContext(fmt::format("blob: chunk {} at logical offset {}: reading {} {}", c,
+                                            index_.chunks[c].logical_offset, what,
+                                            (link == Link::kBase ? index_.header.base : index_.header.ref)->Hex()));
 }
 
 Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const {
@@ -522,6 +537,8 @@ Result<std::shared_ptr<const BlobReader>> BlobReader::Open(std::shared_ptr<const
   ASSIGN_OR_RETURN(BlobIndex index, BlobIndex::DecodeFrom(index_bytes, footer.index_offset, limits));
   if (id && index.header.base && *index.header.base == *id)
     return Status::Corruption(fmt::format("blob {}: names itself as its base", id->Hex()));
+  if (id && index.header.ref && *index.header.ref == *id)
+    return Status::Corruption(fmt::format("blob {}: names itself as its ref", id->Hex()));
   return std::shared_ptr<const BlobReader>(
       std::make_shared<BlobReaderImpl>(std::move(blob), id, resolver, cache, limits, std::move(index)));
 }

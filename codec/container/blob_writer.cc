@@ -166,6 +166,11 @@ Status CheckOptions(const EncodeOptions& options) {
 
 Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRef* base,
                                const EncodeOptions& options, ByteSink* sink) {
+  return EncodeBlob(file, layout, base, nullptr, options, sink);
+}
+
+Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRef* base,
+                               const std::vector<RefCandidate>* refs, const EncodeOptions& options, ByteSink* sink) {
   RETURN_IF_ERROR(ValidateLayout(layout, file.size()));
   RETURN_IF_ERROR(CheckOptions(options));
   if (layout.tensors.size() > UINT32_MAX || layout.segments.size() > UINT32_MAX)
@@ -176,6 +181,30 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   const bool have_base = base != nullptr && base->reader != nullptr;
   std::vector<std::optional<uint64_t>> base_match;
   if (have_base) base_match = MatchBaseTensors(layout, *base->reader);
+
+  // Each tensor's lossy budget.
+  std::vector<lossy::Budget> budgets(layout.tensors.size());
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    const TensorInfo& tensor = layout.tensors[t];
+    if (options.lossy_budget && IsCodecFloat(tensor.dtype) && !tensor.big_endian)
+      budgets[t] = options.lossy_budget(layout.format, tensor);
+    const lossy::Budget& budget = budgets[t];
+    if (!(budget.rel_l2 >= 0 && budget.max_abs >= 0 && budget.max_rel >= 0))
+      return Status::InvalidArgument(fmt::format("encode: lossy budget rel_l2={} max_abs={}, want >= 0",
+                                                 budget.rel_l2, budget.max_abs));
+  }
+  // f32 weights that an earlier file holds too (ref_copies.h): chunks are
+  // cut where the runs it holds end.
+  RefRuns ref_runs;
+  if (refs != nullptr && !refs->empty() && options.step_prediction) {
+    const std::vector<bool> is_state = FindStepStates(layout).is_state;
+    std::vector<bool> eligible(layout.tensors.size());
+    for (size_t t = 0; t < layout.tensors.size(); ++t)
+      eligible[t] = layout.tensors[t].dtype == DType::kF32 && budgets[t].lossy() && budgets[t].rel_l2 > 0 &&
+                    (is_state.empty() || !is_state[t]);
+    ref_runs = FindRefRuns(layout, file, eligible, *refs);
+  }
+  const RefCandidate* ref = ref_runs.candidate >= 0 ? &(*refs)[static_cast<size_t>(ref_runs.candidate)] : nullptr;
 
   // Plan the chunks: whole elements, about chunk_bytes each.
   BlobIndex index;
@@ -195,19 +224,25 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     const SegmentInfo* base_verbatim_segment = nullptr;
     if (!s.is_tensor() && verbatim_ordinal < base_verbatim.size()) base_verbatim_segment = &base_verbatim[verbatim_ordinal];
     if (!s.is_tensor()) ++verbatim_ordinal;
-    lossy::Budget budget;
-    if (s.is_tensor() && options.lossy_budget && IsCodecFloat(dtype) && !layout.tensors[s.tensor].big_endian)
-      budget = options.lossy_budget(layout.format, layout.tensors[s.tensor]);
-    if (!(budget.rel_l2 >= 0 && budget.max_abs >= 0 && budget.max_rel >= 0))
-      return Status::InvalidArgument(fmt::format("encode: lossy budget rel_l2={} max_abs={}, want >= 0",
-                                                 budget.rel_l2, budget.max_abs));
-    for (uint64_t at = 0; at < s.length; at += step) {
-      PlannedChunk c{s.offset + at, std::min(step, s.length - at), dtype, std::nullopt, budget, s.tensor};
-      if (base_start) c.base_offset = *base_start + at;
-      if (base_verbatim_segment != nullptr)
-        c.base_offset = VerbatimBaseOffset(*base_verbatim_segment, base->reader->logical_size(), at, c.length);
-      plan.push_back(c);
-      ++info.chunk_count;
+    const lossy::Budget budget = s.is_tensor() ? budgets[s.tensor] : lossy::Budget{};
+    // The segment's pieces: the ref runs in it, and what lies between them.
+    std::vector<std::pair<uint64_t, std::optional<uint64_t>>> pieces{{0, std::nullopt}};  // (start, ref offset)
+    for (const RefRun& run : ref_runs.runs) {
+      if (run.offset < s.offset || run.offset + run.length > s.offset + s.length) continue;
+      pieces.emplace_back(run.offset - s.offset, run.ref_offset);
+      pieces.emplace_back(run.offset + run.length - s.offset, std::nullopt);
+    }
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const uint64_t end = k + 1 < pieces.size() ? pieces[k + 1].first : s.length;
+      for (uint64_t at = pieces[k].first; at < end; at += step) {
+        PlannedChunk c{s.offset + at, std::min(step, end - at), dtype, std::nullopt, budget, s.tensor};
+        if (base_start) c.base_offset = *base_start + at;
+        if (base_verbatim_segment != nullptr)
+          c.base_offset = VerbatimBaseOffset(*base_verbatim_segment, base->reader->logical_size(), at, c.length);
+        if (pieces[k].second) c.ref_offset = *pieces[k].second + (at - pieces[k].first);
+        plan.push_back(c);
+        ++info.chunk_count;
+      }
     }
     index.segments.push_back(info);
   }
@@ -250,8 +285,8 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
                                          const std::function<void(size_t, CodecScratch&)>& body) {
       parallel(count, max_threads, body);
     };
-    const LossyPassesInput passes{file, layout, plan, have_base ? base : nullptr, base_match, options, threads,
-                                  parallel_for, stages};
+    const LossyPassesInput passes{file,  layout,       plan, have_base ? base : nullptr, base_match, options, threads,
+                                  parallel_for, stages, ref};
     RETURN_IF_ERROR(EncodeLossyChunks(passes, recon, &lossy_results, &tensor_err2, &tensor_ref2));
     RewriteZipCrcs(layout, plan, lossy_results, recon);
     file = ByteSpan(recon);
@@ -291,6 +326,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
         ByteWriter params(&index.params.back());
         lossy_results[first + i].params.EncodeTo(params);
         ++stats.lossy_chunks;
+        if (lossy_results[first + i].params.ref_copy()) ++stats.ref_chunks;
       }
       stored_at += slot.encoding.stored_size;
       if (slot.delta) ++stats.delta_chunks;
@@ -305,6 +341,11 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   // Reference the base only when a chunk needs it: a blob whose chunks all
   // stand alone stays readable after the base is deleted.
   if (stats.delta_chunks > 0) index.header.base = base->id;
+  // The same for the ref, which only ref copies read.
+  if (stats.ref_chunks > 0) {
+    stats.ref = ref->id;
+    index.header.ref = stats.ref;
+  }
   std::vector<std::byte> index_bytes;
   ByteWriter iw(&index_bytes);
   index.EncodeTo(iw);

@@ -22,6 +22,9 @@ struct PlannedChunk {
   std::optional<uint64_t> base_offset;  // set when the base holds this range
   lossy::Budget budget;                 // all 0: lossless
   int32_t tensor = -1;
+  // Set when the ref holds this range's values (a ref copy,
+  // codec/optimizer/ref_copies.h): their logical offset there.
+  std::optional<uint64_t> ref_offset;
   bool lossy() const { return budget.lossy(); }
 };
 

@@ -23,7 +23,11 @@ Result<std::vector<TensorLossyReport>> LossyTensorReports(const BlobReader& read
     ASSIGN_OR_RETURN(LossyChunkParams p, LossyChunkParams::DecodeFrom(reader.chunk_params(c)));
     ++r.lossy_chunks;
     if (p.predicted()) ++r.predicted_chunks;
-    if (p.copy()) ++r.copy_chunks;
+    if (p.ref_copy()) {
+      ++r.ref_copy_chunks;
+    } else if (p.copy()) {
+      ++r.copy_chunks;
+    }
     if (p.step_space) ++r.step_space_chunks;
     if (p.dither) ++r.dithered_chunks;
     if (p.row_column) ++r.row_column_chunks;

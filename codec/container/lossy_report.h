@@ -20,6 +20,7 @@ struct TensorLossyReport {
   uint32_t lossy_chunks = 0;
   uint32_t predicted_chunks = 0;  // delta frames against a step prediction
   uint32_t copy_chunks = 0;       // ... of them, copies of a master in the same file
+  uint32_t ref_copy_chunks = 0;   // ... of them, copies of values in the blob's ref
   uint32_t step_space_chunks = 0; // coded in step space (their errors are of m / s)
   uint32_t low_rank_chunks = 0;   // whose prediction has a low-rank term
   uint32_t max_low_rank = 0;      // the largest rank of those terms

@@ -348,15 +348,21 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
     master_of = FindMasterCopies(layout, file, eligible, excluded);
     for (size_t i = 0; i < plan.size(); ++i) copy[i] = plan[i].tensor >= 0 && master_of[plan[i].tensor] >= 0;
   }
+  // f32 weights that an earlier file's blob holds too: coded in the first
+  // pass against its reconstruction (ref_copies.h).
+  auto ref_copy = [&](size_t i) {
+    return in.ref != nullptr && plan[i].ref_offset.has_value() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&
+           plan[i].dtype == DType::kF32 && !copy[i];
+  };
   std::vector<bool> deferred(plan.size());
   for (size_t i = 0; i < plan.size(); ++i)
     deferred[i] = predict && !states.states.empty() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&
-                  plan[i].base_offset.has_value() && !states.is_state[plan[i].tensor] && !copy[i];
+                  plan[i].base_offset.has_value() && !states.is_state[plan[i].tensor] && !copy[i] && !ref_copy(i);
   // First moments coded in step space wait for their second moment's
   // reconstruction (a pass between the state and the weights).
   const std::vector<std::optional<uint64_t>> space_v =
       options.momentum_step_space ? StepSpaceSources(layout, states, plan) : std::vector<std::optional<uint64_t>>();
-  auto in_step_space = [&](size_t i) { return !space_v.empty() && space_v[i].has_value(); };
+  auto in_step_space = [&](size_t i) { return !space_v.empty() && space_v[i].has_value() && !ref_copy(i); };
   const unsigned lossy_threads = options.lossy_kernels != nullptr ? 1u : threads;
   auto chunk_data = [&](size_t i) { return file.subspan(plan[i].offset, plan[i].length); };
   // A lossy chunk coded as it is; a first moment against its decayed base
@@ -402,12 +408,36 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
                  static_cast<int64_t>(before) - static_cast<int64_t>(lossy_results[i].stored.size()));
     }
   };
+  // A ref copy: a delta frame against the ref's reconstruction of its
+  // values (or, when smaller, the plain delta against the base); coded as
+  // it is when the ref cannot be read.
+  auto encode_ref_copy = [&](size_t i, ByteSpan base_bytes, const SourceMatch& source, CodecScratch& scratch) {
+    StageTimer timer;
+    MutableByteSpan values(scratch.step_inputs[0].Reserve(plan[i].length), plan[i].length);
+    if (!in.ref->reader->ReadAt(*plan[i].ref_offset, values).ok()) {
+      encode_as_is(i, base_bytes, source, scratch);
+      return;
+    }
+    ChunkPrediction prediction = PredictCopy(lossy::ElementType::kF32, chunk_data(i), base_bytes, values,
+                                             *plan[i].ref_offset, scratch);
+    prediction.step.ref = true;
+    stages.Add(EncodeStage::kPrediction, timer.Seconds());
+    StageTimer lossy_timer;
+    statuses[i] = EncodeLossy(file, plan[i], base_bytes, source, &prediction, options, options.lossy_kernels, scratch,
+                              recon.data(), &lossy_results[i]);
+    stages.Add(EncodeStage::kLossy, lossy_timer.Seconds());
+  };
   // A caller's kernel backend is one object: never used by two threads.
   parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
     if (deferred[i] || in_step_space(i) || copy[i]) return;
     if (plan[i].lossy()) {
       const ByteSpan base_bytes = read_base_bytes(plan[i], scratch);
-      encode_as_is(i, base_bytes, MatchSource(plan[i], base, chunk_data(i), base_bytes), scratch);
+      const SourceMatch source = MatchSource(plan[i], base, chunk_data(i), base_bytes);
+      if (ref_copy(i)) {
+        encode_ref_copy(i, base_bytes, source, scratch);
+        return;
+      }
+      encode_as_is(i, base_bytes, source, scratch);
     } else {
       ByteSpan data = file.subspan(plan[i].offset, plan[i].length);
       std::copy(data.begin(), data.end(), recon.begin() + static_cast<ptrdiff_t>(plan[i].offset));

@@ -11,6 +11,8 @@
 //      both moments' reconstructions);
 //   4. bf16/f16 weights as copies of their fp32 master in the same file
 //      (they read the master's reconstruction; master_copies.h).
+// f32 weights that an earlier file's blob holds too are coded in the first
+// pass as ref copies of that blob's reconstruction (ref_copies.h).
 // Each stage is timed in the encode's EncodeStageRecorder (`ckptfs encode
 // --stages`); the candidates themselves are in this folder
 // (step_sources.h, step_space.h, dither_candidate.h, low_rank_candidate.h)
@@ -28,6 +30,7 @@
 #include "codec/container/chunk_plan.h"
 #include "codec/container/encode_stages.h"
 #include "codec/format/layout.h"
+#include "codec/optimizer/ref_copies.h"
 #include "codec/tensor/lossy_chunk_codec.h"
 #include "codec/tensor/scratch.h"
 
@@ -56,6 +59,9 @@ struct LossyPassesInput {
   unsigned threads;
   const ParallelFor& parallel;
   EncodeStageRecorder& stages;
+  // The earlier file's blob that the chunks with a ref_offset read (null:
+  // none; ref_copies.h).
+  const RefCandidate* ref = nullptr;
 };
 
 // Encodes every lossy chunk of `in.plan`: `recon` (the file's size) gets the

@@ -30,6 +30,12 @@ struct StepPrediction {
   // chunks, and the prediction reads no base (scale 0, no v, no base step),
   // so a key frame may hold it too (FORMAT.md "Step prediction").
   bool copy = false;
+  // A copy whose m is in the blob's ref object (another file's blob,
+  // FORMAT.md "Index header"), not in this file: weights that a sibling
+  // file holds too (DeepSpeed's flat fp32 partitions of the model file's
+  // weights; codec/optimizer/ref_copies.h). Requires `copy`; m_offset is
+  // logical in the ref's file.
+  bool ref = false;
   uint64_t m_offset = 0, v_offset = 0;
   uint64_t m_base_offset = 0, v_base_offset = 0;
 };
@@ -151,6 +157,8 @@ struct LossyChunkParams {
   bool predicted() const { return (flags & kFlagPredicted) != 0; }
   // A copy of a master in the same file (StepPrediction::copy).
   bool copy() const { return prediction && prediction->copy; }
+  // A copy of weights in the blob's ref object (StepPrediction::ref).
+  bool ref_copy() const { return prediction && prediction->ref; }
   // Whether decoding reads the base version: a delta frame, except a copy's.
   bool reads_base() const { return delta() && !copy(); }
   void EncodeTo(ByteWriter& w) const;
