@@ -13,6 +13,7 @@
 #include <ctime>
 
 #include "fs/base_candidates.h"
+#include "fs/blob_links.h"
 #include "fs/content_index.h"
 #include "fs/dcp_names.h"
 
@@ -71,21 +72,48 @@ Result<ObjectId> PublishRawCopy(Store& store, int staging_fd, uint64_t size) {
   return store.PublishObject(std::move(tmp));
 }
 
-// Opens a delta base after refreshing the mtime of it and of every blob
-// below it down to the key frame. Each touch comes before the blob is read:
-// from then on GC (of any daemon sharing the store) sees a young object and
-// keeps it until our manifest names the chain; a blob GC already took away
-// fails the touch (NotFound), even if its reader is still cached.
+// Opens a delta base (or a ref) after refreshing the mtime of it and of
+// every blob it reads (its chain down to the key frame, and refs). Each
+// touch comes before the blob is read: from then on GC (of any daemon
+// sharing the store) sees a young object and keeps it until our manifest
+// names a blob that reads it; a blob GC already took away fails the touch
+// (NotFound), even if its reader is still cached.
 Result<std::shared_ptr<const BlobReader>> TouchChain(Store& store, const ObjectId& id) {
   RETURN_IF_ERROR(store.TouchObject(id));
   ASSIGN_OR_RETURN(auto top, store.OpenBlob(id));
-  std::shared_ptr<const BlobReader> link = top;
-  for (int depth = 0; link->base() && depth < 4096; ++depth) {
-    ObjectId below = *link->base();
-    RETURN_IF_ERROR(store.TouchObject(below));
-    ASSIGN_OR_RETURN(link, store.OpenBlob(below));
-  }
+  RETURN_IF_ERROR(TouchLinked(store, *top));
   return top;
+}
+
+// The folder part of a path relative to the mount root ("" at the root).
+std::string_view FolderOf(std::string_view rel_path) {
+  const size_t slash = rel_path.rfind('/');
+  return slash == std::string_view::npos ? std::string_view() : rel_path.substr(0, slash);
+}
+
+// The ref candidates of a new version at `rel_path`: the newest few
+// versions of other files of its folder (the other files of the same
+// save) that this daemon encoded with a value sample, each touched with
+// what it reads (TouchChain) and opened. Never a version of the file's own
+// role: its base serves unchanged values as well, and a ref to an older
+// version would keep that version alive after a trainer deletes it.
+constexpr size_t kMaxRefCandidates = 4;
+std::vector<RefCandidate> RefCandidatesFor(Store& store, const std::vector<BaseCandidate>& candidates,
+                                           std::string_view rel_path, const ObjectId* base, Logger* log) {
+  std::vector<RefCandidate> refs;
+  if (rel_path.empty()) return refs;
+  for (auto it = candidates.rbegin(); it != candidates.rend() && refs.size() < kMaxRefCandidates; ++it) {
+    if (!it->values || it->same_role || it->rel_path.empty() || FolderOf(it->rel_path) != FolderOf(rel_path) ||
+        it->rel_path == rel_path || (base != nullptr && it->id == *base))
+      continue;
+    auto reader = TouchChain(store, it->id);
+    if (!reader.ok()) {
+      if (log) log->Debug("{}: ref candidate {} unusable: {}", rel_path, it->id.Hex(), reader.status().ToString());
+      continue;
+    }
+    refs.push_back(RefCandidate{it->id, *reader, it->values});
+  }
+  return refs;
 }
 }  // namespace
 
@@ -256,7 +284,9 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
       }
     };
   }
-  auto stats = EncodeBlob(bytes, layout, have_base ? &base_ref : nullptr, encode, &sink);
+  const std::vector<RefCandidate> refs =
+      RefCandidatesFor(store, candidates, logical_path, have_base ? &base_ref.id : nullptr, log);
+  auto stats = EncodeBlob(bytes, layout, have_base ? &base_ref : nullptr, &refs, encode, &sink);
   if (!stats.ok()) return stats.status().WithContext("encode " + staging_path);
   v.stats = *stats;
   ASSIGN_OR_RETURN(v.fields.object, store.PublishObject(std::move(tmp)));
@@ -274,6 +304,11 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
                             delta ? candidate->key_bytes : stats->stored_bytes, stats->lossy_chunks == 0,
                             std::string(logical_path)};
   v.as_base->committed_ns = CommitTimeNow();
+  if (stats->lossy_chunks > 0) {
+    auto values = std::make_shared<ValueSample>(SampleValues(layout, bytes));
+    if (!values->entries.empty()) v.as_base->values = std::move(values);
+  }
+  if (stats->ref && log) log->Debug("{}: {} chunks are ref copies of {}", name, stats->ref_chunks, stats->ref->Hex());
   if (content_key) {
     const ContentEntry entry{v.fields.object, v.fields.chain_depth, layout.format, bytes.size()};
     RecordContent(store, *content_key, entry, log);

@@ -21,6 +21,7 @@
 
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
+#include "codec/optimizer/ref_copies.h"
 #include "codec/policy/policy.h"
 #include "fs/content_in_flight.h"
 #include "fs/log.h"
@@ -116,6 +117,13 @@ struct BaseCandidate {
   // directory's and the role's lists are merged oldest first by it, since
   // ChooseBase gives ties to the newest.
   int64_t committed_ns = 0;
+  // A sample of the f32 values this version was made from
+  // (codec/optimizer/ref_copies.h): a later file of the same folder whose
+  // weights it holds too (DeepSpeed's optimizer files repeat the model
+  // file's) codes them as ref copies of its blob. Kept for versions this
+  // daemon encoded since mount (null otherwise: such a file then only costs
+  // more).
+  std::shared_ptr<const ValueSample> values;
 };
 
 // The time to record as a version's committed_ns now.

@@ -11,6 +11,8 @@
 #include <optional>
 #include <vector>
 
+#include "fs/blob_links.h"
+
 namespace ckptfs::fs {
 
 namespace {
@@ -37,11 +39,10 @@ void AppendDouble(std::string* out, double v) {
 Result<uint32_t> TouchChainDepth(Store& store, const ObjectId& id) {
   RETURN_IF_ERROR(store.TouchObject(id));
   ASSIGN_OR_RETURN(auto link, store.OpenBlob(id));
+  RETURN_IF_ERROR(TouchLinked(store, *link));  // its refs too
   uint32_t depth = 0;
   for (; link->base() && depth < 4096; ++depth) {
-    const ObjectId below = *link->base();
-    RETURN_IF_ERROR(store.TouchObject(below));
-    ASSIGN_OR_RETURN(link, store.OpenBlob(below));
+    ASSIGN_OR_RETURN(link, store.OpenBlob(*link->base()));
   }
   return depth;
 }

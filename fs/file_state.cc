@@ -203,7 +203,11 @@ Result<int> Filesystem::RecordStagingLocked(Inode& inode, StagingFile& staging, 
 }
 
 Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& staging, ino_t dir,
-                                                   const std::function<bool()>& wanted, bool await_names) {
+                                                   const std::function<bool()>& wanted,
+                                                   const FolderCommits::Entry& in_folder, bool await_names) {
+  // The files of its folder closed before it commit first: it may hold
+  // weights they hold (folder_commits.h). Not counted as running meanwhile.
+  folder_commits_.WaitForEarlier(in_folder, kWaitForEarlierInFolder, [&] { return !wanted(); });
   // This commit's options: the mount's, with a share of the cores
   // (threads= shared among the encodes running now: a lone commit, one
   // torch.save, encodes its chunks on all of them; the output does not
@@ -303,7 +307,9 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
     queue_->PushAfter(kAwaitDcpNamesPoll, [this, inode, ticket, queued] { CommitJob(inode, ticket, queued, true); });
     return;
   }
-  Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted, await_names);
+  // Registered in its folder until it is committed (folder_commits.h).
+  FolderCommits::Entry in_folder = folder_commits_.Enter(dir);
+  Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted, in_folder, await_names);
   if (!wanted()) {
     if (mark) (void)synced.get();
     return;  // superseded: the object is garbage for GC

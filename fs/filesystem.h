@@ -25,6 +25,7 @@
 #include "fs/candidate_lists.h"
 #include "fs/commit_pipeline.h"
 #include "fs/encode_queue.h"
+#include "fs/folder_commits.h"
 #include "fs/log.h"
 #include "fs/memory_budget.h"
 #include "fs/options.h"
@@ -165,10 +166,14 @@ class Filesystem {
                  bool retry = false);
   // Encodes `staging` (the bytes of `inode`, in directory `dir`) into an
   // object with the mount's options and a share of the cores; gives up
-  // (Internal) when `wanted` turns false while it waits for memory. With
-  // `await_names`, an unnamed DCP shard is not encoded (awaiting_names).
+  // (Internal) when `wanted` turns false while it waits for memory. It
+  // first waits for the commits of its folder that entered `in_folder`'s
+  // list before it (at most kWaitForEarlierInFolder). With `await_names`,
+  // an unnamed DCP shard is not encoded (awaiting_names).
   Result<EncodedVersion> EncodeForCommit(Inode& inode, StagingFile& staging, ino_t dir,
-                                         const std::function<bool()>& wanted, bool await_names = false);
+                                         const std::function<bool()>& wanted, const FolderCommits::Entry& in_folder,
+                                         bool await_names = false);
+  static constexpr std::chrono::milliseconds kWaitForEarlierInFolder{60000};
   // REQUIRES: inode.mu held. Writes `version`'s manifest record (durable)
   // with the pending mtime; the file is clean afterwards.
   Status WriteCommitLocked(Inode& inode, const EncodedVersion& version);
@@ -242,6 +247,8 @@ class Filesystem {
   // Encodes running now: the threads= cores are shared among them (a lone
   // commit, the common case of one torch.save, encodes its chunks on all).
   std::atomic<unsigned> running_encodes_{0};
+  // Commits per folder in the order they started (folder_commits.h).
+  FolderCommits folder_commits_;
   // Writable handles closed by their process (FLUSH seen) whose RELEASE has
   // not arrived yet. Part of `user.ckptfs.pending`, so that "nothing
   // pending" right after a close() really means the commit has finished.

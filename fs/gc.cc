@@ -10,6 +10,7 @@
 #include <ctime>
 #include <string_view>
 
+#include "fs/blob_links.h"
 #include "fs/content_index.h"
 
 namespace ckptfs::fs {
@@ -56,22 +57,23 @@ Result<std::unordered_set<ObjectId, ObjectIdHash>> MarkLiveObjects(Store& store,
     if (man.kind == ManifestKind::kBlob) blobs.push_back(man.object);
   });
   RETURN_IF_ERROR(walk);
-  // Follow each chain; a chain stops at a key frame or an object already marked.
-  for (ObjectId id : blobs) {
-    for (uint32_t depth = 0; depth < 1024; ++depth) {
-      if (!live.insert(id).second) break;
-      auto reader = store.OpenBlob(id);
-      if (!reader.ok()) {
-        if (::access(store.ObjectPath(id).c_str(), F_OK) == 0) {
-          problems->push_back(fmt::format("object {}: {}", id.Hex(), reader.status().ToString()));
-        } else {
-          problems->push_back(fmt::format("object {} is referenced but missing", id.Hex()));
-        }
-        break;
+  // Follow what each blob reads (its base chain, refs); a walk stops at a
+  // key frame or an object already marked.
+  while (!blobs.empty()) {
+    const ObjectId id = blobs.back();
+    blobs.pop_back();
+    if (!live.insert(id).second) continue;
+    auto reader = store.OpenBlob(id);
+    if (!reader.ok()) {
+      if (::access(store.ObjectPath(id).c_str(), F_OK) == 0) {
+        problems->push_back(fmt::format("object {}: {}", id.Hex(), reader.status().ToString()));
+      } else {
+        problems->push_back(fmt::format("object {} is referenced but missing", id.Hex()));
       }
-      if (!(*reader)->base()) break;
-      id = *(*reader)->base();
+      continue;
     }
+    for (const ObjectId& below : BlobLinks(**reader))
+      if (!live.count(below)) blobs.push_back(below);
   }
   return live;
 }
@@ -135,13 +137,13 @@ Result<GcReport> CollectGarbage(Store& store, const GcOptions& options, Logger* 
       young.push_back(id);
   });
   std::unordered_set<ObjectId, ObjectIdHash> below_young;
-  for (ObjectId id : young) {
-    for (uint32_t depth = 0; depth < 1024; ++depth) {
-      auto reader = store.OpenBlob(id);  // a raw object is no blob: nothing below it
-      if (!reader.ok() || !(*reader)->base()) break;
-      id = *(*reader)->base();
-      if (live.count(id) || !below_young.insert(id).second) break;
-    }
+  while (!young.empty()) {
+    const ObjectId id = young.back();
+    young.pop_back();
+    auto reader = store.OpenBlob(id);  // a raw object is no blob: nothing below it
+    if (!reader.ok()) continue;
+    for (const ObjectId& below : BlobLinks(**reader))
+      if (!live.count(below) && below_young.insert(below).second) young.push_back(below);
   }
   ForEachObject(store, [&](const ObjectId& id, const std::string& path) {
     ++report.objects;

@@ -227,7 +227,8 @@ Status Filesystem::CommitForFsync(const std::shared_ptr<Inode>& inode) {
       std::lock_guard<std::mutex> lock(inode->mu);
       return inode->file.staging == staging && inode->file.content_gen == gen;
     };
-    Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted);
+    FolderCommits::Entry in_folder = folder_commits_.Enter(dir);  // until committed (folder_commits.h)
+    Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted, in_folder);
     if (!wanted()) continue;
     if (!version.ok()) return version.status();
     {

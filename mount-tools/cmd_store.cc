@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "fs/blob_links.h"
 #include "fs/commit_pipeline.h"
 #include "fs/gc.h"
 #include "fs/manifest.h"
@@ -285,15 +286,19 @@ int RunFsck(const std::string& backing, bool as_json, bool quiet) {
     auto content = fs::FileContent::Open(st, man);
     if (!content.ok()) return problems.push_back(fmt::format("{}: {}", rel, content.status().ToString()));
     if (man.kind != fs::ManifestKind::kBlob) return;
-    // The base chain must resolve down to a key frame.
-    ObjectId id = man.object;
-    for (uint32_t depth = 0;; ++depth) {
+    // Every blob it reads (its base chain down to a key frame, refs) must open.
+    std::vector<ObjectId> pending{man.object};
+    std::set<ObjectId> seen{man.object};
+    while (!pending.empty()) {
+      const ObjectId id = pending.back();
+      pending.pop_back();
       blob_objects.insert(id);
       auto reader = st.OpenBlob(id);
       if (!reader.ok()) return problems.push_back(fmt::format("{}: chain: {}", rel, reader.status().ToString()));
-      if (!(*reader)->base()) break;
-      if (depth > 1024) return problems.push_back(fmt::format("{}: base chain too long (a cycle?)", rel));
-      id = *(*reader)->base();
+      if (seen.size() > fs::kMaxLinkedBlobs)
+        return problems.push_back(fmt::format("{}: reads more than {} blobs", rel, fs::kMaxLinkedBlobs));
+      for (const ObjectId& below : fs::BlobLinks(**reader))
+        if (seen.insert(below).second) pending.push_back(below);
     }
   });
   if (!walk.ok()) return ReportStatus(walk, "fsck");

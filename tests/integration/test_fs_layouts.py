@@ -7,6 +7,7 @@ byte-identical copy names the stored blob instead of storing it again.
 Bases are read from the virtual xattrs user.ckptfs.object / .base /
 .chain_depth right after each commit (lossy=off: reads are bit-exact).
 """
+import json
 import os
 import pickle
 import shutil
@@ -392,3 +393,75 @@ def test_dcp_shards_are_parsed_named_and_chain(store):
     assert xattr(p, "codec") == "blob:dcp" and xattr(p, "error") == "lossless"
     with open(p, "rb") as f:
         assert f.read() == data
+
+
+def deepspeed_save(store, step, model, moments):
+    """DeepSpeed ZeRO-2 with two ranks, as its save_checkpoint writes them:
+    the model file, then each rank's optimizer file holding its half of the
+    flattened fp32 weights and Adam's state of the same elements; no wait
+    between the files (the daemon orders their commits)."""
+    d = store.path(f"global_step{step}")
+    os.makedirs(d, exist_ok=True)
+    torch.save({"module": model, "global_steps": step}, os.path.join(d, "mp_rank_00_model_states.pt"))
+    flat = torch.cat([v.reshape(-1) for v in model.values()])
+    half = flat.numel() // 2
+    for r, sl in enumerate((slice(0, half), slice(half, flat.numel()))):
+        torch.save({"optimizer_state_dict": {
+            "base_optimizer_state": [{"step": torch.tensor(float(step)), "exp_avg": moments[0][sl].clone(),
+                                      "exp_avg_sq": moments[1][sl].clone()}],
+            "single_partition_of_fp32_groups": [flat[sl].clone()], "zero_stage": 2}},
+            os.path.join(d, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+    return flat
+
+
+def test_deepspeed_optimizer_files_are_ref_copies_of_the_model_file(store):
+    """DeepSpeed's optimizer files repeat the model file's fp32 weights
+    (flattened, split between ranks): each rank's flat weights are coded as
+    ref copies of the model file's blob of the same save (codec/FORMAT.md
+    "Step prediction", ref copies), cost a small part of what the model's
+    weights cost, and read back within budget after the model files are
+    deleted, `gc` ran and the store was remounted (a ref keeps its blob)."""
+    g = torch.Generator().manual_seed(11)
+    model = {"fc1.weight": 0.05 * torch.randn(1024, 384, generator=g), "fc1.bias": torch.zeros(1024),
+             "fc2.weight": 0.05 * torch.randn(384, 1024, generator=g), "fc2.bias": 0.01 * torch.randn(384, generator=g)}
+    n = sum(v.numel() for v in model.values())
+    moments = [1e-4 * torch.randn(n, generator=g), 1e-8 * torch.rand(n, generator=g)]
+    store.mount("lossy=on")
+    flats = {}
+    for step in (100, 200, 300):
+        model = {k: v + 1e-3 * torch.randn(v.shape, generator=g) for k, v in model.items()}
+        moments = [0.9 * moments[0] + 1e-5 * torch.randn(n, generator=g), 0.999 * moments[1] + 1e-9]
+        flats[step] = deepspeed_save(store, step, model, moments)
+        store.wait_idle()
+    for step in (100, 200, 300):
+        model_file = store.path(f"global_step{step}", "mp_rank_00_model_states.pt")
+        info = json.loads(store.cli("inspect", "--json", os.path.join(
+            store.backing, f"global_step{step}", "mp_rank_00_model_states.pt")).stdout)["blob"]
+        weights_bytes = sum(t["stored_bytes"] for t in info["tensors"] if t["name"].startswith("module."))
+        for r in (0, 1):
+            rel = os.path.join(f"global_step{step}", f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+            blob = json.loads(store.cli("inspect", "--json", os.path.join(store.backing, rel)).stdout)["blob"]
+            assert blob.get("ref") == xattr(model_file, "object"), (rel, blob.get("ref"))
+            flat = {t["name"]: t for t in blob["tensors"]}["optimizer_state_dict.single_partition_of_fp32_groups.0"]
+            assert flat["lossy"].get("ref_copy_chunks", 0) >= 1, (rel, flat)
+            assert flat["stored_bytes"] < 0.2 * weights_bytes / 2, (rel, flat["stored_bytes"], weights_bytes)
+            if step > 100:  # the rank's previous file is its base
+                assert base_of(store.path(rel)) == xattr(store.path(
+                    f"global_step{step - 100}", f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"), "object")
+    # The model files gone and collected: the optimizer files still read.
+    for step in (100, 200, 300):
+        os.remove(store.path(f"global_step{step}", "mp_rank_00_model_states.pt"))
+    store.wait_idle()
+    store.umount()
+    r = store.cli("gc", store.backing, "--grace", "0")
+    assert r.returncode == 0, r.stderr
+    store.mount("lossy=on")
+    for step in (100, 200, 300):
+        got = [torch.load(store.path(f"global_step{step}", f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+               for r in (0, 1)]
+        flat = torch.cat([s["optimizer_state_dict"]["single_partition_of_fp32_groups"][0] for s in got])
+        err = float((flat.double() - flats[step].double()).norm() / flats[step].double().norm())
+        assert err <= 0.01 + 1e-6, (step, err)
+    store.umount()
+    r = store.cli("fsck", store.backing)
+    assert r.returncode == 0, r.stdout + r.stderr
