@@ -149,6 +149,13 @@ void TrimBaseCandidates(std::deque<BaseCandidate>* list, size_t max_count) {
     }
     if (!newer_anchor && written) keep[i] = true, ++kept_anchors;
   }
+  // And the newest version with a value sample (a ref candidate of the
+  // files of its folder, commit_pipeline.h) when no kept one has one: a
+  // save of more ranks than max_count still finds its model file.
+  bool kept_values = false;
+  for (size_t i = 0; i < n; ++i) kept_values = kept_values || (keep[i] && (*list)[i].values);
+  for (size_t i = first_new; !kept_values && i-- > 0;)
+    if ((*list)[i].values) keep[i] = kept_values = true;
   std::deque<BaseCandidate> out;
   for (size_t i = 0; i < n; ++i)
     if (keep[i]) out.push_back(std::move((*list)[i]));

@@ -204,10 +204,14 @@ Result<int> Filesystem::RecordStagingLocked(Inode& inode, StagingFile& staging, 
 
 Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& staging, ino_t dir,
                                                    const std::function<bool()>& wanted,
-                                                   const FolderCommits::Entry& in_folder, bool await_names) {
+                                                   const FolderCommits::Entry* wait_after, bool await_names) {
+  struct stat st;
+  const uint64_t size = ::fstat(staging.fd(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
   // The files of its folder closed before it commit first: it may hold
   // weights they hold (folder_commits.h). Not counted as running meanwhile.
-  folder_commits_.WaitForEarlier(in_folder, kWaitForEarlierInFolder, [&] { return !wanted(); });
+  // A file too small to hold a tensor worth sampling does not wait.
+  if (wait_after != nullptr && size >= kMinWaitingFileBytes)
+    folder_commits_.WaitForEarlier(*wait_after, kWaitForEarlierInFolder, [&] { return !wanted(); });
   // This commit's options: the mount's, with a share of the cores
   // (threads= shared among the encodes running now: a lone commit, one
   // torch.save, encodes its chunks on all of them; the output does not
@@ -222,8 +226,6 @@ Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& st
   } running(running_encodes_);
   CommitOptions commit_options = commit_options_;
   commit_options.encode.threads = std::max(1u, options_.threads / running.now);
-  struct stat st;
-  uint64_t size = ::fstat(staging.fd(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
   // The working set of this many threads.
   MemoryBudget::Reservation memory = encode_budget_.Reserve(EncodeMemoryEstimate(size, commit_options));
   if (!wanted()) return Status::Internal("commit superseded");  // a writer came back while this waited
@@ -255,12 +257,14 @@ Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version
   return Status::Ok();
 }
 
-void Filesystem::AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version) {
+void Filesystem::AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version, FolderCommits::Entry* in_folder) {
   log_->Debug("committed inode {}: {} bytes -> {} ({} bytes, depth {})", inode.ino, version.fields.logical_size,
               StorageName(version.fields),
               version.fields.kind == ManifestKind::kInline ? version.fields.inline_data.size() : version.fields.stored_bytes,
               version.fields.chain_depth);
   if (version.as_base) AddBaseCandidate(dir, *version.as_base);
+  // Its folder's later commits may go on now: it is their candidate.
+  if (in_folder != nullptr) in_folder->Release();
   if (version.fields.kind == ManifestKind::kBlob && session_ != nullptr) {
     // The reconstruction of a lossy codec differs from the staged bytes the
     // kernel may have cached: drop them. Called with no lock held, since
@@ -309,7 +313,7 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
   }
   // Registered in its folder until it is committed (folder_commits.h).
   FolderCommits::Entry in_folder = folder_commits_.Enter(dir);
-  Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted, in_folder, await_names);
+  Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted, &in_folder, await_names);
   if (!wanted()) {
     if (mark) (void)synced.get();
     return;  // superseded: the object is garbage for GC
@@ -352,7 +356,7 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
   if (Status r = RemoveStagingFile(*done, commit_options_); !r.ok())
     log_->Warn("removing staging file {}: {}", done->path(), r.ToString());
   for (auto& old : superseded) (void)old->Remove();
-  AfterCommit(*inode, dir, *version);
+  AfterCommit(*inode, dir, *version, &in_folder);
   inodes_.EraseIfUnused(inode->ino);
 }
 

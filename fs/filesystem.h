@@ -166,20 +166,23 @@ class Filesystem {
                  bool retry = false);
   // Encodes `staging` (the bytes of `inode`, in directory `dir`) into an
   // object with the mount's options and a share of the cores; gives up
-  // (Internal) when `wanted` turns false while it waits for memory. It
-  // first waits for the commits of its folder that entered `in_folder`'s
-  // list before it (at most kWaitForEarlierInFolder). With `await_names`,
-  // an unnamed DCP shard is not encoded (awaiting_names).
+  // (Internal) when `wanted` turns false while it waits for memory. With
+  // `wait_after`, a file of at least kMinWaitingFileBytes first waits for
+  // the commits of its folder that entered the list before that entry (at
+  // most kWaitForEarlierInFolder). With `await_names`, an unnamed DCP shard
+  // is not encoded (awaiting_names).
   Result<EncodedVersion> EncodeForCommit(Inode& inode, StagingFile& staging, ino_t dir,
-                                         const std::function<bool()>& wanted, const FolderCommits::Entry& in_folder,
+                                         const std::function<bool()>& wanted, const FolderCommits::Entry* wait_after,
                                          bool await_names = false);
   static constexpr std::chrono::milliseconds kWaitForEarlierInFolder{60000};
+  static constexpr uint64_t kMinWaitingFileBytes = 64 << 10;
   // REQUIRES: inode.mu held. Writes `version`'s manifest record (durable)
   // with the pending mtime; the file is clean afterwards.
   Status WriteCommitLocked(Inode& inode, const EncodedVersion& version);
   // After a commit, no lock held: the version becomes a delta-base
-  // candidate, and the kernel drops pages of a lossy file's staged bytes.
-  void AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version);
+  // candidate (then `in_folder`, when given, leaves its folder's list), and
+  // the kernel drops pages of a lossy file's staged bytes.
+  void AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version, FolderCommits::Entry* in_folder = nullptr);
   // fsync with node-local staging: commits the file's bytes as of now to
   // the store (the staging file stays for open writers).
   Status CommitForFsync(const std::shared_ptr<Inode>& inode);

@@ -5,7 +5,8 @@
 // to nothing, but only once that blob is committed. An encode therefore
 // waits for the encodes of its folder that started before it (their
 // files were closed first), up to a bound; waiting costs the save little,
-// since an encode alone gets every core (threads=).
+// since an encode alone gets every core (threads=). An entry leaves once its
+// version is a base candidate, before the rest of the commit's aftermath.
 #pragma once
 
 #include <sys/types.h>
@@ -29,7 +30,12 @@ class FolderCommits {
     Entry(FolderCommits& owner, ino_t dir, uint64_t ticket) : owner_(&owner), dir_(dir), ticket_(ticket) {}
     Entry(const Entry&) = delete;
     Entry& operator=(const Entry&) = delete;
-    ~Entry() { owner_->Leave(dir_, ticket_); }
+    ~Entry() { Release(); }
+    // Leaves the list now (later commits of its folder stop waiting for it).
+    void Release() {
+      if (owner_ != nullptr) owner_->Leave(dir_, ticket_);
+      owner_ = nullptr;
+    }
     ino_t dir() const { return dir_; }
     uint64_t ticket() const { return ticket_; }
 

@@ -38,7 +38,8 @@ void ForEachObject(Store& store, const std::function<void(const ObjectId&, const
 Result<std::unordered_set<ObjectId, ObjectIdHash>> MarkLiveObjects(Store& store,
                                                                     const std::vector<ObjectId>& extra,
                                                                     std::vector<std::string>* problems,
-                                                                    uint64_t* manifests) {
+                                                                    uint64_t* manifests, bool* incomplete) {
+  bool unsure = false;
   std::unordered_set<ObjectId, ObjectIdHash> live;
   std::vector<ObjectId> blobs(extra.begin(), extra.end());
   Status walk = ForEachUserFile(store.backing(), [&](const std::string& rel) {
@@ -48,6 +49,7 @@ Result<std::unordered_set<ObjectId, ObjectIdHash>> MarkLiveObjects(Store& store,
     ::close(fd);
     if (!m.ok()) {
       problems->push_back(fmt::format("{}: {}", rel, m.status().ToString()));
+      unsure = true;
       return;
     }
     if (!m->has_value()) return;  // a plain file
@@ -67,6 +69,7 @@ Result<std::unordered_set<ObjectId, ObjectIdHash>> MarkLiveObjects(Store& store,
     if (!reader.ok()) {
       if (::access(store.ObjectPath(id).c_str(), F_OK) == 0) {
         problems->push_back(fmt::format("object {}: {}", id.Hex(), reader.status().ToString()));
+        unsure = true;
       } else {
         problems->push_back(fmt::format("object {} is referenced but missing", id.Hex()));
       }
@@ -75,6 +78,7 @@ Result<std::unordered_set<ObjectId, ObjectIdHash>> MarkLiveObjects(Store& store,
     for (const ObjectId& below : BlobLinks(**reader))
       if (!live.count(below)) blobs.push_back(below);
   }
+  if (incomplete != nullptr) *incomplete = unsure;
   return live;
 }
 
@@ -124,7 +128,16 @@ void RestoreInterrupted(Store& store) {
 Result<GcReport> CollectGarbage(Store& store, const GcOptions& options, Logger* log) {
   GcReport report;
   if (!options.dry_run) RestoreInterrupted(store);
-  ASSIGN_OR_RETURN(auto live, MarkLiveObjects(store, options.extra_live, &report.problems, &report.manifests));
+  bool incomplete = false;
+  ASSIGN_OR_RETURN(auto live,
+                   MarkLiveObjects(store, options.extra_live, &report.problems, &report.manifests, &incomplete));
+  if (incomplete) {
+    // Sweeping now could delete what an unreadable manifest or blob needs.
+    report.swept = false;
+    report.problems.push_back("not sweeping: a manifest or a marked blob could not be read (fsck says more)");
+    if (log) log->Warn("gc: {}", report.problems.back());
+    return report;
+  }
   report.live_objects = live.size();
   int64_t now = ::time(nullptr);
   // The grace period protects a young object together with the blobs below

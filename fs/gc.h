@@ -36,14 +36,20 @@ struct GcReport {
   uint64_t kept_young = 0;     // unreferenced but within the grace period
   uint64_t removed_content_entries = 0;  // content index entries naming removed objects
   std::vector<std::string> problems;  // e.g. a manifest naming a missing object
+  // The mark was incomplete (MarkLiveObjects): nothing was removed.
+  bool swept = true;
 };
 
 // The set of objects reachable from the user tree (plus `extra`), following
-// delta bases. Problems found on the way are appended to `problems`.
+// delta bases and refs. Problems found on the way are appended to
+// `problems`; *incomplete (when given) is set when the set may miss live
+// objects: a manifest that cannot be read, or a marked blob that exists
+// but does not open (damaged, or of a newer format whose links this build
+// cannot see). A missing object is a problem but hides nothing.
 Result<std::unordered_set<ObjectId, ObjectIdHash>> MarkLiveObjects(Store& store,
                                                                     const std::vector<ObjectId>& extra,
                                                                     std::vector<std::string>* problems,
-                                                                    uint64_t* manifests);
+                                                                    uint64_t* manifests, bool* incomplete = nullptr);
 
 // Collects garbage. Thread safety: safe to run while daemons commit (see the
 // grace period above).

@@ -227,8 +227,10 @@ Status Filesystem::CommitForFsync(const std::shared_ptr<Inode>& inode) {
       std::lock_guard<std::mutex> lock(inode->mu);
       return inode->file.staging == staging && inode->file.content_gen == gen;
     };
-    FolderCommits::Entry in_folder = folder_commits_.Enter(dir);  // until committed (folder_commits.h)
-    Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted, in_folder);
+    // Registered until committed, so that later files of its folder wait
+    // for it; an fsync itself waits for nothing (folder_commits.h).
+    FolderCommits::Entry in_folder = folder_commits_.Enter(dir);
+    Result<EncodedVersion> version = EncodeForCommit(*inode, *staging, dir, wanted, nullptr);
     if (!wanted()) continue;
     if (!version.ok()) return version.status();
     {
@@ -239,7 +241,7 @@ Status Filesystem::CommitForFsync(const std::shared_ptr<Inode>& inode) {
       // file's content until the last release finds it clean and drops it.
       RETURN_IF_ERROR(WriteCommitLocked(*inode, *version));
     }
-    AfterCommit(*inode, dir, *version);
+    AfterCommit(*inode, dir, *version, &in_folder);
     return Status::Ok();
   }
   return Status::Io(EBUSY, "fsync: the file kept changing while it was committed");

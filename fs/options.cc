@@ -87,7 +87,7 @@ Status ParseOptionItems(std::string_view list, MountOptions* o) {
     if (key == "compress") RETURN_IF_ERROR(ParseOnOff(key, value, &o->compress));
     else if (key == "threads") RETURN_IF_ERROR(ParseNumber<unsigned>(key, value, 1, 256, &o->threads));
     else if (key == "fuse_threads") RETURN_IF_ERROR(ParseNumber<unsigned>(key, value, 2, 256, &o->fuse_threads));
-    else if (key == "keyframe") RETURN_IF_ERROR(ParseNumber<uint32_t>(key, value, 1, 1000000, &o->keyframe));
+    else if (key == "keyframe") RETURN_IF_ERROR(ParseNumber<uint32_t>(key, value, 1, kMaxKeyframe, &o->keyframe));
     else if (key == "cache") RETURN_IF_ERROR(ParseNumber<uint64_t>(key, value, 0, 1u << 20, &o->cache_mib));
     else if (key == "mem") RETURN_IF_ERROR(ParseNumber<uint64_t>(key, value, 0, 1u << 24, &o->mem_mib));
     else if (key == "zstd") RETURN_IF_ERROR(ParseNumber<int>(key, value, -7, 22, &o->zstd_level));

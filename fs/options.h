@@ -24,6 +24,11 @@ struct MemorySplit {
   uint64_t encode_mib = 0;
 };
 
+// keyframe=N at most: a read follows fewer than N links (a version's
+// chain_depth counts its bases and refs), well within a reader's chain
+// limit (DecodeLimits::max_chain_depth, 256).
+inline constexpr uint32_t kMaxKeyframe = 128;
+
 struct MountOptions;
 MemorySplit SplitMemory(const MountOptions& options);
 
@@ -36,7 +41,7 @@ struct MountOptions {
   bool compress = true;          // compress=on|off
   unsigned threads = 2;          // threads=N encode workers, and the cores a commit's chunks share
   unsigned fuse_threads = 16;    // fuse_threads=N request threads
-  uint32_t keyframe = 10;        // keyframe=N
+  uint32_t keyframe = 10;        // keyframe=N, at most kMaxKeyframe
   uint64_t cache_mib = 256;      // cache=MiB decoded chunk cache
   // mem=MiB (0: no bound): half for the chunk cache (at most cache=), the
   // rest reserved by encodes for their working set (encodes wait for it);

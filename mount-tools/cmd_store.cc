@@ -350,7 +350,8 @@ int RunGc(const std::string& backing, int64_t grace, bool dry_run, bool as_json)
   if (as_json) {
     json j = {{"manifests", report->manifests}, {"objects", report->objects}, {"live", report->live_objects},
               {"removed", report->removed}, {"removed_bytes", report->removed_bytes},
-              {"kept_young", report->kept_young}, {"problems", report->problems}, {"dry_run", dry_run}};
+              {"kept_young", report->kept_young}, {"problems", report->problems}, {"dry_run", dry_run},
+              {"swept", report->swept}};
     std::cout << j.dump(2) << "\n";
   } else {
     for (auto& p : report->problems) std::cout << "problem: " << p << "\n";
@@ -358,7 +359,7 @@ int RunGc(const std::string& backing, int64_t grace, bool dry_run, bool as_json)
                              report->objects, report->live_objects, dry_run ? "would remove" : "removed",
                              report->removed, report->removed_bytes, report->kept_young);
   }
-  return kExitOk;
+  return report->swept ? kExitOk : kExitProblemsFound;
 }
 
 }  // namespace

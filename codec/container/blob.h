@@ -234,6 +234,11 @@ class BlobReader {
   // The parameters area of chunk `index` (empty for lossless codecs; see
   // LossyChunkParams for kLossy). REQUIRES: index < chunks().size().
   virtual ByteSpan chunk_params(uint32_t index) const = 0;
+  // Whether [offset, offset + length) of the file covers a chunk whose
+  // prediction reads other chunks (a step term, a copy): such a range may
+  // not be another blob's step input or ref copy (FORMAT.md "Step
+  // prediction"). False for a range outside the file or empty.
+  virtual bool CoversPredicted(uint64_t offset, uint64_t length) const = 0;
 
   // Reads [offset, offset + out.size()) of the reconstructed file, decoding
   // only the chunks that cover it (following the delta chain). Reads past

@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <chrono>
 #include <vector>
 
 #include "codec/common/hash.h"
@@ -53,6 +54,10 @@ class BlobReaderImpl final : public BlobReader {
   const std::vector<SegmentInfo>& segments() const override { return index_.segments; }
   const std::vector<ChunkInfo>& chunks() const override { return index_.chunks; }
   ByteSpan chunk_params(uint32_t index) const override { return index_.params[index]; }
+  bool CoversPredicted(uint64_t offset, uint64_t length) const override {
+    if (length == 0 || offset > logical_size() || length > logical_size() - offset) return false;
+    return index_.CoversStepPredicted(offset, length);
+  }
 
   Status ReadAt(uint64_t offset, MutableByteSpan out) const override { return ReadAtDepth(offset, out, 0); }
 
@@ -105,6 +110,9 @@ class BlobReaderImpl final : public BlobReader {
   // Corruption unless [offset, +length) of the base lies inside it and
   // covers no step-predicted chunk of the base.
   Status CheckBaseStepRange(uint32_t c, uint64_t offset, uint64_t length) const;
+  // Corruption unless [offset, +length) of the ref lies inside it and
+  // covers no predicted chunk of the ref.
+  Status CheckRefRange(uint32_t c, uint64_t offset, uint64_t length) const;
   // The blobs this one reads: its base version, and the ref object that
   // ref copies read (FORMAT.md "Index header").
   enum class Link { kBase, kRef };
@@ -158,8 +166,30 @@ class BlobReaderImpl final : public BlobReader {
   mutable std::unordered_map<uint32_t, std::shared_ptr<InFlight>> inflight_;
 };
 
+namespace {
+// The cached chunks this thread is decoding (reader, chunk), innermost
+// last. A chunk that its own decode reaches again through bases and refs
+// (a cycle, possible only in a store whose objects do not match their
+// names) would wait for itself: it fails instead.
+thread_local std::vector<std::pair<const void*, uint32_t>> tls_decoding;
+
+struct DecodingMark {
+  DecodingMark(const void* reader, uint32_t c) { tls_decoding.emplace_back(reader, c); }
+  ~DecodingMark() { tls_decoding.pop_back(); }
+};
+
+// How long a read below the top of a chain waits for another thread's
+// decode of the same chunk before decoding it itself: two threads whose
+// decodes reach each other's chunk (a cycle across threads) go on instead
+// of waiting for each other.
+constexpr std::chrono::seconds kLinkedWait{5};
+}  // namespace
+
 Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t c, uint32_t depth) const {
   if (auto hit = cache_->Get(*id_, c)) return hit;
+  for (const auto& [reader, chunk] : tls_decoding)
+    if (reader == this && chunk == c)
+      return ChunkError(StatusCode::kCorruption, c, "reads itself through its bases and refs (a cycle)");
   std::shared_ptr<InFlight> flight;
   bool leader = false;
   {
@@ -171,7 +201,17 @@ Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t 
   }
   if (!leader) {
     std::unique_lock<std::mutex> lock(flight->mu);
-    flight->cv.wait(lock, [&] { return flight->done; });
+    const auto done = [&] { return flight->done; };
+    if (depth == 0) {
+      flight->cv.wait(lock, done);
+    } else if (!flight->cv.wait_for(lock, kLinkedWait, done)) {
+      // Decoded here, not cached (the leader will cache it).
+      lock.unlock();
+      std::shared_ptr<ChunkBuffer> own = cache_->AcquireBuffer(index_.chunks[c].logical_length);
+      const DecodingMark mark(this, c);
+      RETURN_IF_ERROR(DecodeChunk(c, own->mutable_span(), depth));
+      return std::shared_ptr<const ChunkBuffer>(std::move(own));
+    }
     if (!flight->status.ok()) return flight->status;
     return flight->data;
   }
@@ -179,6 +219,7 @@ Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t 
   std::shared_ptr<const ChunkBuffer> data = cache_->Get(*id_, c);  // a leader just before us
   if (!data) {
     std::shared_ptr<ChunkBuffer> fresh = cache_->AcquireBuffer(index_.chunks[c].logical_length);
+    const DecodingMark mark(this, c);
     status = DecodeChunk(c, fresh->mutable_span(), depth);
     if (status.ok()) {
       data = fresh;
@@ -242,6 +283,9 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
     // chunk with a step term: one level down a prediction then reads plain
     // chunks only, and a hostile chain cannot fan out level after level.
     if (from_base) RETURN_IF_ERROR(CheckBaseStepRange(c, offset, length));
+    // A ref copy's range too: the ref's plain chunks only, so a chain of
+    // refs stops after one hop.
+    if (step.ref) RETURN_IF_ERROR(CheckRefRange(c, offset, length));
     MutableByteSpan buffer(scratch.step_inputs[slot].Reserve(length), length);
     // This file's ranges cover no predicted chunk, a copy's no copy (checked
     // at Open): no cycle. A ref copy reads another blob, one level deeper
@@ -268,6 +312,17 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
   }
   RETURN_IF_ERROR(lossy::CheckStepSources(sources));
   lossy::PredictWeights(step.predictor, sources, out);
+  return Status::Ok();
+}
+
+Status BlobReaderImpl::CheckRefRange(uint32_t c, uint64_t offset, uint64_t length) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<const BlobReader> ref, OpenLink(Link::kRef));
+  if (offset > ref->logical_size() || length > ref->logical_size() - offset || length == 0)
+    return ChunkError(StatusCode::kCorruption, c,
+                      fmt::format("ref range [{}, +{}) past the ref's size {}", offset, length, ref->logical_size()));
+  if (ref->CoversPredicted(offset, length))
+    return ChunkError(StatusCode::kCorruption, c,
+                      fmt::format("ref range [{}, +{}) covers a predicted chunk of the ref", offset, length));
   return Status::Ok();
 }
 

@@ -410,11 +410,13 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
   };
   // A ref copy: a delta frame against the ref's reconstruction of its
   // values (or, when smaller, the plain delta against the base); coded as
-  // it is when the ref cannot be read.
+  // it is when the ref cannot be read or its range covers a predicted chunk
+  // there (a reader refuses that: refs do not chain).
   auto encode_ref_copy = [&](size_t i, ByteSpan base_bytes, const SourceMatch& source, CodecScratch& scratch) {
     StageTimer timer;
     MutableByteSpan values(scratch.step_inputs[0].Reserve(plan[i].length), plan[i].length);
-    if (!in.ref->reader->ReadAt(*plan[i].ref_offset, values).ok()) {
+    if (in.ref->reader->CoversPredicted(*plan[i].ref_offset, plan[i].length) ||
+        !in.ref->reader->ReadAt(*plan[i].ref_offset, values).ok()) {
       encode_as_is(i, base_bytes, source, scratch);
       return;
     }

@@ -77,18 +77,29 @@ void TensorRuns(const ValueSample& sample, uint64_t start, uint64_t end, const s
 ValueSample SampleValues(const Layout& layout, ByteSpan file) {
   ValueSample sample;
   const std::vector<std::optional<uint64_t>> offsets = SingleSegmentOffsets(layout);
-  for (size_t t = 0; t < layout.tensors.size() && sample.entries.size() < kMaxValueSamples; ++t) {
+  const std::vector<bool> is_state = FindStepStates(layout).is_state;
+  std::vector<uint64_t> lengths(layout.tensors.size(), 0);
+  for (const Segment& s : layout.segments)
+    if (s.tensor >= 0) lengths[s.tensor] = s.length;
+  std::vector<size_t> sampled;
+  uint64_t elements = 0;
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
     const TensorInfo& tensor = layout.tensors[t];
-    if (tensor.dtype != DType::kF32 || tensor.big_endian || !offsets[t]) continue;
-    uint64_t length = 0;
-    for (const Segment& s : layout.segments)
-      if (s.tensor == static_cast<int32_t>(t)) length = s.length;
-    const uint64_t n = length / 4;
-    if (n < kValueSampleRate || *offsets[t] + n * 4 > file.size()) continue;
+    const uint64_t n = lengths[t] / 4;
+    if (tensor.dtype != DType::kF32 || tensor.big_endian || !offsets[t] || (!is_state.empty() && is_state[t]) ||
+        n < kValueSampleRate || *offsets[t] + n * 4 > file.size())
+      continue;
+    sampled.push_back(t);
+    elements += n;
+  }
+  uint32_t shift = kValueSampleShift;
+  while (shift < 31 && (elements >> shift) > kMaxValueSamples) ++shift;
+  for (size_t t : sampled) {
+    const uint64_t n = lengths[t] / 4;
     const std::byte* data = file.data() + *offsets[t];
-    for (uint64_t i = 0; i < n && sample.entries.size() < kMaxValueSamples; ++i) {
+    for (uint64_t i = 0; i < n && sample.entries.size() < 2 * kMaxValueSamples; ++i) {
       const uint32_t bits = BitsAt(data + i * 4);
-      if (IsSampledValue(bits)) sample.entries.emplace_back(bits, *offsets[t] + i * 4);
+      if (IsSampledValue(bits, shift)) sample.entries.emplace_back(bits, *offsets[t] + i * 4);
     }
     sample.extents.emplace_back(*offsets[t], *offsets[t] + n * 4);
   }
@@ -115,13 +126,13 @@ RefRuns FindRefRuns(const Layout& layout, ByteSpan file, const std::vector<bool>
   const std::vector<std::optional<uint64_t>> offsets = SingleSegmentOffsets(layout);
   std::vector<std::pair<uint64_t, uint64_t>> extents;  // of the tensors scanned
   std::vector<std::vector<Sampled>> values;
+  std::vector<uint64_t> lengths(layout.tensors.size(), 0);
+  for (const Segment& s : layout.segments)
+    if (s.tensor >= 0) lengths[s.tensor] = s.length;
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
     const TensorInfo& tensor = layout.tensors[t];
     if (!eligible[t] || tensor.dtype != DType::kF32 || tensor.big_endian || !offsets[t]) continue;
-    uint64_t length = 0;
-    for (const Segment& s : layout.segments)
-      if (s.tensor == static_cast<int32_t>(t)) length = s.length;
-    const uint64_t n = length / 4;
+    const uint64_t n = lengths[t] / 4;
     if (n == 0 || *offsets[t] + n * 4 > file.size()) continue;
     extents.emplace_back(*offsets[t], *offsets[t] + n * 4);
     values.emplace_back();

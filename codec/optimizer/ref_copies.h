@@ -31,12 +31,13 @@
 
 namespace ckptfs {
 
-// One element in kValueSampleRate is sampled (by its bits); at most
-// kMaxValueSamples per file (about 16 bytes each in memory).
-inline constexpr uint32_t kValueSampleRate = 2048;
+// One element in kValueSampleRate is sampled (by its bits); at most about
+// kMaxValueSamples per file (16 bytes each in memory): a larger file is
+// sampled more sparsely, one in a larger power of two, throughout.
+inline constexpr uint32_t kValueSampleShift = 11;
+inline constexpr uint32_t kValueSampleRate = 1u << kValueSampleShift;
 inline constexpr size_t kMaxValueSamples = size_t{1} << 18;
-// A chunk is a ref copy when at least this many of its sampled values, and
-// at least half of them, are found at one shift.
+// A run needs at least this many sampled values found at one shift.
 inline constexpr uint32_t kRefMinVotes = 3;
 
 struct ValueSample {
@@ -49,12 +50,16 @@ struct ValueSample {
 };
 
 // The sample of `file`'s little-endian f32 tensors stored as one segment
-// of at least kValueSampleRate elements.
+// of at least kValueSampleRate elements, other than an optimizer's state
+// (its values are never another file's weights).
 ValueSample SampleValues(const Layout& layout, ByteSpan file);
 
-// Whether an f32 value with these bits is sampled (zeros never are).
-inline bool IsSampledValue(uint32_t bits) {
-  return (bits & 0x7fffffffu) != 0 && ((bits * 0x9E3779B1u) >> 21) == 0;
+// Whether an f32 value with these bits is sampled at one in 2^shift
+// (zeros never are). The samples at a larger shift are a subset of those
+// at a smaller one: a file sampled at the base rate finds the values of one
+// sampled more sparsely.
+inline bool IsSampledValue(uint32_t bits, uint32_t shift = kValueSampleShift) {
+  return (bits & 0x7fffffffu) != 0 && ((bits * 0x9E3779B1u) >> (32 - shift)) == 0;
 }
 
 // An earlier file's blob and the sample of the values it was made from.
@@ -74,7 +79,7 @@ struct RefRun {
 
 struct RefRuns {
   int32_t candidate = -1;    // the chosen candidate, -1: none
-  std::vector<RefRun> runs;  // sorted by offset, disjoint
+  std::vector<RefRun> runs;  // disjoint; sorted by offset within each tensor
 };
 
 // The candidate holding the most of the eligible tensors' values

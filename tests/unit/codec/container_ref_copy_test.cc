@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "adam_run_test_util.h"
@@ -99,6 +101,11 @@ TEST(RefCopies, SampleKeepsValuesOfLargeF32TensorsOnce) {
     EXPECT_EQ(here, bits);
     EXPECT_TRUE(IsSampledValue(bits));
   }
+  // An optimizer's state is never another file's weights: not sampled.
+  FileBuilder opt = OptimizerFile(model);
+  const ValueSample flat_only = SampleValues(opt.layout, opt.bytes);
+  ASSERT_EQ(flat_only.extents.size(), 1u);
+  EXPECT_EQ(flat_only.extents[0].first, opt.layout.segments[3].offset);
   // A value held twice says nothing about where a range lies: dropped.
   FileBuilder twice;
   twice.Tensor("a", DType::kF32, {kN}, F32Bytes(model.l1)).Tensor("b", DType::kF32, {kN}, F32Bytes(model.l1));
@@ -302,6 +309,72 @@ TEST(RefCopies, HostileRefsAreRejectedOrFailTheRead) {
   read = DecodeAll(**r);
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.status().code(), StatusCode::kChecksumMismatch) << read.status().ToString();
+}
+
+// Resolves ids to blobs held in memory, one cached reader per id sharing
+// one chunk cache (the store's way): a chunk decoded by two reads is
+// decoded once, and a read waits for another's decode of the same chunk.
+class CachingResolver final : public BlobResolver {
+ public:
+  void AddAs(const ObjectId& id, std::vector<std::byte> blob) { blobs_[id] = std::move(blob); }
+  Result<std::shared_ptr<const BlobReader>> OpenBlob(const ObjectId& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = readers_.find(id); it != readers_.end()) return it->second;
+    auto it = blobs_.find(id);
+    if (it == blobs_.end()) return Status::NotFound("no blob " + id.Hex());
+    ASSIGN_OR_RETURN(auto reader, BlobReader::Open(std::make_shared<MemoryFile>(it->second), id, this, &cache_));
+    readers_[id] = reader;
+    return reader;
+  }
+
+ private:
+  std::mutex mu_;
+  ChunkCache cache_{64 << 20};
+  std::map<ObjectId, std::vector<std::byte>> blobs_;
+  std::map<ObjectId, std::shared_ptr<const BlobReader>> readers_;
+};
+
+TEST(RefCopies, LinksThatLoopOrChainFailInsteadOfHanging) {
+  RefChain chain;
+  EncodeSaves(&chain, true);
+  // A ref whose range covers a predicted chunk there (here the next
+  // optimizer file under the model file's name: its flat weights are ref
+  // copies): refs do not chain.
+  {
+    CachingResolver resolver;
+    resolver.AddAs(chain.ids[1], chain.blobs[1]);
+    resolver.AddAs(chain.ids[0], chain.blobs[3]);
+    resolver.AddAs(chain.ids[2], chain.blobs[2]);
+    Result<std::shared_ptr<const BlobReader>> r = resolver.OpenBlob(chain.ids[1]);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto is_ref = [](const LossyChunkParams& p) { return p.ref_copy(); };
+    const std::vector<std::byte> edited =
+        EditFirstLossyParams(chain.blobs[1], is_ref, [&](LossyChunkParams& p, const BlobIndex& index, size_t c) {
+          p.prediction->m_offset = index.chunks[c].logical_offset;  // the chunk itself, in the "ref"
+        });
+    r = OpenBytes(edited, std::nullopt, &resolver);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    Result<std::vector<std::byte>> read = DecodeAll(**r);
+    ASSERT_FALSE(read.ok());
+    EXPECT_NE(read.status().ToString().find("covers a predicted chunk of the ref"), std::string::npos)
+        << read.status().ToString();
+  }
+  // A cycle of bases between cached readers (objects stored under names
+  // that are not theirs): the model file's second version deltas on an
+  // object that is itself with its base named back. Its decode reaches its
+  // own chunk again and fails: it does not wait for itself.
+  {
+    CachingResolver resolver;
+    const ObjectId a = chain.ids[2], b = chain.ids[0];
+    resolver.AddAs(a, chain.blobs[2]);  // base b
+    resolver.AddAs(b, RewriteBlob(chain.blobs[2], [&](BlobIndex& index, auto&) { index.header.base = a; }));
+    Result<std::shared_ptr<const BlobReader>> r = resolver.OpenBlob(a);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<std::byte> out((*r)->logical_size());
+    const Status read = (*r)->ReadAt(0, out);
+    ASSERT_FALSE(read.ok());
+    EXPECT_NE(read.ToString().find("(a cycle)"), std::string::npos) << read.ToString();
+  }
 }
 
 }  // namespace

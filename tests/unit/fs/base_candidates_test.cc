@@ -171,6 +171,32 @@ TEST(BaseChoice, TheBestMatchWinsOverAnAnchorAndOtherFormatsNeverMatch) {
   EXPECT_EQ(got.candidate, nullptr);
 }
 
+TEST(BaseChoice, TheListKeepsTheNewestVersionWithAValueSample) {
+  // DeepSpeed with six ranks: the model file (a value sample: a ref
+  // candidate), then six optimizer files whose weights are its ref copies
+  // (no sample). The model file stays in the folder's list for all of them.
+  std::deque<BaseCandidate> list;
+  BaseCandidate model{IdOf(0), 0, FileFormat::kTorchZip, 1, {"module|f32|4"}, true};
+  model.values = std::make_shared<ValueSample>();
+  RememberBaseCandidate(&list, model, kListSize);
+  for (size_t v = 1; v <= 6; ++v)
+    RememberBaseCandidate(&list, BaseCandidate{IdOf(v), 0, FileFormat::kTorchZip, 1, {"flat|f32|4"}, true},
+                          kListSize);
+  std::vector<size_t> kept;
+  for (const BaseCandidate& c : list) kept.push_back(VersionOf(c.id));
+  EXPECT_EQ(kept, (std::vector<size_t>{0, 3, 4, 5, 6}));
+  // A newer sample replaces it (6 stays as its kind's newest anchor).
+  BaseCandidate next = model;
+  next.id = IdOf(7);
+  RememberBaseCandidate(&list, next, kListSize);
+  for (size_t v = 8; v <= 11; ++v)
+    RememberBaseCandidate(&list, BaseCandidate{IdOf(v), 0, FileFormat::kTorchZip, 1, {"flat|f32|4"}, false},
+                          kListSize);
+  kept.clear();
+  for (const BaseCandidate& c : list) kept.push_back(VersionOf(c.id));
+  EXPECT_EQ(kept, (std::vector<size_t>{6, 7, 8, 9, 10, 11}));
+}
+
 TEST(BaseChoice, TheListKeepsTheNewestAnchorBesideTheNewestVersions) {
   std::deque<BaseCandidate> list;
   auto add = [&](size_t v, bool anchor) {

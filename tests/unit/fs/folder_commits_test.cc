@@ -39,6 +39,11 @@ TEST(FolderCommits, WaitsForEarlierEncodesOfItsFolderOnly) {
   // A later entry is not waited for.
   FolderCommits::Entry later = commits.Enter(1);
   EXPECT_FALSE(commits.WaitForEarlier(b, milliseconds(5000), nullptr));
+  // An entry released early (its version is a candidate) is not waited for
+  // either, and its destructor leaves nothing behind.
+  b.Release();
+  b.Release();
+  EXPECT_FALSE(commits.WaitForEarlier(later, milliseconds(5000), nullptr));
 }
 
 TEST(FolderCommits, GivesUpAtTheTimeoutOrWhenAsked) {

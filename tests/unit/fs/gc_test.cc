@@ -75,6 +75,44 @@ TEST(GcTest, KeepsDeltaBasesOfLiveFilesAndRemovesGarbage) {
   EXPECT_EQ(out, v2_bytes);
 }
 
+TEST(GcTest, SweepsNothingWhenAMarkedBlobDoesNotOpen) {
+  // A live blob that exists but does not open (damaged, or written by a
+  // newer build whose links this one cannot read) may need objects that
+  // nothing else marks: GC removes nothing until fsck is clean.
+  TempDir dir;
+  std::string live_object;
+  ObjectId junk_id;
+  {
+    auto opened = Store::Open(dir.path(), StoreOptions{});
+    ASSERT_TRUE(opened.ok());
+    Store& store = **opened;
+    ASSERT_TRUE(store.ClaimStagingArea().ok());
+    Committed live = Commit(store, dir.path() + "/live", RandomBytes(300000, 3), {});
+    Committed junk = Commit(store, dir.path() + "/junk", RandomBytes(300000, 4), {});
+    ASSERT_EQ(::unlink(junk.path.c_str()), 0);
+    live_object = store.ObjectPath(live.version.fields.object);
+    junk_id = junk.version.fields.object;
+  }
+  // Damage the live blob's footer.
+  int fd = ::open(live_object.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  struct stat st;
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  const char garbage[8] = {'d', 'a', 'm', 'a', 'g', 'e', 'd', '!'};
+  ASSERT_EQ(::pwrite(fd, garbage, sizeof garbage, st.st_size - 8), 8);
+  ::close(fd);
+  auto opened = Store::Open(dir.path(), StoreOptions{});
+  ASSERT_TRUE(opened.ok());
+  GcOptions options;
+  options.grace_seconds = 0;
+  auto report = CollectGarbage(**opened, options, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_FALSE(report->swept);
+  EXPECT_EQ(report->removed, 0u);
+  EXPECT_TRUE(ObjectExists(**opened, junk_id));
+  EXPECT_FALSE(report->problems.empty());
+}
+
 TEST(GcTest, GracePeriodProtectsYoungObjects) {
   TempDir dir;
   auto opened = Store::Open(dir.path(), StoreOptions{});

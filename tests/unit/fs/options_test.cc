@@ -30,7 +30,7 @@ TEST(MountOptionsTest, ParsesOwnOptionsAndPassesFuseOnes) {
 
 TEST(MountOptionsTest, RejectsUnknownAndMalformedOptions) {
   for (const char* bad : {"bogus", "threads=0", "threads=x", "compress=maybe", "crash_at=nowhere",
-                          "loglevel=loud", "keyframe=", "allow_other=1", "zstd=99"}) {
+                          "loglevel=loud", "keyframe=", "keyframe=129", "allow_other=1", "zstd=99"}) {
     MountOptions o;
     Status s = ParseMountOptionList(bad, &o);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
