@@ -98,16 +98,13 @@ std::string_view FolderOf(std::string_view rel_path) {
 // role: its base serves unchanged values as well, and a ref to an older
 // version would keep that version alive after a trainer deletes it.
 constexpr size_t kMaxRefCandidates = 4;
-// A read follows at most as many links as the version's chain_depth
-// (bases and refs), so a ref leaves room below `keyframe` like a base.
 std::vector<RefCandidate> RefCandidatesFor(Store& store, const std::vector<BaseCandidate>& candidates,
-                                           std::string_view rel_path, const ObjectId* base, uint32_t keyframe,
-                                           Logger* log) {
+                                           std::string_view rel_path, const ObjectId* base, Logger* log) {
   std::vector<RefCandidate> refs;
   if (rel_path.empty()) return refs;
   for (auto it = candidates.rbegin(); it != candidates.rend() && refs.size() < kMaxRefCandidates; ++it) {
     if (!it->values || it->same_role || it->rel_path.empty() || FolderOf(it->rel_path) != FolderOf(rel_path) ||
-        it->rel_path == rel_path || (base != nullptr && it->id == *base) || it->chain_depth + 1 >= keyframe)
+        it->rel_path == rel_path || (base != nullptr && it->id == *base))
       continue;
     auto reader = TouchChain(store, it->id);
     if (!reader.ok()) {
@@ -288,7 +285,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     };
   }
   const std::vector<RefCandidate> refs =
-      RefCandidatesFor(store, candidates, logical_path, have_base ? &base_ref.id : nullptr, options.keyframe, log);
+      RefCandidatesFor(store, candidates, logical_path, have_base ? &base_ref.id : nullptr, log);
   // The sample of its values for later files' ref copies, taken while the
   // bytes are in memory (the encode may drop their pages as it goes):
   // about 7 GB/s of f32 weights on one core.
@@ -308,10 +305,6 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     v.fields.base = candidate->id;
     v.fields.chain_depth = candidate->chain_depth + 1;
   }
-  // The links a read follows: through the base, or through the ref.
-  if (stats->ref)
-    for (const BaseCandidate& c : candidates)
-      if (c.id == *stats->ref) v.fields.chain_depth = std::max(v.fields.chain_depth, c.chain_depth + 1);
   v.as_base = BaseCandidate{v.fields.object, v.fields.chain_depth, layout.format, bytes.size(), std::move(keys),
                             /*anchor=*/!delta || choice.anchor, stats->stored_bytes,
                             delta ? candidate->key_bytes : stats->stored_bytes, stats->lossy_chunks == 0,

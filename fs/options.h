@@ -24,9 +24,10 @@ struct MemorySplit {
   uint64_t encode_mib = 0;
 };
 
-// keyframe=N at most: a read follows fewer than N links (a version's
-// chain_depth counts its bases and refs), well within a reader's chain
-// limit (DecodeLimits::max_chain_depth, 256).
+// keyframe=N at most. A version's chain (chain_depth, its bases) is
+// shorter than N links; a read through a ref copy follows the ref's chain
+// too (one hop: refs do not chain), so fewer than 2N links, within a
+// reader's chain limit (DecodeLimits::max_chain_depth, 256).
 inline constexpr uint32_t kMaxKeyframe = 128;
 
 struct MountOptions;
