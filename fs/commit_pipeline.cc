@@ -16,6 +16,7 @@
 #include "fs/blob_links.h"
 #include "fs/content_index.h"
 #include "fs/dcp_names.h"
+#include "fs/version_role.h"
 
 namespace ckptfs::fs {
 
@@ -83,12 +84,6 @@ Result<std::shared_ptr<const BlobReader>> TouchChain(Store& store, const ObjectI
   ASSIGN_OR_RETURN(auto top, store.OpenBlob(id));
   RETURN_IF_ERROR(TouchLinked(store, *top));
   return top;
-}
-
-// The folder part of a path relative to the mount root ("" at the root).
-std::string_view FolderOf(std::string_view rel_path) {
-  const size_t slash = rel_path.rfind('/');
-  return slash == std::string_view::npos ? std::string_view() : rel_path.substr(0, slash);
 }
 
 // The ref candidates of a new version at `rel_path`: the newest few

@@ -7,15 +7,11 @@
 #include <string>
 
 #include "codec/format/dcp_metadata.h"
+#include "fs/version_role.h"
 #include "fs/manifest.h"
 
 namespace ckptfs::fs {
 namespace {
-
-std::string_view Folder(std::string_view rel) {
-  const size_t slash = rel.rfind('/');
-  return slash == std::string_view::npos ? std::string_view() : rel.substr(0, slash);
-}
 
 std::string_view BaseName(std::string_view rel) {
   const size_t slash = rel.rfind('/');
@@ -50,7 +46,7 @@ std::string MetadataPath(std::string_view folder) {
 }  // namespace
 
 bool FolderHasDcpMetadata(const Store& store, std::string_view logical_path) {
-  return ::faccessat(store.backing_fd(), MetadataPath(Folder(logical_path)).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+  return ::faccessat(store.backing_fd(), MetadataPath(FolderOf(logical_path)).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 DcpNaming NameDcpShardTensors(Store& store, Layout* layout, std::string_view logical_path,
@@ -58,10 +54,10 @@ DcpNaming NameDcpShardTensors(Store& store, Layout* layout, std::string_view log
   if (layout->format != FileFormat::kDcp || logical_path.empty()) return DcpNaming::kUnmatched;
   bool found = false;
   const std::string_view name = BaseName(logical_path);
-  std::vector<std::string> folders{std::string(Folder(logical_path))};
+  std::vector<std::string> folders{std::string(FolderOf(logical_path))};
   for (auto c = candidates.rbegin(); c != candidates.rend(); ++c) {
     if (c->format != FileFormat::kDcp || c->rel_path.empty() || BaseName(c->rel_path) != name) continue;
-    std::string folder(Folder(c->rel_path));
+    std::string folder(FolderOf(c->rel_path));
     if (std::find(folders.begin(), folders.end(), folder) == folders.end()) folders.push_back(std::move(folder));
   }
   for (size_t i = 0; i < folders.size(); ++i) {

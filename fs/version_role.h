@@ -60,6 +60,12 @@ std::string NormalizeComponent(std::string_view name, bool blind_ranks = false);
 // The role of `rel_path` (relative to the mount root, '/'-separated).
 FileRole RoleOf(std::string_view rel_path);
 
+// The folder part of a path relative to the mount root ("" at the root).
+inline std::string_view FolderOf(std::string_view rel_path) {
+  const size_t slash = rel_path.rfind('/');
+  return slash == std::string_view::npos ? std::string_view() : rel_path.substr(0, slash);
+}
+
 // The numbers of a component, in order (digit runs as values; runs longer
 // than 18 digits saturate): orders sibling step folders, newest step first.
 std::vector<unsigned long long> ComponentNumbers(std::string_view name);

@@ -350,10 +350,9 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
   }
   // f32 weights that an earlier file's blob holds too: coded in the first
   // pass against its reconstruction (ref_copies.h).
-  auto ref_copy = [&](size_t i) {
-    return in.ref != nullptr && plan[i].ref_offset.has_value() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&
-           plan[i].dtype == DType::kF32 && !copy[i];
-  };
+  // (The writer sets ref_offset only on lossy f32 weights under an L2
+  // budget: never on a bf16/f16 copy of a master.)
+  auto ref_copy = [&](size_t i) { return in.ref != nullptr && plan[i].ref_offset.has_value(); };
   std::vector<bool> deferred(plan.size());
   for (size_t i = 0; i < plan.size(); ++i)
     deferred[i] = predict && !states.states.empty() && plan[i].lossy() && plan[i].budget.rel_l2 > 0 &&

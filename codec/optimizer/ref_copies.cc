@@ -72,15 +72,22 @@ void TensorRuns(const ValueSample& sample, uint64_t start, uint64_t end, const s
   }
 }
 
+// Per tensor of `layout`: the bytes of its (last) segment; with
+// SingleSegmentOffsets, a single-segment tensor's extent.
+std::vector<uint64_t> SegmentLengths(const Layout& layout) {
+  std::vector<uint64_t> lengths(layout.tensors.size(), 0);
+  for (const Segment& s : layout.segments)
+    if (s.tensor >= 0) lengths[s.tensor] = s.length;
+  return lengths;
+}
+
 }  // namespace
 
 ValueSample SampleValues(const Layout& layout, ByteSpan file) {
   ValueSample sample;
   const std::vector<std::optional<uint64_t>> offsets = SingleSegmentOffsets(layout);
   const std::vector<bool> is_state = FindStepStates(layout).is_state;
-  std::vector<uint64_t> lengths(layout.tensors.size(), 0);
-  for (const Segment& s : layout.segments)
-    if (s.tensor >= 0) lengths[s.tensor] = s.length;
+  const std::vector<uint64_t> lengths = SegmentLengths(layout);
   std::vector<size_t> sampled;
   uint64_t elements = 0;
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
@@ -126,9 +133,7 @@ RefRuns FindRefRuns(const Layout& layout, ByteSpan file, const std::vector<bool>
   const std::vector<std::optional<uint64_t>> offsets = SingleSegmentOffsets(layout);
   std::vector<std::pair<uint64_t, uint64_t>> extents;  // of the tensors scanned
   std::vector<std::vector<Sampled>> values;
-  std::vector<uint64_t> lengths(layout.tensors.size(), 0);
-  for (const Segment& s : layout.segments)
-    if (s.tensor >= 0) lengths[s.tensor] = s.length;
+  const std::vector<uint64_t> lengths = SegmentLengths(layout);
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
     const TensorInfo& tensor = layout.tensors[t];
     if (!eligible[t] || tensor.dtype != DType::kF32 || tensor.big_endian || !offsets[t]) continue;
