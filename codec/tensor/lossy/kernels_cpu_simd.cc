@@ -396,10 +396,38 @@ bool PackGroupsBmi2(const uint8_t* symbols, uint64_t count, uint32_t bits, std::
   return true;
 }
 
+__attribute__((target("bmi2"))) static void UnpackWithPdep(const std::byte* packed, uint64_t count, uint32_t bits,
+                                                           uint8_t* out) {
+  const uint64_t mask = ((uint64_t{1} << bits) - 1) * 0x0101010101010101ull;
+  // A group loads a whole word (PDEP takes only its low 8 * bits bits):
+  // the last groups, within 8 bytes of the packed end, load exactly, so
+  // nothing past the packed bytes is read.
+  const uint64_t groups = count / kPackGroup;
+  const uint64_t exact_groups = std::min<uint64_t>(groups, (8 + bits - 1) / bits);
+  const uint64_t word_end = (groups - exact_groups) * kPackGroup;
+  for (uint64_t g = 0; g < count; g += kPackGroup, packed += bits) {
+    uint64_t word = 0;
+    if (g < word_end) {
+      std::memcpy(&word, packed, 8);
+    } else {
+      std::memcpy(&word, packed, bits);
+    }
+    const uint64_t symbols = _pdep_u64(word, mask);  // symbol j to byte j
+    std::memcpy(out + g, &symbols, 8);
+  }
+}
+
+bool UnpackGroupsBmi2(const std::byte* packed, uint64_t count, uint32_t bits, uint8_t* out) {
+  if (!__builtin_cpu_supports("bmi2")) return false;
+  UnpackWithPdep(packed, count, bits, out);
+  return true;
+}
+
 #else  // not x86-64: the scalar paths are used
 
 bool SimdAvailable() { return false; }
 bool PackGroupsBmi2(const uint8_t*, uint64_t, uint32_t, std::byte*) { return false; }
+bool UnpackGroupsBmi2(const std::byte*, uint64_t, uint32_t, uint8_t*) { return false; }
 void QuantizeBlockSimd(ElementType, const QuantizeTable&, const LevelLookup&, const void*, const void*, uint64_t,
                        uint64_t, const float*, uint8_t*, void*, double*, double*, uint64_t*, uint64_t*) {}
 void ResidualBlockSimd(ElementType, const void*, const void*, uint64_t, uint64_t, float*, double*) {}

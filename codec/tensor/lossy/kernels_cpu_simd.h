@@ -70,6 +70,11 @@ void ResidualBlockSimd(ElementType type, const void* values, const void* base, u
 // group of 8 with BMI2 PEXT; false (nothing written) without BMI2.
 bool PackGroupsBmi2(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte* out);
 
+// The inverse: `count` symbols (a multiple of 8) from `bits` bytes per group
+// with BMI2 PDEP, reading no byte past count / 8 * bits; false (nothing
+// written) without BMI2.
+bool UnpackGroupsBmi2(const std::byte* packed, uint64_t count, uint32_t bits, uint8_t* out);
+
 // Lists the positions (ascending) and raw bits of the elements whose
 // residual magnitude bits are >= exact_from; returns their number.
 // REQUIRES: SimdAvailable(); positions/raw large enough.

@@ -400,6 +400,53 @@ __attribute__((target("avx2"))) void SymbolPassAvx2(const int32_t* index, const 
   }
 }
 
+__attribute__((target("avx2"))) void MovedLevelMasksAvx2(const int32_t* index, const int32_t* base_index,
+                                                         int32_t shift, uint64_t n, uint8_t* masks) {
+  const __m256i shift_v = _mm256_set1_epi32(shift);
+  const __m256i no_index = _mm256_set1_epi32(kNoIndex), zero_index = _mm256_set1_epi32(kZeroIndex);
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base_index + i));
+    const __m256i skip = _mm256_or_si256(
+        _mm256_or_si256(_mm256_cmpeq_epi32(q, no_index), _mm256_cmpeq_epi32(q, zero_index)),
+        _mm256_or_si256(_mm256_cmpeq_epi32(b, no_index), _mm256_cmpeq_epi32(_mm256_add_epi32(b, shift_v), q)));
+    masks[i / 8] = static_cast<uint8_t>(~_mm256_movemask_ps(_mm256_castsi256_ps(skip)) & 0xff);
+  }
+  if (i < n) {
+    uint8_t m = 0;
+    for (uint64_t j = i; j < n; ++j) {
+      const int32_t q = index[j], b = base_index[j];
+      const int32_t predicted = static_cast<int32_t>(static_cast<uint32_t>(b) + static_cast<uint32_t>(shift));
+      if (q != kNoIndex && q != kZeroIndex && b != kNoIndex && predicted != q) m |= static_cast<uint8_t>(1u << (j - i));
+    }
+    masks[i / 8] = m;
+  }
+}
+
+__attribute__((target("avx2"))) void ZeroCarryMasksF32Avx2(const uint32_t* symbols, const std::byte* base,
+                                                           uint64_t n, uint8_t* masks) {
+  const __m256i above_zero = _mm256_set1_epi32(static_cast<int>(kSymbolZero));
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i sym = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(symbols + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 4 * i));
+    // Symbols are unsigned: sym <= 1 iff min(sym, 1) == sym.
+    const __m256i small = _mm256_cmpeq_epi32(_mm256_min_epu32(sym, above_zero), sym);
+    const __m256i hit = _mm256_and_si256(small, _mm256_cmpeq_epi32(b, _mm256_setzero_si256()));
+    masks[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(_mm256_castsi256_ps(hit)) & 0xff);
+  }
+  if (i < n) {
+    uint8_t m = 0;
+    for (uint64_t j = i; j < n; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, base + 4 * j, 4);
+      if (symbols[j] <= kSymbolZero && bits == 0) m |= static_cast<uint8_t>(1u << (j - i));
+    }
+    masks[i / 8] = m;
+  }
+}
+
 __attribute__((target("avx2"))) uint64_t ListEscapesAvx2(const uint32_t* symbols, uint64_t n, uint32_t limit,
                                                          uint32_t* positions) {
   const __m256i above = _mm256_set1_epi32(static_cast<int>(~limit));  // limit = 2^b - 1: sym > limit iff a bit here
@@ -549,6 +596,8 @@ __attribute__((target("avx2"))) void DecodeDeltaF32Avx2(const LogGrid& grid, con
 #else
 
 bool LogSimdAvailable() { return false; }
+void MovedLevelMasksAvx2(const int32_t*, const int32_t*, int32_t, uint64_t, uint8_t*) {}
+void ZeroCarryMasksF32Avx2(const uint32_t*, const std::byte*, uint64_t, uint8_t*) {}
 uint64_t ListEscapesAvx2(const uint32_t*, uint64_t, uint32_t, uint32_t*) { return 0; }
 uint64_t PackSymbolsAvx2(const uint32_t*, uint64_t, uint32_t, std::byte*) { return 0; }
 void EscapedErrorSumsF32Avx2(const std::byte*, const std::byte*, const int32_t*, const uint32_t*, uint32_t, uint64_t,

@@ -243,6 +243,20 @@ void SymbolPassAvx2(const int32_t* index, const int32_t* base_index, int64_t ori
 void EscapedErrorSumsF32Avx2(const std::byte* values, const std::byte* recon, const int32_t* index,
                              const uint32_t* symbols, uint32_t limit, uint64_t n, LogIndexSums* sums);
 
+// Step 1b's candidates by AVX2: bit l of masks[g] is set when element
+// i = 8 g + l has a level (index[i] neither kNoIndex nor kZeroIndex), its
+// base has an index and base_index[i] + shift != index[i] (in int32
+// arithmetic: a sum that wraps is outside the int32 range step 1b keeps).
+// A clear bit is an element step 1b leaves as it is. masks holds
+// (n + 7) / 8 bytes. REQUIRES: LogSimdAvailable().
+void MovedLevelMasksAvx2(const int32_t* index, const int32_t* base_index, int32_t shift, uint64_t n,
+                         uint8_t* masks);
+
+// Step 2b's candidates by AVX2 (f32 elements): bit l of masks[g] is set
+// when element i = 8 g + l has symbols[i] <= kSymbolZero and base bits 0
+// (+0.0). masks holds (n + 7) / 8 bytes. REQUIRES: LogSimdAvailable().
+void ZeroCarryMasksF32Avx2(const uint32_t* symbols, const std::byte* base, uint64_t n, uint8_t* masks);
+
 // Step 4 by AVX2: the positions (ascending) of the symbols above `limit`
 // (escaped); returns their number. REQUIRES: LogSimdAvailable().
 uint64_t ListEscapesAvx2(const uint32_t* symbols, uint64_t n, uint32_t limit, uint32_t* positions);

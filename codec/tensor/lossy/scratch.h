@@ -39,6 +39,7 @@ struct Scratch::Buffers {
   std::vector<int32_t> log_index;       // log mode: each element's grid index
   std::vector<int32_t> log_base_index;  // log mode: each base element's grid index
   std::vector<uint32_t> log_symbols;  // log mode: one symbol per element before packing
+  std::vector<uint8_t> log_masks;     // log mode: a byte per 8 elements, which a scalar step must visit
   std::shared_ptr<const LogFractionTable> log_table;  // log mode: the vector pass's table of the last grid
   std::vector<std::byte> zstd_main;  // compressed frames before they are assembled
   std::vector<std::byte> zstd_exact;

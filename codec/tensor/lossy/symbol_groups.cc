@@ -22,7 +22,13 @@ void PackGroups(const uint8_t* symbols, uint64_t count, uint32_t bits, std::byte
   }
 }
 
-void UnpackGroups(const std::byte* packed, uint64_t count, uint32_t bits, uint8_t* out) {
+void UnpackGroups(const std::byte* packed, uint64_t count, uint32_t bits, uint8_t* out, bool use_simd) {
+  if (count == 0) return;
+  if (bits == 8) {
+    std::memcpy(out, packed, count);
+    return;
+  }
+  if (use_simd && UnpackGroupsBmi2(packed, count, bits, out)) return;
   const uint64_t mask = (uint64_t{1} << bits) - 1;
   for (uint64_t g = 0; g < count; g += kPackGroup, packed += bits) {
     uint64_t word = 0;
