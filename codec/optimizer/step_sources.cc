@@ -163,7 +163,7 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
   // Fitted and predicted in one call: each element's steps are computed once.
   MutableByteSpan prediction(scratch.prediction.Reserve(values.size()), values.size());
   auto* steps = reinterpret_cast<double*>(scratch.steps.Reserve(2 * n * sizeof(double)));
-  std::optional<lossy::StepPredictor> fit = lossy::FitAndPredict(values, sources, kStepEps, steps, prediction);
+  std::optional<lossy::StepPredictor> fit = lossy::FitAndPredict(values, sources, kStepEps, /*f32_steps=*/true, steps, prediction);
   if (!fit) return std::nullopt;
   if (step.has_base_step && fit->base_step == 0.0) {
     // The base term did not enter the fit (nor the prediction): do not make

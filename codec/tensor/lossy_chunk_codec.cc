@@ -66,7 +66,8 @@ void LossyChunkParams::EncodeTo(ByteWriter& w) const {
   if (prediction) {
     const StepPrediction& s = *prediction;
     w.U8(static_cast<uint8_t>(s.state_type));
-    w.U8((s.has_v ? 1 : 0) | (s.has_base_step ? 2 : 0) | (s.has_step ? 4 : 0) | (s.copy ? 8 : 0) | (s.ref ? 16 : 0));
+    w.U8((s.has_v ? 1 : 0) | (s.has_base_step ? 2 : 0) | (s.has_step ? 4 : 0) | (s.copy ? 8 : 0) | (s.ref ? 16 : 0) |
+         (s.predictor.f32_steps ? 32 : 0));
     for (int i = 0; i < 6; ++i) w.U8(0);
     w.U64(s.m_offset);
     w.U64(s.has_v ? s.v_offset : 0);
@@ -217,7 +218,7 @@ Result<LossyChunkParams> LossyChunkParams::DecodeUpToVersion7(ByteSpan bytes) {
                               : has_prediction_area ? (kFlagDelta | kFlagPredicted)
                                                     : kFlagDelta;
   if ((p.flags & ~known_flags) != 0 || (version == 1 && (reserved8 != 0 || update_bits != 0 || budget_bits != 0)) ||
-      reserved_tail != 0 || (inputs & ~31u) != 0 || reserved_space != 0 || reserved_low_rank != 0)
+      reserved_tail != 0 || (inputs & ~63u) != 0 || reserved_space != 0 || reserved_low_rank != 0)
     return Status::Corruption("lossy params: reserved bits set");
   if (has_step_space) {
     if ((p.flags & kFlagStepSpace) == 0)
@@ -238,7 +239,11 @@ Result<LossyChunkParams> LossyChunkParams::DecodeUpToVersion7(ByteSpan bytes) {
     step.has_step = (inputs & 4) != 0;
     step.copy = (inputs & 8) != 0;
     step.ref = (inputs & 16) != 0;
+    step.predictor.f32_steps = (inputs & 32) != 0;
     if (step.ref && !step.copy) return Status::Corruption("lossy params: a ref prediction that is no copy");
+    // Binary32 steps are a step term's arithmetic: a copy has none (u = m).
+    if (step.predictor.f32_steps && (!step.has_step || step.copy))
+      return Status::Corruption("lossy params: binary32 steps without a step term");
     if (!step.has_step && (step.has_v || step.has_base_step || step.m_offset != 0 || step.predictor.step != 0))
       return Status::Corruption("lossy params: step inputs without the step term");
     if ((!step.has_v && step.v_offset != 0) || (!step.has_base_step && step.m_base_offset != 0) ||

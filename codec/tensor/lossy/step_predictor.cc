@@ -94,8 +94,31 @@ template <typename S>
 // the portable code (no FMA), so both write the same bits.
 constexpr uint64_t kBlock = 256;
 
+// StepAs in binary32 (f32_steps): the same tests, f32 square root, sum and
+// quotient, the result widened exactly.
 template <typename S>
-void StepsPortable(const std::byte* m, const std::byte* v, double eps, uint64_t first, uint64_t count, double* u) {
+[[gnu::always_inline]] inline double StepAsF32(const std::byte* m, const std::byte* v, float eps, uint64_t i) {
+  typename S::Bits bits;
+  std::memcpy(&bits, m + i * sizeof bits, sizeof bits);
+  const float mi = S::ToFloat(bits);
+  float u = mi;
+  if (v != nullptr) {
+    std::memcpy(&bits, v + i * sizeof bits, sizeof bits);
+    const float vi = S::ToFloat(bits);
+    const float q = mi / (std::sqrt(vi) + eps);
+    u = vi >= 0 ? q : 0.0f;  // negative or NaN v: 0
+  }
+  return std::isfinite(u) ? static_cast<double>(u) : 0.0;
+}
+
+template <typename S>
+void StepsPortable(const std::byte* m, const std::byte* v, double eps, bool f32, uint64_t first, uint64_t count,
+                   double* u) {
+  if (f32) {
+    const float eps32 = static_cast<float>(eps);
+    for (uint64_t k = 0; k < count; ++k) u[k] = StepAsF32<S>(m, v, eps32, first + k);
+    return;
+  }
   for (uint64_t k = 0; k < count; ++k) u[k] = StepAs<S>(m, v, eps, first + k);
 }
 
@@ -134,6 +157,31 @@ CKPTFS_STEP_AVX2 void StepsF32Avx2(const std::byte* m, const std::byte* v, doubl
     _mm256_storeu_pd(u + k, _mm256_and_pd(x, finite));
   }
   for (; k < count; ++k) u[k] = StepAs<F32Elem>(m, v, eps, first + k);
+}
+
+// StepAsF32<F32Elem> 8 lanes wide.
+CKPTFS_STEP_AVX2 void StepsF32InF32Avx2(const std::byte* m, const std::byte* v, float eps, uint64_t first,
+                                        uint64_t count, double* u) {
+  const float* mf = reinterpret_cast<const float*>(m) + first;
+  const float* vf = v != nullptr ? reinterpret_cast<const float*>(v) + first : nullptr;
+  const __m256 eps8 = _mm256_set1_ps(eps);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  uint64_t k = 0;
+  for (; k + 8 <= count; k += 8) {
+    const __m256 mi = _mm256_loadu_ps(mf + k);
+    __m256 x = mi;
+    if (vf != nullptr) {
+      const __m256 vi = _mm256_loadu_ps(vf + k);
+      const __m256 q = _mm256_div_ps(mi, _mm256_add_ps(_mm256_sqrt_ps(vi), eps8));
+      x = _mm256_and_ps(q, _mm256_cmp_ps(vi, zero, _CMP_GE_OQ));  // negative or NaN v: +0
+    }
+    x = _mm256_and_ps(x, _mm256_cmp_ps(_mm256_andnot_ps(sign, x), inf, _CMP_LT_OQ));
+    _mm256_storeu_pd(u + k, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));
+    _mm256_storeu_pd(u + k + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
+  }
+  for (; k < count; ++k) u[k] = StepAsF32<F32Elem>(m, v, eps, first + k);
 }
 
 // scale w + step u + base_step ub of four elements, as CombinePortable
@@ -214,21 +262,23 @@ struct StepKernels {
   static StepKernels Best() { return StepKernels{CpuHasSimd(SimdLevel::kAvx2)}; }
 };
 
-// u of elements [first, first + count) into u; all 0 without m.
+// u of elements [first, first + count) into u (in binary32 with f32); all
+// 0 without m.
 template <typename S>
-void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, double eps, uint64_t first, uint64_t count,
-           double* u) {
+void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, double eps, bool f32, uint64_t first,
+           uint64_t count, double* u) {
   if (m == nullptr) {
     std::fill(u, u + count, 0.0);
     return;
   }
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<S, F32Elem>) {
+    if (kernels.avx2 && f32) return StepsF32InF32Avx2(m, v, static_cast<float>(eps), first, count, u);
     if (kernels.avx2) return StepsF32Avx2(m, v, eps, first, count, u);
   }
 #endif
   (void)kernels;
-  StepsPortable<S>(m, v, eps, first, count, u);
+  StepsPortable<S>(m, v, eps, f32, first, count, u);
 }
 
 // p of `count` (<= kBlock) elements from their steps: wb_p and o point at
@@ -287,8 +337,8 @@ void PredictAs(StepKernels kernels, const StepPredictor& pr, const StepSources& 
   double u[kBlock], ub[kBlock];
   for (uint64_t first = 0; first < n; first += kBlock) {
     const uint64_t count = std::min(kBlock, n - first);
-    Steps<S>(kernels, m, v, pr.eps, first, count, u);
-    Steps<S>(kernels, mb, vb, pr.eps, first, count, ub);
+    Steps<S>(kernels, m, v, pr.eps, pr.f32_steps, first, count, u);
+    Steps<S>(kernels, mb, vb, pr.eps, pr.f32_steps, first, count, ub);
     CombineBlock<W>(kernels, pr, s.weight_base.data() + first * sizeof(Bits), u, ub, count,
                     out.data() + first * sizeof(Bits));
   }
@@ -392,19 +442,20 @@ std::optional<StepPredictor> Solve(const FitSums& sums, double eps) {
 
 template <typename W, typename S>
 std::optional<StepPredictor> FitAndPredictAs(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps,
-                                             double* steps, MutableByteSpan out) {
+                                             bool f32, double* steps, MutableByteSpan out) {
   using Bits = typename W::Bits;
   const uint64_t n = s.weight_base.size() / sizeof(Bits);
   double* u = steps;
   double* ub = steps + n;
-  Steps<S>(kernels, s.m.data(), s.v.empty() ? nullptr : s.v.data(), eps, 0, n, u);
+  Steps<S>(kernels, s.m.data(), s.v.empty() ? nullptr : s.v.data(), eps, f32, 0, n, u);
   Steps<S>(kernels, s.m_base.empty() ? nullptr : s.m_base.data(), s.v_base.empty() ? nullptr : s.v_base.data(), eps,
-           0, n, ub);
+           f32, 0, n, ub);
   // Normal equations of d = w - w_base over (u, u_base).
   FitSums sums;
   AddFitSums<W>(weights.data(), s.weight_base.data(), 0, n, u, ub, sums);
   std::optional<StepPredictor> fit = Solve(sums, eps);
   if (!fit) return std::nullopt;
+  fit->f32_steps = f32;
   // A fit without the base term predicts as PredictWeights does without
   // the base's moments (u_base = 0), which is what a decoder then reads.
   if (fit->base_step == 0.0) std::fill(ub, ub + n, 0.0);
@@ -416,34 +467,34 @@ std::optional<StepPredictor> FitAndPredictAs(StepKernels kernels, ByteSpan weigh
 
 template <typename W>
 std::optional<StepPredictor> FitAndPredictWithState(StepKernels kernels, ByteSpan weights, const StepSources& s,
-                                                    double eps, double* steps, MutableByteSpan out) {
+                                                    double eps, bool f32, double* steps, MutableByteSpan out) {
   switch (s.state_type) {
-    case ElementType::kF32: return FitAndPredictAs<W, F32Elem>(kernels, weights, s, eps, steps, out);
-    case ElementType::kF16: return FitAndPredictAs<W, F16Elem>(kernels, weights, s, eps, steps, out);
-    default: return FitAndPredictAs<W, BF16Elem>(kernels, weights, s, eps, steps, out);
+    case ElementType::kF32: return FitAndPredictAs<W, F32Elem>(kernels, weights, s, eps, f32, steps, out);
+    case ElementType::kF16: return FitAndPredictAs<W, F16Elem>(kernels, weights, s, eps, f32, steps, out);
+    default: return FitAndPredictAs<W, BF16Elem>(kernels, weights, s, eps, f32, steps, out);
   }
 }
 
 std::optional<StepPredictor> FitAndPredictWith(StepKernels kernels, ByteSpan weights, const StepSources& s,
-                                               double eps, double* steps, MutableByteSpan out) {
+                                               double eps, bool f32, double* steps, MutableByteSpan out) {
   if (s.m.empty()) return std::nullopt;
   switch (s.weight_type) {
-    case ElementType::kF32: return FitAndPredictWithState<F32Elem>(kernels, weights, s, eps, steps, out);
-    case ElementType::kF16: return FitAndPredictWithState<F16Elem>(kernels, weights, s, eps, steps, out);
-    default: return FitAndPredictWithState<BF16Elem>(kernels, weights, s, eps, steps, out);
+    case ElementType::kF32: return FitAndPredictWithState<F32Elem>(kernels, weights, s, eps, f32, steps, out);
+    case ElementType::kF16: return FitAndPredictWithState<F16Elem>(kernels, weights, s, eps, f32, steps, out);
+    default: return FitAndPredictWithState<BF16Elem>(kernels, weights, s, eps, f32, steps, out);
   }
 }
 
 }  // namespace
 
-std::optional<StepPredictor> FitAndPredict(ByteSpan weights, const StepSources& s, double eps, double* steps,
-                                           MutableByteSpan out) {
-  return FitAndPredictWith(StepKernels::Best(), weights, s, eps, steps, out);
+std::optional<StepPredictor> FitAndPredict(ByteSpan weights, const StepSources& s, double eps, bool f32_steps,
+                                           double* steps, MutableByteSpan out) {
+  return FitAndPredictWith(StepKernels::Best(), weights, s, eps, f32_steps, steps, out);
 }
 
-std::optional<StepPredictor> FitAndPredictPortable(ByteSpan weights, const StepSources& s, double eps, double* steps,
-                                                   MutableByteSpan out) {
-  return FitAndPredictWith(StepKernels{}, weights, s, eps, steps, out);
+std::optional<StepPredictor> FitAndPredictPortable(ByteSpan weights, const StepSources& s, double eps, bool f32_steps,
+                                                   double* steps, MutableByteSpan out) {
+  return FitAndPredictWith(StepKernels{}, weights, s, eps, f32_steps, steps, out);
 }
 
 double StepCorrelation(ByteSpan weights, const StepSources& s, double eps, uint64_t samples) {

@@ -26,7 +26,11 @@
 //
 // p is computed in binary64 with a fixed order of operations, then rounded
 // to the weights' element type: encoder and decoder get the same bits on
-// every machine (compiled without FMA contraction).
+// every machine (compiled without FMA contraction). The steps u and u_base
+// are computed in binary32 when the predictor says so (f32_steps, what the
+// encoder writes): a binary64 square root and division per element and
+// step were a seventh of a delta chain's decode, three times the binary32
+// ones, for a precision far below the weights' quantization error.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +47,9 @@ struct StepPredictor {
   double step = 0.0;       // coefficient of u (this version's step direction)
   double base_step = 0.0;  // coefficient of u_base (the base version's)
   double eps = 1e-8;       // the denominator's epsilon
+  // u and u_base in binary32: m / (sqrt(v) + (float)eps) with f32 operations,
+  // widened exactly (FORMAT.md "Step prediction", inputs bit 5).
+  bool f32_steps = false;
 };
 
 // The reconstructions a prediction reads, all of the same element count n.
@@ -81,14 +88,15 @@ std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base)
 // PredictWeights of them into `out`, without the base's moments when the
 // fit left their term out (base_step == 0), as a decoder then computes it.
 // Each element's steps are computed once: `steps` holds 2n doubles of
-// working memory. REQUIRES: CheckStepSources(sources).ok(), out.size() ==
+// working memory. The result has f32_steps as given (its steps computed so).
+// REQUIRES: CheckStepSources(sources).ok(), out.size() ==
 // sources.weight_base.size().
-std::optional<StepPredictor> FitAndPredict(ByteSpan weights, const StepSources& sources, double eps, double* steps,
-                                           MutableByteSpan out);
+std::optional<StepPredictor> FitAndPredict(ByteSpan weights, const StepSources& sources, double eps, bool f32_steps,
+                                           double* steps, MutableByteSpan out);
 // The same without the vector kernels (same coefficients and bits; tests
 // compare the two).
 std::optional<StepPredictor> FitAndPredictPortable(ByteSpan weights, const StepSources& sources, double eps,
-                                                   double* steps, MutableByteSpan out);
+                                                   bool f32_steps, double* steps, MutableByteSpan out);
 
 // The correlation of the update (weights - weight_base) with u over at most
 // `samples` evenly spaced elements: cheap evidence that m and v belong to

@@ -50,27 +50,37 @@ TEST(StepPredictor, FitRecoversTheCoefficientsAndPredictsBitForBit) {
   }
   std::vector<std::byte> w_b = F32Bytes(w);
   std::vector<double> steps(2 * kN);
-  std::vector<std::byte> fitted(w_b.size());
-  std::optional<lossy::StepPredictor> fit = lossy::FitAndPredict(w_b, s, 1e-8, steps.data(), fitted);
-  ASSERT_TRUE(fit.has_value());
-  EXPECT_NEAR(fit->step, -2e-3, 1e-6);
-  EXPECT_NEAR(fit->base_step, -1e-3, 1e-6);
-  EXPECT_GT(std::fabs(lossy::StepCorrelation(w_b, s, 1e-8, 512)), 0.8);
+  // Steps in binary64 (the weights above were made so) and in binary32
+  // (within its rounding of u: the same fit, predictions within 1e-6).
+  std::vector<std::byte> by_precision[2];
+  for (bool f32 : {false, true}) {
+    SCOPED_TRACE(f32 ? "binary32 steps" : "binary64 steps");
+    std::vector<std::byte> fitted(w_b.size());
+    std::optional<lossy::StepPredictor> fit = lossy::FitAndPredict(w_b, s, 1e-8, f32, steps.data(), fitted);
+    ASSERT_TRUE(fit.has_value());
+    EXPECT_EQ(fit->f32_steps, f32);
+    EXPECT_NEAR(fit->step, -2e-3, 1e-6);
+    EXPECT_NEAR(fit->base_step, -1e-3, 1e-6);
+    EXPECT_GT(std::fabs(lossy::StepCorrelation(w_b, s, 1e-8, 512)), 0.8);
 
-  std::vector<std::byte> p1(w_b.size()), p2(w_b.size());
-  lossy::PredictWeights(*fit, s, p1);
-  lossy::PredictWeights(*fit, s, p2);
-  EXPECT_EQ(p1, p2);
-  EXPECT_EQ(p1, fitted);
-  for (size_t i = 0; i < kN; ++i) EXPECT_NEAR(F32At(p1, i), w[i], 1e-6f) << i;
+    std::vector<std::byte> p1(w_b.size()), p2(w_b.size());
+    lossy::PredictWeights(*fit, s, p1);
+    lossy::PredictWeights(*fit, s, p2);
+    EXPECT_EQ(p1, p2);
+    EXPECT_EQ(p1, fitted);
+    for (size_t i = 0; i < kN; ++i) EXPECT_NEAR(F32At(p1, i), w[i], 1e-6f) << i;
+    by_precision[f32] = p1;
 
-  // Without the base step the fit takes u alone.
-  lossy::StepSources no_base = s;
-  no_base.m_base = no_base.v_base = ByteSpan();
-  ASSERT_TRUE(lossy::CheckStepSources(no_base).ok());
-  fit = lossy::FitAndPredict(w_b, no_base, 1e-8, steps.data(), fitted);
-  ASSERT_TRUE(fit.has_value());
-  EXPECT_EQ(fit->base_step, 0.0);
+    // Without the base step the fit takes u alone.
+    lossy::StepSources no_base = s;
+    no_base.m_base = no_base.v_base = ByteSpan();
+    ASSERT_TRUE(lossy::CheckStepSources(no_base).ok());
+    fit = lossy::FitAndPredict(w_b, no_base, 1e-8, f32, steps.data(), fitted);
+    ASSERT_TRUE(fit.has_value());
+    EXPECT_EQ(fit->base_step, 0.0);
+  }
+  // The flag is no dead letter: binary32 steps round some predictions otherwise.
+  EXPECT_NE(by_precision[0], by_precision[1]);
 }
 
 TEST(StepPredictor, BadInputsFallBackAndMismatchedSizesAreRejected) {
@@ -83,19 +93,26 @@ TEST(StepPredictor, BadInputsFallBackAndMismatchedSizesAreRejected) {
                          vb_b = F32Bytes(vb);
   lossy::StepSources s{lossy::ElementType::kF32, wb_b, lossy::ElementType::kF32, m_b, v_b, mb_b, vb_b};
   ASSERT_TRUE(lossy::CheckStepSources(s).ok());
-  lossy::StepPredictor p{1.0, 1e30, 0.5, 1e-8};
-  std::vector<std::byte> out(wb_b.size());
-  lossy::PredictWeights(p, s, out);
-  auto with_base_step = [](double w) {  // u = 0: w + 0.5 * 1 / (sqrt(1) + eps)
-    double q = w;
-    q += 1e30 * 0.0;
-    q += 0.5 * (1.0 / (std::sqrt(1.0) + 1e-8));
-    return static_cast<float>(q);
-  };
-  EXPECT_EQ(F32At(out, 0), with_base_step(1.0));  // v < 0
-  EXPECT_EQ(F32At(out, 1), with_base_step(2.0));  // m NaN
-  EXPECT_EQ(F32At(out, 2), with_base_step(3.0));  // v NaN
-  EXPECT_EQ(F32At(out, 3), 4.0f);                 // p overflows f32: w_base
+  for (bool f32 : {false, true}) {
+    SCOPED_TRACE(f32 ? "binary32 steps" : "binary64 steps");
+    lossy::StepPredictor p{1.0, 1e30, 0.5, 1e-8, f32};
+    std::vector<std::byte> out(wb_b.size()), portable(wb_b.size());
+    lossy::PredictWeights(p, s, out);
+    lossy::PredictWeightsPortable(p, s, portable);
+    EXPECT_EQ(out, portable);
+    auto with_base_step = [f32](double w) {  // u = 0: w + 0.5 * 1 / (sqrt(1) + eps)
+      const double ub = f32 ? static_cast<double>(1.0f / (std::sqrt(1.0f) + static_cast<float>(1e-8)))
+                            : 1.0 / (std::sqrt(1.0) + 1e-8);
+      double q = w;
+      q += 1e30 * 0.0;
+      q += 0.5 * ub;
+      return static_cast<float>(q);
+    };
+    EXPECT_EQ(F32At(out, 0), with_base_step(1.0));  // v < 0
+    EXPECT_EQ(F32At(out, 1), with_base_step(2.0));  // m NaN
+    EXPECT_EQ(F32At(out, 2), with_base_step(3.0));  // v NaN
+    EXPECT_EQ(F32At(out, 3), 4.0f);                 // p overflows f32: w_base
+  }
 
   lossy::StepSources bad = s;
   bad.m = ByteSpan(m_b).first(8);
@@ -181,11 +198,13 @@ TEST(StepPredictor, VectorKernelsMatchThePortableCodeBitForBit) {
           // kernels, and the same prediction as PredictWeights computes
           // from the coefficients (without the base's moments when the fit
           // left their term out): what a decoder reads.
+          for (bool f32 : {false, true}) {
+          SCOPED_TRACE(f32 ? "binary32 steps" : "binary64 steps");
           std::vector<double> steps(2 * n);
           std::vector<std::byte> joint(wb.size()), portable_joint(wb.size()), apart(wb.size());
-          const std::optional<lossy::StepPredictor> fit = lossy::FitAndPredict(w, s, 1e-8, steps.data(), joint);
+          const std::optional<lossy::StepPredictor> fit = lossy::FitAndPredict(w, s, 1e-8, f32, steps.data(), joint);
           const std::optional<lossy::StepPredictor> portable_fit =
-              lossy::FitAndPredictPortable(w, s, 1e-8, steps.data(), portable_joint);
+              lossy::FitAndPredictPortable(w, s, 1e-8, f32, steps.data(), portable_joint);
           ASSERT_EQ(fit.has_value(), portable_fit.has_value()) << where;
           if (fit) {
             EXPECT_EQ(std::bit_cast<uint64_t>(fit->step), std::bit_cast<uint64_t>(portable_fit->step)) << where;
@@ -198,13 +217,14 @@ TEST(StepPredictor, VectorKernelsMatchThePortableCodeBitForBit) {
             EXPECT_EQ(joint, apart) << where;
           }
           // Coefficients that overflow some predictions, and a scale alone.
-          for (const lossy::StepPredictor& p : {lossy::StepPredictor{1.0, -2e-3, -1e-3, 1e-8},
-                                                lossy::StepPredictor{0.9, 1e35, 0.5, 1e-8},
-                                                lossy::StepPredictor{1.0, 0.0, 0.0, 1e-8}}) {
+          for (const lossy::StepPredictor& p : {lossy::StepPredictor{1.0, -2e-3, -1e-3, 1e-8, f32},
+                                                lossy::StepPredictor{0.9, 1e35, 0.5, 1e-8, f32},
+                                                lossy::StepPredictor{1.0, 0.0, 0.0, 1e-8, f32}}) {
             std::vector<std::byte> out(wb.size()), portable(wb.size());
             lossy::PredictWeights(p, s, out);
             lossy::PredictWeightsPortable(p, s, portable);
             EXPECT_EQ(out, portable) << where << " step " << p.step;
+          }
           }
         }
       }
@@ -339,7 +359,9 @@ TEST(StepParams, VersionFourRoundTripsAndRejectsWhatItCannotMean) {
   rejects("unknown flag", [](auto& b) { b[1] = std::byte{7}; });
   rejects("state type 0", [](auto& b) { b[72] = std::byte{0}; });
   rejects("state type 4", [](auto& b) { b[72] = std::byte{4}; });
-  rejects("unknown input bit", [](auto& b) { b[73] = std::byte{4 | 16}; });
+  rejects("unknown input bit", [](auto& b) { b[73] = std::byte{4 | 64}; });
+  rejects("a ref that is no copy", [](auto& b) { b[73] = std::byte{4 | 16}; });
+  rejects("binary32 steps without a step term", [](auto& b) { b[73] = std::byte{32}; });
   rejects("a copy with v and base step", [](auto& b) { b[73] = std::byte{15}; });
   rejects("reserved byte", [](auto& b) { b[75] = std::byte{1}; });
   rejects("v offset without v", [](auto& b) { b[73] = std::byte{6}; });
@@ -359,6 +381,25 @@ TEST(StepParams, VersionFourRoundTripsAndRejectsWhatItCannotMean) {
   EXPECT_EQ(scaled_back->prediction->predictor.scale, 0.6);
   StoreLE64(sb.data() + 80, 8);  // an m offset without the step term
   EXPECT_FALSE(LossyChunkParams::DecodeFrom(sb).ok());
+
+  // Binary32 steps (inputs bit 5) round-trip; a copy (u = m) has none.
+  LossyChunkParams f32 = PredictedParams();
+  f32.prediction->predictor.f32_steps = true;
+  std::vector<std::byte> fb = EncodeParams(f32);
+  EXPECT_EQ(static_cast<uint8_t>(fb[73]), 1 | 2 | 4 | 32);
+  Result<LossyChunkParams> f32_back = LossyChunkParams::DecodeFrom(fb);
+  ASSERT_TRUE(f32_back.ok()) << f32_back.status().ToString();
+  EXPECT_TRUE(f32_back->prediction->predictor.f32_steps);
+  EXPECT_FALSE(back->prediction->predictor.f32_steps);
+  LossyChunkParams copy = PredictedParams();
+  copy.prediction->has_v = copy.prediction->has_base_step = false;
+  copy.prediction->copy = true;
+  copy.prediction->predictor = lossy::StepPredictor{0.0, 1.0, 0.0, 1e-8};
+  copy.prediction->v_offset = copy.prediction->m_base_offset = copy.prediction->v_base_offset = 0;
+  std::vector<std::byte> cb = EncodeParams(copy);
+  ASSERT_TRUE(LossyChunkParams::DecodeFrom(cb).ok());
+  cb[73] |= std::byte{32};
+  EXPECT_FALSE(LossyChunkParams::DecodeFrom(cb).ok()) << "a copy with binary32 steps";
 
   LossyChunkParams no_base = PredictedParams();
   no_base.prediction->has_base_step = false;
