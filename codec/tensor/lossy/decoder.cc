@@ -99,20 +99,33 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   RETURN_IF_ERROR(r.status());
   if (r.remaining() != 0) return Corrupt("trailing bytes", 0, r.remaining());
 
-  const uint64_t packed_bytes = PackedBytes(n, h.bits);
-  EnsureSize(&s.packed, packed_bytes);
   if (h.SymbolsHaveContexts() && contexts.empty())
     return Status::Corruption("lossy chunk: symbols coded in contexts that only a dithered chunk has");
-  RETURN_IF_ERROR(DecompressSymbols(s, h.SymbolsAreRans(), main, h.bits, n,
-                                    MutableByteSpan(s.packed.data(), packed_bytes), "symbols",
-                                    h.SymbolsHaveContexts() ? &contexts : nullptr));
+  // A rANS plane's symbols are bytes already: dequantized as 8-bit symbols
+  // (the same values), not packed to h.bits first (the packing was a
+  // twentieth of a delta chain's decode). A symbol wider than h.bits is
+  // above num_levels (< 2^bits): the check after the slices rejects it.
+  uint32_t symbol_bits = h.bits;
+  ByteSpan symbols;
+  if (h.SymbolsAreRans() && h.bits <= kMaxRansBits) {
+    ASSIGN_OR_RETURN(symbols, DecodeSymbolBytes(s, main, h.bits, n, "symbols",
+                                                h.SymbolsHaveContexts() ? &contexts : nullptr));
+    symbol_bits = 8;
+  } else {
+    const uint64_t packed_bytes = PackedBytes(n, h.bits);
+    EnsureSize(&s.packed, packed_bytes);
+    RETURN_IF_ERROR(DecompressSymbols(s, h.SymbolsAreRans(), main, h.bits, n,
+                                      MutableByteSpan(s.packed.data(), packed_bytes), "symbols",
+                                      h.SymbolsHaveContexts() ? &contexts : nullptr));
+    symbols = ByteSpan(s.packed.data(), packed_bytes);
+  }
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, width, &s.exact_list));
   uint32_t max_symbol = 0;
   auto dequantize = [&](uint64_t first, uint64_t count) {
     // Every slice starts on a byte of the packed symbols (first is a multiple of 8).
-    const uint64_t at = first * h.bits / 8;
+    const uint64_t at = first * symbol_bits / 8;
     uint32_t slice_max = 0;
-    Status done = k.Dequantize(type, h.bits, levels, ByteSpan(s.packed.data() + at, packed_bytes - at),
+    Status done = k.Dequantize(type, symbol_bits, levels, symbols.subspan(at),
                                base.empty() ? base : base.subspan(first * width, count * width),
                                out.subspan(first * width, count * width), &slice_max);
     max_symbol = std::max(max_symbol, slice_max);

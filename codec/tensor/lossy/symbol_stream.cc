@@ -68,19 +68,30 @@ Result<SymbolStream> CompressSymbols(Scratch::Buffers& s, int zstd_level, ByteSp
   return best;
 }
 
+Result<ByteSpan> DecodeSymbolBytes(Scratch::Buffers& s, ByteSpan main, unsigned bits, uint64_t n, const char* what,
+                                   const ByteContexts* contexts) {
+  if (bits < 1 || bits > kMaxRansBits)
+    return Status::Internal(std::string("lossy chunk: ") + what + ": rANS symbols of " + std::to_string(bits) +
+                            " bits");
+  const uint64_t padded = (n + kPackGroup - 1) / kPackGroup * kPackGroup;
+  EnsureSize(&s.symbols, padded);
+  if (contexts != nullptr) {
+    RETURN_IF_ERROR(RansDecodeInContexts(main, *contexts, s.symbols.data(), n, what, &s.rans_context_tables));
+  } else {
+    RETURN_IF_ERROR(RansDecode(main, s.symbols.data(), n, what));
+  }
+  std::fill(s.symbols.begin() + static_cast<ptrdiff_t>(n), s.symbols.begin() + static_cast<ptrdiff_t>(padded), 0);
+  return ByteSpan(reinterpret_cast<const std::byte*>(s.symbols.data()), padded);
+}
+
 Status DecompressSymbols(Scratch::Buffers& s, bool rans, ByteSpan main, unsigned bits, uint64_t n,
                          MutableByteSpan packed, const char* what, const ByteContexts* contexts) {
   if (!rans) return Unzstd(s.dctx.get(), main, packed.data(), packed.size(), what);
   if (bits < 1 || bits > kMaxRansBits || (n * bits + 7) / 8 > packed.size())
     return Status::Internal(std::string("lossy chunk: ") + what + ": " + std::to_string(n) + " symbols of " +
                             std::to_string(bits) + " bits into " + std::to_string(packed.size()) + " bytes");
-  EnsureSize(&s.symbols, n);
-  if (contexts != nullptr) {
-    RETURN_IF_ERROR(RansDecodeInContexts(main, *contexts, s.symbols.data(), n, what, &s.rans_context_tables));
-  } else {
-    RETURN_IF_ERROR(RansDecode(main, s.symbols.data(), n, what));
-  }
-  uint8_t ored = 0;  // a symbol wider than `bits` shows here
+  RETURN_IF_ERROR(DecodeSymbolBytes(s, main, bits, n, what, contexts).status());
+  uint8_t ored = 0;  // a symbol wider than `bits` shows here (packing would drop its high bits)
   for (uint64_t i = 0; i < n; ++i) ored |= s.symbols[i];
   if ((ored >> bits) != 0)
     return Status::Corruption(std::string("lossy chunk: ") + what + ": a symbol wider than " + std::to_string(bits) +

@@ -39,4 +39,13 @@ Result<SymbolStream> CompressSymbols(Scratch::Buffers& s, int zstd_level, ByteSp
 Status DecompressSymbols(Scratch::Buffers& s, bool rans, ByteSpan main, unsigned bits, uint64_t n,
                          MutableByteSpan packed, const char* what, const ByteContexts* contexts = nullptr);
 
+// A rANS plane's n symbols as bytes, in s.symbols and returned, zero from
+// n up to the next multiple of 8: the packing of 8-bit symbols (LOSSY.md
+// 5.3), so a decoder dequantizes them as they are instead of packing them
+// to `bits` (1..kMaxRansBits) first. Their range is the caller's to check
+// (the quantized decoder's symbols at most its level count, which is below
+// 2^bits).
+Result<ByteSpan> DecodeSymbolBytes(Scratch::Buffers& s, ByteSpan main, unsigned bits, uint64_t n, const char* what,
+                                   const ByteContexts* contexts = nullptr);
+
 }  // namespace ckptfs::lossy

@@ -5,7 +5,10 @@
 #include <cstring>
 
 #include "codec/tensor/lossy/lossy.h"
+#include "codec/tensor/lossy/scratch.h"
 #include "codec/tensor/lossy/stream.h"
+#include "codec/tensor/lossy/symbol_stream.h"
+#include "codec/tensor/rans.h"
 #include "tests/unit/codec/lossy_test_util.h"
 
 namespace ckptfs::lossy {
@@ -122,6 +125,46 @@ TEST(LossyCorruptionTest, VarintRejectsOverlongAndTruncated) {
                            std::byte{0xff}, std::byte{0xff}, std::byte{0x01}};
   pos = 0;
   EXPECT_FALSE(GetVarint32(overlong, &pos, &v));
+}
+
+// A rANS plane's symbols are dequantized as bytes (decoder.cc): a symbol
+// above the level count, within the header's width or wider than it, is
+// Corruption, not a read past the levels or a silently other value.
+TEST(LossyCorruptionTest, RansSymbolsAboveTheLevelsAreCorruption) {
+  Scratch scratch;
+  std::vector<std::byte> values = testing::ToElements(ElementType::kF32, testing::Generate(Dist::kLaplace, 1 << 16, 4));
+  std::vector<std::byte> good = Encode(ElementType::kF32, values, Budget{3e-2, 0}, &scratch);
+  const StreamHeader h = *StreamHeader::DecodeFrom(good);
+  ASSERT_EQ(h.version, kStreamVersionRans) << "want a rANS plane";
+  ASSERT_LT(h.num_levels, (1u << h.bits) - 1) << "want room for a symbol within the width above the levels";
+  std::vector<std::byte> out(values.size());
+  ASSERT_TRUE(DecodeChunk(ElementType::kF32, good, {}, out, &scratch).ok());
+  const size_t levels_at = h.size, main_at = levels_at + 4 * h.num_levels;
+  Scratch::Buffers& s = scratch.buffers();
+  Result<ByteSpan> decoded = DecodeSymbolBytes(s, ByteSpan(good).subspan(main_at, h.main_size), h.bits,
+                                               h.element_count, "test");
+  ASSERT_TRUE(decoded.ok());
+  const std::vector<uint8_t> symbols(reinterpret_cast<const uint8_t*>(decoded->data()),
+                                     reinterpret_cast<const uint8_t*>(decoded->data()) + h.element_count);
+  for (uint32_t bad_symbol : {h.num_levels + 1, 1u << h.bits, 255u}) {
+    SCOPED_TRACE("symbol " + std::to_string(bad_symbol));
+    std::vector<uint8_t> edited = symbols;
+    edited[12345] = static_cast<uint8_t>(bad_symbol);
+    std::vector<std::byte> plane(2 * edited.size());
+    Result<size_t> size = RansEncode(edited.data(), edited.size(), CountBytes(edited.data(), edited.size()),
+                                     plane.data(), plane.size());
+    ASSERT_TRUE(size.ok());
+    StreamHeader bad_header = h;
+    bad_header.main_size = *size;
+    std::vector<std::byte> bad;
+    bad_header.EncodeTo(&bad);
+    bad.insert(bad.end(), good.begin() + static_cast<ptrdiff_t>(levels_at),
+               good.begin() + static_cast<ptrdiff_t>(main_at));
+    bad.insert(bad.end(), plane.begin(), plane.begin() + static_cast<ptrdiff_t>(*size));
+    bad.insert(bad.end(), good.begin() + static_cast<ptrdiff_t>(main_at + h.main_size), good.end());
+    testing::Reseal(&bad);
+    EXPECT_EQ(DecodeChunk(ElementType::kF32, bad, {}, out, &scratch).code(), StatusCode::kCorruption);
+  }
 }
 
 }  // namespace
