@@ -97,7 +97,7 @@ constexpr uint64_t kBlock = 256;
 // StepAs in binary32 (f32_steps): the same tests, f32 square root, sum and
 // quotient, the result widened exactly.
 template <typename S>
-[[gnu::always_inline]] inline double StepAsF32(const std::byte* m, const std::byte* v, float eps, uint64_t i) {
+[[gnu::always_inline]] inline float StepAsF32(const std::byte* m, const std::byte* v, float eps, uint64_t i) {
   typename S::Bits bits;
   std::memcpy(&bits, m + i * sizeof bits, sizeof bits);
   const float mi = S::ToFloat(bits);
@@ -108,18 +108,36 @@ template <typename S>
     const float q = mi / (std::sqrt(vi) + eps);
     u = vi >= 0 ? q : 0.0f;  // negative or NaN v: 0
   }
-  return std::isfinite(u) ? static_cast<double>(u) : 0.0;
+  return std::isfinite(u) ? u : 0.0f;
 }
 
 template <typename S>
-void StepsPortable(const std::byte* m, const std::byte* v, double eps, bool f32, uint64_t first, uint64_t count,
-                   double* u) {
-  if (f32) {
-    const float eps32 = static_cast<float>(eps);
-    for (uint64_t k = 0; k < count; ++k) u[k] = StepAsF32<S>(m, v, eps32, first + k);
-    return;
-  }
+void StepsPortable(const std::byte* m, const std::byte* v, double eps, uint64_t first, uint64_t count, double* u) {
   for (uint64_t k = 0; k < count; ++k) u[k] = StepAs<S>(m, v, eps, first + k);
+}
+
+template <typename S>
+void StepsPortable(const std::byte* m, const std::byte* v, float eps, uint64_t first, uint64_t count, float* u) {
+  for (uint64_t k = 0; k < count; ++k) u[k] = StepAsF32<S>(m, v, eps, first + k);
+}
+
+// The binary32 prediction (f32_steps): the coefficients rounded to binary32,
+// products and sums in CombinePortable's order.
+struct F32Coefficients {
+  float scale, step, base_step;
+  explicit F32Coefficients(const StepPredictor& pr)
+      : scale(static_cast<float>(pr.scale)), step(static_cast<float>(pr.step)),
+        base_step(static_cast<float>(pr.base_step)) {}
+};
+
+void CombinePortable(const F32Coefficients& c, const float* wb, const float* u, const float* ub, uint64_t count,
+                     float* p) {
+  for (uint64_t k = 0; k < count; ++k) {
+    float q = c.scale * wb[k];
+    q += c.step * u[k];
+    q += c.base_step * ub[k];
+    p[k] = q;
+  }
 }
 
 void CombinePortable(const StepPredictor& pr, const float* wb, const double* u, const double* ub, uint64_t count,
@@ -161,7 +179,7 @@ CKPTFS_STEP_AVX2 void StepsF32Avx2(const std::byte* m, const std::byte* v, doubl
 
 // StepAsF32<F32Elem> 8 lanes wide.
 CKPTFS_STEP_AVX2 void StepsF32InF32Avx2(const std::byte* m, const std::byte* v, float eps, uint64_t first,
-                                        uint64_t count, double* u) {
+                                        uint64_t count, float* u) {
   const float* mf = reinterpret_cast<const float*>(m) + first;
   const float* vf = v != nullptr ? reinterpret_cast<const float*>(v) + first : nullptr;
   const __m256 eps8 = _mm256_set1_ps(eps);
@@ -177,11 +195,33 @@ CKPTFS_STEP_AVX2 void StepsF32InF32Avx2(const std::byte* m, const std::byte* v, 
       const __m256 q = _mm256_div_ps(mi, _mm256_add_ps(_mm256_sqrt_ps(vi), eps8));
       x = _mm256_and_ps(q, _mm256_cmp_ps(vi, zero, _CMP_GE_OQ));  // negative or NaN v: +0
     }
-    x = _mm256_and_ps(x, _mm256_cmp_ps(_mm256_andnot_ps(sign, x), inf, _CMP_LT_OQ));
-    _mm256_storeu_pd(u + k, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));
-    _mm256_storeu_pd(u + k + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
+    _mm256_storeu_ps(u + k, _mm256_and_ps(x, _mm256_cmp_ps(_mm256_andnot_ps(sign, x), inf, _CMP_LT_OQ)));
   }
   for (; k < count; ++k) u[k] = StepAsF32<F32Elem>(m, v, eps, first + k);
+}
+
+// The binary32 CombinePortable 8 lanes wide on f32 weights (w_base, or
+// weights widened to f32 by the caller), with the not-finite fallback to
+// w_base.
+CKPTFS_STEP_AVX2 void CombineInF32Avx2(const F32Coefficients& c, const float* wb, const float* u, const float* ub,
+                                       uint64_t count, float* out) {
+  const __m256 scale = _mm256_set1_ps(c.scale), step = _mm256_set1_ps(c.step), base_step = _mm256_set1_ps(c.base_step);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  uint64_t k = 0;
+  for (; k + 8 <= count; k += 8) {
+    const __m256 w = _mm256_loadu_ps(wb + k);
+    __m256 q = _mm256_mul_ps(scale, w);
+    q = _mm256_add_ps(q, _mm256_mul_ps(step, _mm256_loadu_ps(u + k)));
+    q = _mm256_add_ps(q, _mm256_mul_ps(base_step, _mm256_loadu_ps(ub + k)));
+    const __m256 finite = _mm256_cmp_ps(_mm256_andnot_ps(sign, q), inf, _CMP_LT_OQ);
+    _mm256_storeu_ps(out + k, _mm256_blendv_ps(w, q, finite));
+  }
+  for (; k < count; ++k) {
+    float p;
+    CombinePortable(c, wb + k, u + k, ub + k, 1, &p);
+    out[k] = std::isfinite(p) ? p : wb[k];
+  }
 }
 
 // scale w + step u + base_step ub of four elements, as CombinePortable
@@ -262,23 +302,38 @@ struct StepKernels {
   static StepKernels Best() { return StepKernels{CpuHasSimd(SimdLevel::kAvx2)}; }
 };
 
-// u of elements [first, first + count) into u (in binary32 with f32); all
-// 0 without m.
+// u of elements [first, first + count) into u; all 0 without m.
 template <typename S>
-void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, double eps, bool f32, uint64_t first,
-           uint64_t count, double* u) {
+void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, double eps, uint64_t first, uint64_t count,
+           double* u) {
   if (m == nullptr) {
     std::fill(u, u + count, 0.0);
     return;
   }
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<S, F32Elem>) {
-    if (kernels.avx2 && f32) return StepsF32InF32Avx2(m, v, static_cast<float>(eps), first, count, u);
     if (kernels.avx2) return StepsF32Avx2(m, v, eps, first, count, u);
   }
 #endif
   (void)kernels;
-  StepsPortable<S>(m, v, eps, f32, first, count, u);
+  StepsPortable<S>(m, v, eps, first, count, u);
+}
+
+// The same in binary32 (f32_steps), eps rounded to binary32.
+template <typename S>
+void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, float eps, uint64_t first, uint64_t count,
+           float* u) {
+  if (m == nullptr) {
+    std::fill(u, u + count, 0.0f);
+    return;
+  }
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<S, F32Elem>) {
+    if (kernels.avx2) return StepsF32InF32Avx2(m, v, eps, first, count, u);
+  }
+#endif
+  (void)kernels;
+  StepsPortable<S>(m, v, eps, first, count, u);
 }
 
 // p of `count` (<= kBlock) elements from their steps: wb_p and o point at
@@ -326,6 +381,40 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
   }
 }
 
+// CombineBlock in binary32 (f32_steps): p from the f32 steps, then rounded
+// to W (f16/bf16) with the same fallback to w_base's bits.
+template <typename W>
+void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte* wb_p, const float* u, const float* ub,
+                  uint64_t count, std::byte* o) {
+  using Bits = typename W::Bits;
+  const F32Coefficients c(pr);
+  float wb[kBlock] = {}, p[kBlock];  // (zeroed: GCC cannot tell that count elements are set)
+  Bits wb_bits[kBlock];
+  std::memcpy(wb_bits, wb_p, count * sizeof(Bits));
+  for (uint64_t k = 0; k < count; ++k) wb[k] = W::ToFloat(wb_bits[k]);
+#if defined(__x86_64__)
+  if (kernels.avx2) {
+    if constexpr (std::is_same_v<W, F32Elem>) {
+      CombineInF32Avx2(c, wb, u, ub, count, p);
+      std::memcpy(o, p, count * sizeof(float));
+      return;
+    }
+    CombineInF32Avx2(c, wb, u, ub, count, p);
+  } else {
+    CombinePortable(c, wb, u, ub, count, p);
+  }
+#else
+  (void)kernels;
+  CombinePortable(c, wb, u, ub, count, p);
+#endif
+  for (uint64_t k = 0; k < count; ++k) {
+    const Bits rounded = W::FromFloat(p[k]);
+    // Not finite (in f32, or in the weights' type): keep w_base's bits.
+    const Bits bits = std::isfinite(p[k]) && std::isfinite(W::ToFloat(rounded)) ? rounded : wb_bits[k];
+    std::memcpy(o + k * sizeof bits, &bits, sizeof bits);
+  }
+}
+
 template <typename W, typename S>
 void PredictAs(StepKernels kernels, const StepPredictor& pr, const StepSources& s, MutableByteSpan out) {
   using Bits = typename W::Bits;
@@ -334,11 +423,23 @@ void PredictAs(StepKernels kernels, const StepPredictor& pr, const StepSources& 
   const std::byte* v = s.v.empty() ? nullptr : s.v.data();
   const std::byte* mb = s.m_base.empty() ? nullptr : s.m_base.data();
   const std::byte* vb = s.v_base.empty() ? nullptr : s.v_base.data();
+  if (pr.f32_steps) {
+    const float eps = static_cast<float>(pr.eps);
+    float u[kBlock], ub[kBlock];
+    for (uint64_t first = 0; first < n; first += kBlock) {
+      const uint64_t count = std::min(kBlock, n - first);
+      Steps<S>(kernels, m, v, eps, first, count, u);
+      Steps<S>(kernels, mb, vb, eps, first, count, ub);
+      CombineBlock<W>(kernels, pr, s.weight_base.data() + first * sizeof(Bits), u, ub, count,
+                      out.data() + first * sizeof(Bits));
+    }
+    return;
+  }
   double u[kBlock], ub[kBlock];
   for (uint64_t first = 0; first < n; first += kBlock) {
     const uint64_t count = std::min(kBlock, n - first);
-    Steps<S>(kernels, m, v, pr.eps, pr.f32_steps, first, count, u);
-    Steps<S>(kernels, mb, vb, pr.eps, pr.f32_steps, first, count, ub);
+    Steps<S>(kernels, m, v, pr.eps, first, count, u);
+    Steps<S>(kernels, mb, vb, pr.eps, first, count, ub);
     CombineBlock<W>(kernels, pr, s.weight_base.data() + first * sizeof(Bits), u, ub, count,
                     out.data() + first * sizeof(Bits));
   }
@@ -406,19 +507,20 @@ struct FitSums {
   double uu = 0, ub_ub = 0, u_ub = 0, ud = 0, ub_d = 0;
 };
 // Adds elements [first, first + count) with their steps u, ub to f.
-template <typename W>
-void AddFitSums(const std::byte* w_p, const std::byte* wb_p, uint64_t first, uint64_t count, const double* u,
-                const double* ub, FitSums& f) {
+template <typename W, typename T>
+void AddFitSums(const std::byte* w_p, const std::byte* wb_p, uint64_t first, uint64_t count, const T* u_t,
+                const T* ub_t, FitSums& f) {
   for (uint64_t k = 0; k < count; ++k) {
     const double w = LoadAs<W>(w_p, first + k);
     const double wb = LoadAs<W>(wb_p, first + k);
     if (!std::isfinite(w) || !std::isfinite(wb)) continue;
     const double d = w - wb;
-    f.uu += u[k] * u[k];
-    f.ub_ub += ub[k] * ub[k];
-    f.u_ub += u[k] * ub[k];
-    f.ud += u[k] * d;
-    f.ub_d += ub[k] * d;
+    const double u = u_t[k], ub = ub_t[k];
+    f.uu += u * u;
+    f.ub_ub += ub * ub;
+    f.u_ub += u * ub;
+    f.ud += u * d;
+    f.ub_d += ub * d;
   }
 }
 
@@ -440,29 +542,43 @@ std::optional<StepPredictor> Solve(const FitSums& sums, double eps) {
   return p;
 }
 
-template <typename W, typename S>
-std::optional<StepPredictor> FitAndPredictAs(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps,
-                                             bool f32, double* steps, MutableByteSpan out) {
+// The fit and prediction with steps of type T (double, or float for
+// f32_steps), `step_eps` eps in T.
+template <typename W, typename S, typename T>
+std::optional<StepPredictor> FitAndPredictIn(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps,
+                                             T step_eps, T* steps, MutableByteSpan out) {
   using Bits = typename W::Bits;
   const uint64_t n = s.weight_base.size() / sizeof(Bits);
-  double* u = steps;
-  double* ub = steps + n;
-  Steps<S>(kernels, s.m.data(), s.v.empty() ? nullptr : s.v.data(), eps, f32, 0, n, u);
-  Steps<S>(kernels, s.m_base.empty() ? nullptr : s.m_base.data(), s.v_base.empty() ? nullptr : s.v_base.data(), eps,
-           f32, 0, n, ub);
+  T* u = steps;
+  T* ub = steps + n;
+  Steps<S>(kernels, s.m.data(), s.v.empty() ? nullptr : s.v.data(), step_eps, 0, n, u);
+  Steps<S>(kernels, s.m_base.empty() ? nullptr : s.m_base.data(), s.v_base.empty() ? nullptr : s.v_base.data(),
+           step_eps, 0, n, ub);
   // Normal equations of d = w - w_base over (u, u_base).
   FitSums sums;
-  AddFitSums<W>(weights.data(), s.weight_base.data(), 0, n, u, ub, sums);
+  AddFitSums<W, T>(weights.data(), s.weight_base.data(), 0, n, u, ub, sums);
   std::optional<StepPredictor> fit = Solve(sums, eps);
   if (!fit) return std::nullopt;
-  fit->f32_steps = f32;
+  fit->f32_steps = std::is_same_v<T, float>;
   // A fit without the base term predicts as PredictWeights does without
   // the base's moments (u_base = 0), which is what a decoder then reads.
-  if (fit->base_step == 0.0) std::fill(ub, ub + n, 0.0);
+  if (fit->base_step == 0.0) std::fill(ub, ub + n, T{0});
   for (uint64_t first = 0; first < n; first += kBlock)
     CombineBlock<W>(kernels, *fit, s.weight_base.data() + first * sizeof(Bits), u + first, ub + first,
                     std::min(kBlock, n - first), out.data() + first * sizeof(Bits));
   return fit;
+}
+
+template <typename W, typename S>
+std::optional<StepPredictor> FitAndPredictAs(StepKernels kernels, ByteSpan weights, const StepSources& s, double eps,
+                                             bool f32, double* steps, MutableByteSpan out) {
+  if (f32) {
+    // (The steps of binary32 predictions as floats, in the first half of
+    // the same working memory.)
+    return FitAndPredictIn<W, S, float>(kernels, weights, s, eps, static_cast<float>(eps),
+                                        reinterpret_cast<float*>(steps), out);
+  }
+  return FitAndPredictIn<W, S, double>(kernels, weights, s, eps, eps, steps, out);
 }
 
 template <typename W>

@@ -26,11 +26,11 @@
 //
 // p is computed in binary64 with a fixed order of operations, then rounded
 // to the weights' element type: encoder and decoder get the same bits on
-// every machine (compiled without FMA contraction). The steps u and u_base
-// are computed in binary32 when the predictor says so (f32_steps, what the
-// encoder writes): a binary64 square root and division per element and
-// step were a seventh of a delta chain's decode, three times the binary32
-// ones, for a precision far below the weights' quantization error.
+// every machine (compiled without FMA contraction). All of it is binary32
+// when the predictor says so (f32_steps, what the encoder writes): the
+// binary64 square roots, divisions and sums were a fifth of a delta
+// chain's decode, two to three times the binary32 ones, for a precision
+// far below the weights' quantization error.
 #pragma once
 
 #include <cstdint>
@@ -47,8 +47,8 @@ struct StepPredictor {
   double step = 0.0;       // coefficient of u (this version's step direction)
   double base_step = 0.0;  // coefficient of u_base (the base version's)
   double eps = 1e-8;       // the denominator's epsilon
-  // u and u_base in binary32: m / (sqrt(v) + (float)eps) with f32 operations,
-  // widened exactly (FORMAT.md "Step prediction", inputs bit 5).
+  // u, u_base and p in binary32, the coefficients rounded to binary32
+  // (FORMAT.md "Step prediction", inputs bit 5).
   bool f32_steps = false;
 };
 

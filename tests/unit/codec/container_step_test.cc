@@ -101,11 +101,15 @@ TEST(StepPredictor, BadInputsFallBackAndMismatchedSizesAreRejected) {
     lossy::PredictWeightsPortable(p, s, portable);
     EXPECT_EQ(out, portable);
     auto with_base_step = [f32](double w) {  // u = 0: w + 0.5 * 1 / (sqrt(1) + eps)
-      const double ub = f32 ? static_cast<double>(1.0f / (std::sqrt(1.0f) + static_cast<float>(1e-8)))
-                            : 1.0 / (std::sqrt(1.0) + 1e-8);
+      if (f32) {  // everything in binary32
+        float q = 1.0f * static_cast<float>(w);
+        q += 1e30f * 0.0f;
+        q += 0.5f * (1.0f / (std::sqrt(1.0f) + static_cast<float>(1e-8)));
+        return q;
+      }
       double q = w;
       q += 1e30 * 0.0;
-      q += 0.5 * ub;
+      q += 0.5 * (1.0 / (std::sqrt(1.0) + 1e-8));
       return static_cast<float>(q);
     };
     EXPECT_EQ(F32At(out, 0), with_base_step(1.0));  // v < 0
