@@ -475,58 +475,164 @@ void PredictWeightsPortable(const StepPredictor& pr, const StepSources& s, Mutab
 
 namespace {
 
+// The fits' sums run in four interleaved lanes (element i of a call in
+// lane i % 4, a tail shorter than 4 in lane 0, the lanes added in order at
+// the end): the vector kernels below keep the four lanes in one register
+// and give the same sums bit for bit (one running sum each was a tenth of
+// a delta frame's encode, the loop serialized on its adds). An element
+// whose inputs are not finite adds nothing.
 template <typename E>
-std::pair<double, double> ScaleSums(ByteSpan values, ByteSpan base) {
-  const uint64_t n = base.size() / sizeof(typename E::Bits);
-  double xb = 0, bb = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const double x = LoadAs<E>(values.data(), i);
-    const double b = LoadAs<E>(base.data(), i);
-    if (!std::isfinite(x) || !std::isfinite(b)) continue;
-    xb += x * b;
-    bb += b * b;
+std::pair<double, double> ScaleSumsPortable(const std::byte* values, const std::byte* base, uint64_t n,
+                                            uint64_t first = 0, const double* xb_lanes = nullptr,
+                                            const double* bb_lanes = nullptr) {
+  double xb[4] = {}, bb[4] = {};
+  if (xb_lanes != nullptr) std::copy_n(xb_lanes, 4, xb), std::copy_n(bb_lanes, 4, bb);
+  auto add = [&](uint64_t lane, uint64_t i) {
+    const double x = LoadAs<E>(values, i);
+    const double b = LoadAs<E>(base, i);
+    if (!std::isfinite(x) || !std::isfinite(b)) return;
+    xb[lane] += x * b;
+    bb[lane] += b * b;
+  };
+  uint64_t i = first;
+  for (; i + 4 <= n; i += 4)
+    for (uint64_t l = 0; l < 4; ++l) add(l, i + l);
+  for (; i < n; ++i) add(0, i);
+  return {((xb[0] + xb[1]) + xb[2]) + xb[3], ((bb[0] + bb[1]) + bb[2]) + bb[3]};
+}
+
+#if defined(__x86_64__)
+// ScaleSumsPortable<F32Elem>, its four lanes in one register.
+CKPTFS_STEP_AVX2 std::pair<double, double> ScaleSumsF32Avx2(const std::byte* values, const std::byte* base,
+                                                             uint64_t n) {
+  const __m256d sign = _mm256_set1_pd(-0.0), inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
+  __m256d xb = _mm256_setzero_pd(), bb = _mm256_setzero_pd();
+  const float* xf = reinterpret_cast<const float*>(values);
+  const float* bf = reinterpret_cast<const float*>(base);
+  uint64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(xf + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(bf + i));
+    const __m256d finite = _mm256_and_pd(_mm256_cmp_pd(_mm256_andnot_pd(sign, x), inf, _CMP_LT_OQ),
+                                         _mm256_cmp_pd(_mm256_andnot_pd(sign, b), inf, _CMP_LT_OQ));
+    // (+0.0 added for a skipped element: the sum is never -0.0, so exact.)
+    xb = _mm256_add_pd(xb, _mm256_and_pd(finite, _mm256_mul_pd(x, b)));
+    bb = _mm256_add_pd(bb, _mm256_and_pd(finite, _mm256_mul_pd(b, b)));
   }
-  return {xb, bb};
+  double xb_lanes[4], bb_lanes[4];
+  _mm256_storeu_pd(xb_lanes, xb);
+  _mm256_storeu_pd(bb_lanes, bb);
+  return ScaleSumsPortable<F32Elem>(values, base, n, i, xb_lanes, bb_lanes);
+}
+#endif
+
+std::optional<double> FitScaleWith(StepKernels kernels, ElementType type, ByteSpan values, ByteSpan base) {
+  const uint64_t n = base.size() / ElementSize(type);
+  std::pair<double, double> sums;
+#if defined(__x86_64__)
+  if (kernels.avx2 && type == ElementType::kF32) {
+    sums = ScaleSumsF32Avx2(values.data(), base.data(), n);
+  } else
+#endif
+  {
+    (void)kernels;
+    sums = type == ElementType::kF32   ? ScaleSumsPortable<F32Elem>(values.data(), base.data(), n)
+           : type == ElementType::kF16 ? ScaleSumsPortable<F16Elem>(values.data(), base.data(), n)
+                                       : ScaleSumsPortable<BF16Elem>(values.data(), base.data(), n);
+  }
+  const auto [xb, bb] = sums;
+  if (!(bb > 0) || !std::isfinite(xb / bb)) return std::nullopt;
+  return xb / bb;
 }
 
 }  // namespace
 
 std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base) {
-  const auto [xb, bb] = type == ElementType::kF32   ? ScaleSums<F32Elem>(values, base)
-                        : type == ElementType::kF16 ? ScaleSums<F16Elem>(values, base)
-                                                    : ScaleSums<BF16Elem>(values, base);
-  if (!(bb > 0) || !std::isfinite(xb / bb)) return std::nullopt;
-  return xb / bb;
+  return FitScaleWith(StepKernels::Best(), type, values, base);
+}
+
+std::optional<double> FitScalePortable(ElementType type, ByteSpan values, ByteSpan base) {
+  return FitScaleWith(StepKernels{}, type, values, base);
 }
 
 namespace {
 
-// The normal equations' sums of the fit, added in element order from the
-// steps (so the same bits with either kernels).
+// The normal equations' sums of the fit, in the lanes above.
 struct FitSums {
-  double uu = 0, ub_ub = 0, u_ub = 0, ud = 0, ub_d = 0;
+  double uu[4] = {}, ub_ub[4] = {}, u_ub[4] = {}, ud[4] = {}, ub_d[4] = {};
+  double Total(const double (&lanes)[4]) const { return ((lanes[0] + lanes[1]) + lanes[2]) + lanes[3]; }
 };
-// Adds elements [first, first + count) with their steps u, ub to f.
+
+// Adds elements [first, n) with their steps u, ub (both indexed from
+// element 0) to f: whole groups of four from `first` lane by lane, the
+// tail in lane 0 (the vector kernel does the groups from 0, this its tail).
 template <typename W, typename T>
-void AddFitSums(const std::byte* w_p, const std::byte* wb_p, uint64_t first, uint64_t count, const T* u_t,
-                const T* ub_t, FitSums& f) {
-  for (uint64_t k = 0; k < count; ++k) {
-    const double w = LoadAs<W>(w_p, first + k);
-    const double wb = LoadAs<W>(wb_p, first + k);
-    if (!std::isfinite(w) || !std::isfinite(wb)) continue;
+void AddFitSumsPortable(const std::byte* w_p, const std::byte* wb_p, uint64_t first, uint64_t n, const T* u_t,
+                        const T* ub_t, FitSums& f) {
+  auto add = [&](uint64_t lane, uint64_t i) {
+    const double w = LoadAs<W>(w_p, i);
+    const double wb = LoadAs<W>(wb_p, i);
+    if (!std::isfinite(w) || !std::isfinite(wb)) return;
     const double d = w - wb;
-    const double u = u_t[k], ub = ub_t[k];
-    f.uu += u * u;
-    f.ub_ub += ub * ub;
-    f.u_ub += u * ub;
-    f.ud += u * d;
-    f.ub_d += ub * d;
+    const double u = u_t[i], ub = ub_t[i];
+    f.uu[lane] += u * u;
+    f.ub_ub[lane] += ub * ub;
+    f.u_ub[lane] += u * ub;
+    f.ud[lane] += u * d;
+    f.ub_d[lane] += ub * d;
+  };
+  uint64_t i = first;
+  for (; i + 4 <= n; i += 4)
+    for (uint64_t l = 0; l < 4; ++l) add(l, i + l);
+  for (; i < n; ++i) add(0, i);
+}
+
+#if defined(__x86_64__)
+// AddFitSumsPortable<F32Elem, float> over all n elements, its lanes in
+// registers.
+CKPTFS_STEP_AVX2 void AddFitSumsF32Avx2(const std::byte* w_p, const std::byte* wb_p, uint64_t n, const float* u_t,
+                                        const float* ub_t, FitSums& f) {
+  const __m256d sign = _mm256_set1_pd(-0.0), inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
+  const float* wf = reinterpret_cast<const float*>(w_p);
+  const float* wbf = reinterpret_cast<const float*>(wb_p);
+  __m256d uu = _mm256_setzero_pd(), ub_ub = uu, u_ub = uu, ud = uu, ub_d = uu;
+  uint64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d w = _mm256_cvtps_pd(_mm_loadu_ps(wf + i)), wb = _mm256_cvtps_pd(_mm_loadu_ps(wbf + i));
+    const __m256d finite = _mm256_and_pd(_mm256_cmp_pd(_mm256_andnot_pd(sign, w), inf, _CMP_LT_OQ),
+                                         _mm256_cmp_pd(_mm256_andnot_pd(sign, wb), inf, _CMP_LT_OQ));
+    const __m256d d = _mm256_sub_pd(w, wb);
+    const __m256d u = _mm256_cvtps_pd(_mm_loadu_ps(u_t + i)), ub = _mm256_cvtps_pd(_mm_loadu_ps(ub_t + i));
+    uu = _mm256_add_pd(uu, _mm256_and_pd(finite, _mm256_mul_pd(u, u)));
+    ub_ub = _mm256_add_pd(ub_ub, _mm256_and_pd(finite, _mm256_mul_pd(ub, ub)));
+    u_ub = _mm256_add_pd(u_ub, _mm256_and_pd(finite, _mm256_mul_pd(u, ub)));
+    ud = _mm256_add_pd(ud, _mm256_and_pd(finite, _mm256_mul_pd(u, d)));
+    ub_d = _mm256_add_pd(ub_d, _mm256_and_pd(finite, _mm256_mul_pd(ub, d)));
   }
+  _mm256_storeu_pd(f.uu, uu);
+  _mm256_storeu_pd(f.ub_ub, ub_ub);
+  _mm256_storeu_pd(f.u_ub, u_ub);
+  _mm256_storeu_pd(f.ud, ud);
+  _mm256_storeu_pd(f.ub_d, ub_d);
+  AddFitSumsPortable<F32Elem, float>(w_p, wb_p, i, n, u_t, ub_t, f);
+}
+#endif
+
+template <typename W, typename T>
+void AddFitSums(StepKernels kernels, const std::byte* w_p, const std::byte* wb_p, uint64_t n, const T* u,
+                const T* ub, FitSums& f) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<W, F32Elem> && std::is_same_v<T, float>) {
+    if (kernels.avx2) return AddFitSumsF32Avx2(w_p, wb_p, n, u, ub, f);
+  }
+#endif
+  (void)kernels;
+  AddFitSumsPortable<W, T>(w_p, wb_p, 0, n, u, ub, f);
 }
 
 // The coefficients from the normal equations' sums.
 std::optional<StepPredictor> Solve(const FitSums& sums, double eps) {
-  const auto [uu, ub_ub, u_ub, ud, ub_d] = sums;
+  const double uu = sums.Total(sums.uu), ub_ub = sums.Total(sums.ub_ub), u_ub = sums.Total(sums.u_ub),
+               ud = sums.Total(sums.ud), ub_d = sums.Total(sums.ub_d);
   if (!(uu > 0) || !std::isfinite(uu + ub_ub + u_ub + ud + ub_d)) return std::nullopt;
   StepPredictor p;
   p.eps = eps;
@@ -556,7 +662,7 @@ std::optional<StepPredictor> FitAndPredictIn(StepKernels kernels, ByteSpan weigh
            step_eps, 0, n, ub);
   // Normal equations of d = w - w_base over (u, u_base).
   FitSums sums;
-  AddFitSums<W, T>(weights.data(), s.weight_base.data(), 0, n, u, ub, sums);
+  AddFitSums<W, T>(kernels, weights.data(), s.weight_base.data(), n, u, ub, sums);
   std::optional<StepPredictor> fit = Solve(sums, eps);
   if (!fit) return std::nullopt;
   fit->f32_steps = std::is_same_v<T, float>;

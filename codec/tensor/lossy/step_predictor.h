@@ -81,6 +81,8 @@ void PredictWeightsPortable(const StepPredictor& predictor, const StepSources& s
 // The least-squares scale a of `values` ~ a * base (n elements of `type`,
 // finite elements only); nullopt when base has no energy.
 std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base);
+// The same without the vector kernels (the same bits; tests compare the two).
+std::optional<double> FitScalePortable(ElementType type, ByteSpan values, ByteSpan base);
 
 // Least-squares coefficients for `weights` (this version's original values,
 // n elements of weight_type) over the finite elements, with eps = `eps`

@@ -202,6 +202,13 @@ TEST(StepPredictor, VectorKernelsMatchThePortableCodeBitForBit) {
           // kernels, and the same prediction as PredictWeights computes
           // from the coefficients (without the base's moments when the fit
           // left their term out): what a decoder reads.
+          // The scale fit of a first moment against its base, by either kernels.
+          const std::optional<double> scale = lossy::FitScale(wt, w, wb);
+          const std::optional<double> portable_scale = lossy::FitScalePortable(wt, w, wb);
+          ASSERT_EQ(scale.has_value(), portable_scale.has_value()) << where;
+          if (scale) {
+            EXPECT_EQ(std::bit_cast<uint64_t>(*scale), std::bit_cast<uint64_t>(*portable_scale)) << where;
+          }
           for (bool f32 : {false, true}) {
           SCOPED_TRACE(f32 ? "binary32 steps" : "binary64 steps");
           std::vector<double> steps(2 * n);
