@@ -41,8 +41,7 @@ std::optional<ChunkPrediction> KeepIfItHelps(lossy::ElementType type, ByteSpan v
   const DType dtype = type == lossy::ElementType::kF32   ? DType::kF32
                       : type == lossy::ElementType::kF16 ? DType::kF16
                                                          : DType::kBF16;
-  const ErrorSums update = MeasureError(dtype, values, base);
-  const ErrorSums left = MeasureError(dtype, values, prediction);
+  const auto [update, left] = MeasureErrorPair(dtype, values, base, prediction);
   // A base with Inf where the values are finite (a run rolled back from a
   // divergence) makes both sums infinite: no prediction, and no infinite
   // update for the schedule (the parameters would not decode).

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "codec/common/bytes.h"
@@ -202,5 +203,9 @@ struct ErrorSums {
 ErrorSums MeasureError(DType dtype, ByteSpan a, ByteSpan b);
 // The same without the vector kernels (same sums; tests compare the two).
 ErrorSums MeasureErrorPortable(DType dtype, ByteSpan a, ByteSpan b);
+// MeasureError(dtype, a, b) and MeasureError(dtype, a, c) in one pass over
+// `a` (the same sums bit for bit; weighing a prediction against the base
+// read the values twice). REQUIRES: b and c of a's size.
+std::pair<ErrorSums, ErrorSums> MeasureErrorPair(DType dtype, ByteSpan a, ByteSpan b, ByteSpan c);
 
 }  // namespace ckptfs

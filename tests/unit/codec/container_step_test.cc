@@ -309,6 +309,14 @@ TEST(StepPredictor, ErrorSumsOfTheVectorKernelMatchThePortableCode) {
       const std::vector<std::byte> a = StepTestBits(type, n, 0.05f, false, ++seed);
       const std::vector<std::byte> b = StepTestBits(type, n, 0.05f, false, ++seed);
       const ErrorSums fast = MeasureError(dtype, a, b), portable = MeasureErrorPortable(dtype, a, b);
+      // Two reconstructions in one pass: each as its own call.
+      const auto [pair_b, pair_a] = MeasureErrorPair(dtype, a, b, a);
+      const ErrorSums self = MeasureErrorPortable(dtype, a, a);
+      for (const auto& [one, alone] : {std::pair{pair_b, portable}, std::pair{pair_a, self}}) {
+        EXPECT_EQ(std::bit_cast<uint64_t>(one.err2), std::bit_cast<uint64_t>(alone.err2)) << n;
+        EXPECT_EQ(std::bit_cast<uint64_t>(one.ref2), std::bit_cast<uint64_t>(alone.ref2)) << n;
+        EXPECT_EQ(std::bit_cast<uint64_t>(one.max_abs), std::bit_cast<uint64_t>(alone.max_abs)) << n;
+      }
       EXPECT_EQ(std::bit_cast<uint64_t>(fast.err2), std::bit_cast<uint64_t>(portable.err2)) << n;
       EXPECT_EQ(std::bit_cast<uint64_t>(fast.ref2), std::bit_cast<uint64_t>(portable.ref2)) << n;
       EXPECT_EQ(std::bit_cast<uint64_t>(fast.max_abs), std::bit_cast<uint64_t>(portable.max_abs)) << n;
@@ -329,6 +337,10 @@ TEST(StepPredictor, ErrorSumsOfTheVectorKernelMatchThePortableCode) {
           }
         }
         const ErrorSums c = MeasureError(dtype, a, clean_b), cp = MeasureErrorPortable(dtype, a, clean_b);
+        const auto [pair_clean, pair_b2] = MeasureErrorPair(dtype, a, clean_b, b);
+        EXPECT_EQ(std::bit_cast<uint64_t>(pair_clean.err2), std::bit_cast<uint64_t>(cp.err2)) << n;
+        EXPECT_EQ(std::bit_cast<uint64_t>(pair_clean.max_abs), std::bit_cast<uint64_t>(cp.max_abs)) << n;
+        EXPECT_EQ(std::bit_cast<uint64_t>(pair_b2.err2), std::bit_cast<uint64_t>(portable.err2)) << n;
         EXPECT_TRUE(std::isfinite(c.err2) && std::isfinite(c.ref2)) << n;
         EXPECT_EQ(std::bit_cast<uint64_t>(c.err2), std::bit_cast<uint64_t>(cp.err2)) << n;
         EXPECT_EQ(std::bit_cast<uint64_t>(c.ref2), std::bit_cast<uint64_t>(cp.ref2)) << n;
