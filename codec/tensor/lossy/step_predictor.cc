@@ -153,51 +153,60 @@ void CombinePortable(const StepPredictor& pr, const float* wb, const double* u, 
 #if defined(__x86_64__)
 #define CKPTFS_STEP_AVX2 __attribute__((target("avx2")))
 
-// StepAs<F32Elem> 4 lanes wide.
-CKPTFS_STEP_AVX2 void StepsF32Avx2(const std::byte* m, const std::byte* v, double eps, uint64_t first, uint64_t count,
-                                   double* u) {
-  const float* mf = reinterpret_cast<const float*>(m) + first;
-  const float* vf = v != nullptr ? reinterpret_cast<const float*>(v) + first : nullptr;
-  const __m256d eps4 = _mm256_set1_pd(eps);
-  const __m256d zero = _mm256_setzero_pd();
-  const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
-  const __m256d sign = _mm256_set1_pd(-0.0);
-  uint64_t k = 0;
-  for (; k + 4 <= count; k += 4) {
-    const __m256d mi = _mm256_cvtps_pd(_mm_loadu_ps(mf + k));
-    __m256d x = mi;
-    if (vf != nullptr) {
-      const __m256d vi = _mm256_cvtps_pd(_mm_loadu_ps(vf + k));
-      const __m256d q = _mm256_div_pd(mi, _mm256_add_pd(_mm256_sqrt_pd(vi), eps4));
-      x = _mm256_and_pd(q, _mm256_cmp_pd(vi, zero, _CMP_GE_OQ));  // negative or NaN v: +0
-    }
-    const __m256d finite = _mm256_cmp_pd(_mm256_andnot_pd(sign, x), inf, _CMP_LT_OQ);
-    _mm256_storeu_pd(u + k, _mm256_and_pd(x, finite));
+// The steps' vector operations in binary64 (4 lanes, StepAs) and in
+// binary32 (8 lanes, StepAsF32): one kernel below serves both.
+struct StepLanesF64 {
+  using T = double;
+  using V = __m256d;
+  static constexpr uint64_t kLanes = 4;
+  CKPTFS_STEP_AVX2 static V Load(const float* p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+  CKPTFS_STEP_AVX2 static void Store(T* p, V x) { _mm256_storeu_pd(p, x); }
+  CKPTFS_STEP_AVX2 static V Set(T x) { return _mm256_set1_pd(x); }
+  CKPTFS_STEP_AVX2 static V Step(V m, V v, V eps) { return _mm256_div_pd(m, _mm256_add_pd(_mm256_sqrt_pd(v), eps)); }
+  CKPTFS_STEP_AVX2 static V And(V a, V b) { return _mm256_and_pd(a, b); }
+  CKPTFS_STEP_AVX2 static V AndNot(V a, V b) { return _mm256_andnot_pd(a, b); }
+  CKPTFS_STEP_AVX2 static V GreaterEqual(V a, V b) { return _mm256_cmp_pd(a, b, _CMP_GE_OQ); }
+  CKPTFS_STEP_AVX2 static V Less(V a, V b) { return _mm256_cmp_pd(a, b, _CMP_LT_OQ); }
+  static T Scalar(const std::byte* m, const std::byte* v, T eps, uint64_t i) { return StepAs<F32Elem>(m, v, eps, i); }
+};
+struct StepLanesF32 {
+  using T = float;
+  using V = __m256;
+  static constexpr uint64_t kLanes = 8;
+  CKPTFS_STEP_AVX2 static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  CKPTFS_STEP_AVX2 static void Store(T* p, V x) { _mm256_storeu_ps(p, x); }
+  CKPTFS_STEP_AVX2 static V Set(T x) { return _mm256_set1_ps(x); }
+  CKPTFS_STEP_AVX2 static V Step(V m, V v, V eps) { return _mm256_div_ps(m, _mm256_add_ps(_mm256_sqrt_ps(v), eps)); }
+  CKPTFS_STEP_AVX2 static V And(V a, V b) { return _mm256_and_ps(a, b); }
+  CKPTFS_STEP_AVX2 static V AndNot(V a, V b) { return _mm256_andnot_ps(a, b); }
+  CKPTFS_STEP_AVX2 static V GreaterEqual(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+  CKPTFS_STEP_AVX2 static V Less(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static T Scalar(const std::byte* m, const std::byte* v, T eps, uint64_t i) {
+    return StepAsF32<F32Elem>(m, v, eps, i);
   }
-  for (; k < count; ++k) u[k] = StepAs<F32Elem>(m, v, eps, first + k);
-}
+};
 
-// StepAsF32<F32Elem> 8 lanes wide.
-CKPTFS_STEP_AVX2 void StepsF32InF32Avx2(const std::byte* m, const std::byte* v, float eps, uint64_t first,
-                                        uint64_t count, float* u) {
+// The steps of f32 state, L::kLanes wide: the same operations per element
+// as L::Scalar (the portable code), so the same bits.
+template <typename L>
+CKPTFS_STEP_AVX2 void StepsF32Avx2(const std::byte* m, const std::byte* v, typename L::T eps, uint64_t first,
+                                   uint64_t count, typename L::T* u) {
+  using V = typename L::V;
   const float* mf = reinterpret_cast<const float*>(m) + first;
   const float* vf = v != nullptr ? reinterpret_cast<const float*>(v) + first : nullptr;
-  const __m256 eps8 = _mm256_set1_ps(eps);
-  const __m256 zero = _mm256_setzero_ps();
-  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
-  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const V eps_v = L::Set(eps), zero = L::Set(0), sign = L::Set(-0.0);
+  const V inf = L::Set(std::numeric_limits<typename L::T>::infinity());
   uint64_t k = 0;
-  for (; k + 8 <= count; k += 8) {
-    const __m256 mi = _mm256_loadu_ps(mf + k);
-    __m256 x = mi;
+  for (; k + L::kLanes <= count; k += L::kLanes) {
+    const V mi = L::Load(mf + k);
+    V x = mi;
     if (vf != nullptr) {
-      const __m256 vi = _mm256_loadu_ps(vf + k);
-      const __m256 q = _mm256_div_ps(mi, _mm256_add_ps(_mm256_sqrt_ps(vi), eps8));
-      x = _mm256_and_ps(q, _mm256_cmp_ps(vi, zero, _CMP_GE_OQ));  // negative or NaN v: +0
+      const V vi = L::Load(vf + k);
+      x = L::And(L::Step(mi, vi, eps_v), L::GreaterEqual(vi, zero));  // negative or NaN v: +0
     }
-    _mm256_storeu_ps(u + k, _mm256_and_ps(x, _mm256_cmp_ps(_mm256_andnot_ps(sign, x), inf, _CMP_LT_OQ)));
+    L::Store(u + k, L::And(x, L::Less(L::AndNot(sign, x), inf)));
   }
-  for (; k < count; ++k) u[k] = StepAsF32<F32Elem>(m, v, eps, first + k);
+  for (; k < count; ++k) u[k] = L::Scalar(m, v, eps, first + k);
 }
 
 // The binary32 CombinePortable 8 lanes wide on f32 weights (w_base, or
@@ -302,34 +311,20 @@ struct StepKernels {
   static StepKernels Best() { return StepKernels{CpuHasSimd(SimdLevel::kAvx2)}; }
 };
 
-// u of elements [first, first + count) into u; all 0 without m.
-template <typename S>
-void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, double eps, uint64_t first, uint64_t count,
-           double* u) {
+// u of elements [first, first + count) into u, in binary64 or (f32_steps,
+// T = float, eps rounded to binary32) binary32; all 0 without m.
+template <typename S, typename T>
+void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, T eps, uint64_t first, uint64_t count, T* u) {
   if (m == nullptr) {
-    std::fill(u, u + count, 0.0);
+    std::fill(u, u + count, T{0});
     return;
   }
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<S, F32Elem>) {
-    if (kernels.avx2) return StepsF32Avx2(m, v, eps, first, count, u);
-  }
-#endif
-  (void)kernels;
-  StepsPortable<S>(m, v, eps, first, count, u);
-}
-
-// The same in binary32 (f32_steps), eps rounded to binary32.
-template <typename S>
-void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, float eps, uint64_t first, uint64_t count,
-           float* u) {
-  if (m == nullptr) {
-    std::fill(u, u + count, 0.0f);
-    return;
-  }
-#if defined(__x86_64__)
-  if constexpr (std::is_same_v<S, F32Elem>) {
-    if (kernels.avx2) return StepsF32InF32Avx2(m, v, eps, first, count, u);
+    if (kernels.avx2) {
+      return StepsF32Avx2<std::conditional_t<std::is_same_v<T, float>, StepLanesF32, StepLanesF64>>(m, v, eps, first,
+                                                                                                 count, u);
+    }
   }
 #endif
   (void)kernels;
