@@ -271,9 +271,12 @@ TEST(LossyLogSimd, CandidateMasksMarkExactlyTheScalarCandidates) {
       std::vector<uint32_t> symbols(n), base_bits(n);
       for (size_t i = 0; i < n; ++i) {
         index[i] = rng() % 4 == 0 ? special[rng() % 6] : static_cast<int32_t>(rng() % 9) - 4;
-        // Often exactly the predicted level, sometimes one that wraps.
-        base_index[i] = rng() % 3 == 0 ? index[i] - shift : rng() % 5 == 0 ? special[rng() % 6]
-                                                                           : static_cast<int32_t>(rng() % 9) - 4;
+        // Often exactly the predicted level (in int32 arithmetic, wrapping
+        // like the kernel's), sometimes a special index.
+        const int32_t predicted_from =
+            static_cast<int32_t>(static_cast<uint32_t>(index[i]) - static_cast<uint32_t>(shift));
+        base_index[i] = rng() % 3 == 0 ? predicted_from : rng() % 5 == 0 ? special[rng() % 6]
+                                                                         : static_cast<int32_t>(rng() % 9) - 4;
         symbols[i] = rng() % 4 == 0 ? rng() : rng() % 3;
         base_bits[i] = rng() % 3 == 0 ? 0u : rng() % 3 == 0 ? 0x80000000u : rng();
       }
