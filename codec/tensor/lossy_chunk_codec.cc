@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -393,75 +394,43 @@ __attribute__((target("avx2"), always_inline)) inline __m256d LoadFour(const std
   }
 }
 
-// MeasureErrorTyped (f32, bf16) with its four lanes in one AVX2 register:
-// the same operations on the same elements per lane, so the same sums bit
-// for bit (it was most of what weighing a step prediction cost).
-template <bool kBf16>
-__attribute__((target("avx2"))) ErrorSums MeasureErrorAvx2(const std::byte* a, const std::byte* b, size_t n) {
+// MeasureErrorTyped (f32, bf16) of kCount reconstructions against `a` in
+// one pass over it, each with its four lanes in one AVX2 register: the same
+// operations on the same elements per lane, so the same sums bit for bit
+// as the portable code (it was most of what weighing a step prediction
+// cost; weighing one against the base read the values twice).
+template <bool kBf16, size_t kCount>
+__attribute__((target("avx2"))) std::array<ErrorSums, kCount> MeasureErrorsAvx2(
+    const std::byte* a, const std::array<const std::byte*, kCount>& recon, size_t n) {
   const __m256d sign = _mm256_set1_pd(-0.0);
   const __m256d inf = _mm256_set1_pd(INFINITY);
-  __m256d err2 = _mm256_setzero_pd(), ref2 = _mm256_setzero_pd(), max_abs = _mm256_setzero_pd();
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m256d x = LoadFour<kBf16>(a, i);
-    const __m256d finite = _mm256_cmp_pd(_mm256_andnot_pd(sign, x), inf, _CMP_LT_OQ);
-    const __m256d d = _mm256_sub_pd(LoadFour<kBf16>(b, i), x);
-    const __m256d abs_d = _mm256_andnot_pd(sign, d);
-    const __m256d ad = _mm256_blendv_pd(inf, abs_d, _mm256_cmp_pd(abs_d, inf, _CMP_LT_OQ));  // not finite: Inf
-    err2 = _mm256_add_pd(err2, _mm256_and_pd(finite, _mm256_mul_pd(d, d)));
-    ref2 = _mm256_add_pd(ref2, _mm256_and_pd(finite, _mm256_mul_pd(x, x)));
-    // std::max(m, v) is m < v ? v : m: neither is NaN here.
-    const __m256d v = _mm256_and_pd(finite, ad);
-    max_abs = _mm256_blendv_pd(max_abs, v, _mm256_cmp_pd(max_abs, v, _CMP_LT_OQ));
-  }
-  ErrorLanes lanes;
-  _mm256_storeu_pd(lanes.err2, err2);
-  _mm256_storeu_pd(lanes.ref2, ref2);
-  _mm256_storeu_pd(lanes.max_abs, max_abs);
-  return MeasureErrorTyped<kBf16 ? LoadBF16 : LoadF32>(a, b, n, lanes, i);
-}
-
-// The lanes of one reconstruction in registers (MeasureErrorAvx2's).
-struct ErrorRegisters {
-  __m256d err2, ref2, max_abs;
-};
-
-// MeasureErrorAvx2 of b and of c against a in one pass over a (each the
-// same sums bit for bit as its own call).
-template <bool kBf16>
-__attribute__((target("avx2"))) std::pair<ErrorSums, ErrorSums> MeasureErrorPairAvx2(const std::byte* a,
-                                                                                     const std::byte* b,
-                                                                                     const std::byte* c, size_t n) {
-  const __m256d sign = _mm256_set1_pd(-0.0);
-  const __m256d inf = _mm256_set1_pd(INFINITY);
-  ErrorRegisters r[2] = {{_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()},
-                         {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()}};
+  __m256d err2[kCount], ref2[kCount], max_abs[kCount];
+  for (size_t k = 0; k < kCount; ++k) err2[k] = ref2[k] = max_abs[k] = _mm256_setzero_pd();
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
     const __m256d x = LoadFour<kBf16>(a, i);
     const __m256d finite = _mm256_cmp_pd(_mm256_andnot_pd(sign, x), inf, _CMP_LT_OQ);
     const __m256d x2 = _mm256_and_pd(finite, _mm256_mul_pd(x, x));
-    const __m256d y[2] = {LoadFour<kBf16>(b, i), LoadFour<kBf16>(c, i)};
-    for (int k = 0; k < 2; ++k) {
-      const __m256d d = _mm256_sub_pd(y[k], x);
+    for (size_t k = 0; k < kCount; ++k) {
+      const __m256d d = _mm256_sub_pd(LoadFour<kBf16>(recon[k], i), x);
       const __m256d abs_d = _mm256_andnot_pd(sign, d);
-      const __m256d ad = _mm256_blendv_pd(inf, abs_d, _mm256_cmp_pd(abs_d, inf, _CMP_LT_OQ));
-      r[k].err2 = _mm256_add_pd(r[k].err2, _mm256_and_pd(finite, _mm256_mul_pd(d, d)));
-      r[k].ref2 = _mm256_add_pd(r[k].ref2, x2);
+      const __m256d ad = _mm256_blendv_pd(inf, abs_d, _mm256_cmp_pd(abs_d, inf, _CMP_LT_OQ));  // not finite: Inf
+      err2[k] = _mm256_add_pd(err2[k], _mm256_and_pd(finite, _mm256_mul_pd(d, d)));
+      ref2[k] = _mm256_add_pd(ref2[k], x2);
+      // std::max(m, v) is m < v ? v : m: neither is NaN here.
       const __m256d v = _mm256_and_pd(finite, ad);
-      r[k].max_abs = _mm256_blendv_pd(r[k].max_abs, v, _mm256_cmp_pd(r[k].max_abs, v, _CMP_LT_OQ));
+      max_abs[k] = _mm256_blendv_pd(max_abs[k], v, _mm256_cmp_pd(max_abs[k], v, _CMP_LT_OQ));
     }
   }
-  ErrorSums out[2];
-  const std::byte* recon[2] = {b, c};
-  for (int k = 0; k < 2; ++k) {
+  std::array<ErrorSums, kCount> out;
+  for (size_t k = 0; k < kCount; ++k) {
     ErrorLanes lanes;
-    _mm256_storeu_pd(lanes.err2, r[k].err2);
-    _mm256_storeu_pd(lanes.ref2, r[k].ref2);
-    _mm256_storeu_pd(lanes.max_abs, r[k].max_abs);
+    _mm256_storeu_pd(lanes.err2, err2[k]);
+    _mm256_storeu_pd(lanes.ref2, ref2[k]);
+    _mm256_storeu_pd(lanes.max_abs, max_abs[k]);
     out[k] = MeasureErrorTyped<kBf16 ? LoadBF16 : LoadF32>(a, recon[k], n, lanes, i);
   }
-  return {out[0], out[1]};
+  return out;
 }
 #endif
 
@@ -479,8 +448,13 @@ ErrorSums MeasureErrorPortable(DType dtype, ByteSpan a, ByteSpan b) {
 std::pair<ErrorSums, ErrorSums> MeasureErrorPair(DType dtype, ByteSpan a, ByteSpan b, ByteSpan c) {
 #if defined(__x86_64__)
   static const bool avx2 = CpuHasSimd(SimdLevel::kAvx2);
-  if (dtype == DType::kF32 && avx2) return MeasureErrorPairAvx2<false>(a.data(), b.data(), c.data(), a.size() / 4);
-  if (dtype == DType::kBF16 && avx2) return MeasureErrorPairAvx2<true>(a.data(), b.data(), c.data(), a.size() / 2);
+  if ((dtype == DType::kF32 || dtype == DType::kBF16) && avx2) {
+    const std::array<const std::byte*, 2> recon = {b.data(), c.data()};
+    const std::array<ErrorSums, 2> sums = dtype == DType::kF32
+                                              ? MeasureErrorsAvx2<false, 2>(a.data(), recon, a.size() / 4)
+                                              : MeasureErrorsAvx2<true, 2>(a.data(), recon, a.size() / 2);
+    return {sums[0], sums[1]};
+  }
 #endif
   return {MeasureErrorPortable(dtype, a, b), MeasureErrorPortable(dtype, a, c)};
 }
@@ -488,8 +462,8 @@ std::pair<ErrorSums, ErrorSums> MeasureErrorPair(DType dtype, ByteSpan a, ByteSp
 ErrorSums MeasureError(DType dtype, ByteSpan a, ByteSpan b) {
 #if defined(__x86_64__)
   static const bool avx2 = CpuHasSimd(SimdLevel::kAvx2);
-  if (dtype == DType::kF32 && avx2) return MeasureErrorAvx2<false>(a.data(), b.data(), a.size() / 4);
-  if (dtype == DType::kBF16 && avx2) return MeasureErrorAvx2<true>(a.data(), b.data(), a.size() / 2);
+  if (dtype == DType::kF32 && avx2) return MeasureErrorsAvx2<false, 1>(a.data(), {b.data()}, a.size() / 4)[0];
+  if (dtype == DType::kBF16 && avx2) return MeasureErrorsAvx2<true, 1>(a.data(), {b.data()}, a.size() / 2)[0];
 #endif
   return MeasureErrorPortable(dtype, a, b);
 }

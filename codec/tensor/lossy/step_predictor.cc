@@ -383,17 +383,20 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
                   uint64_t count, std::byte* o) {
   using Bits = typename W::Bits;
   const F32Coefficients c(pr);
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<W, F32Elem>) {
+    // f32 weights: straight from w_base into the output (as CombineF32Avx2).
+    if (kernels.avx2) {
+      return CombineInF32Avx2(c, reinterpret_cast<const float*>(wb_p), u, ub, count, reinterpret_cast<float*>(o));
+    }
+  }
+#endif
   float wb[kBlock] = {}, p[kBlock];  // (zeroed: GCC cannot tell that count elements are set)
   Bits wb_bits[kBlock];
   std::memcpy(wb_bits, wb_p, count * sizeof(Bits));
   for (uint64_t k = 0; k < count; ++k) wb[k] = W::ToFloat(wb_bits[k]);
 #if defined(__x86_64__)
   if (kernels.avx2) {
-    if constexpr (std::is_same_v<W, F32Elem>) {
-      CombineInF32Avx2(c, wb, u, ub, count, p);
-      std::memcpy(o, p, count * sizeof(float));
-      return;
-    }
     CombineInF32Avx2(c, wb, u, ub, count, p);
   } else {
     CombinePortable(c, wb, u, ub, count, p);
