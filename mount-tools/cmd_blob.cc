@@ -8,9 +8,7 @@
 // A delta blob names its base by content address; --base supplies the base
 // blob files (their ids are computed from their bytes), so a chain can be
 // decoded offline.
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <iostream>
@@ -21,6 +19,7 @@
 #include <string>
 #include <utility>
 
+#include "codec/common/replacement_file.h"
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
 #include "codec/policy/policy.h"
@@ -144,7 +143,7 @@ int RunEncode(const BlobArgs& a) {
     stats = EncodeBlob(file, layout, have_base ? &base : nullptr, options, &sink);
   }
   if (!stats.ok()) return ReportStatus(stats.status(), "encode " + a.in);
-  if (Status s = WriteWholeFile(a.out, sink.bytes); !s.ok()) return ReportStatus(s, "encode");
+  if (Status s = ReplaceWholeFile(a.out, sink.bytes); !s.ok()) return ReportStatus(s, "encode");
   double ratio = stats->stored_bytes ? double(stats->logical_bytes) / double(stats->stored_bytes) : 0.0;
   std::cout << fmt::format("{}: {} -> {} bytes ({:.3f}x), format {}, {} tensors, {} chunks ({} delta), id {}\n",
                            a.in, stats->logical_bytes, stats->stored_bytes, ratio,
@@ -162,36 +161,20 @@ int RunEncode(const BlobArgs& a) {
   return kExitOk;
 }
 
-// Writes a new file piece by piece; removes it unless Finish succeeded.
+// Writes the output piece by piece into a ReplacementFile: OUT keeps its
+// old bytes unless the whole file was decoded and its checksum matched.
 class OutputFileSink final : public ByteSink {
  public:
-  static Result<std::unique_ptr<OutputFileSink>> Create(const std::string& path, Progress* progress) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return Status::Io(errno, "create " + path);
-    return std::unique_ptr<OutputFileSink>(new OutputFileSink(fd, path, progress));
-  }
-  ~OutputFileSink() override {
-    if (fd_ >= 0) ::close(fd_);
-    if (!finished_) ::unlink(path_.c_str());  // no partial or unchecked output is left behind
-  }
+  OutputFileSink(ReplacementFile file, Progress* progress) : file_(std::move(file)), progress_(progress) {}
   Status Append(ByteSpan data) override {
     progress_->Add(data.size());
-    return WriteAll(fd_, data, path_);
+    return file_.Append(data);
   }
-  Status Finish() {
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) return Status::Io(errno, "close " + path_);
-    finished_ = true;
-    return Status::Ok();
-  }
+  Status Finish() { return file_.Commit(); }
 
  private:
-  OutputFileSink(int fd, std::string path, Progress* progress)
-      : fd_(fd), path_(std::move(path)), progress_(progress) {}
-  int fd_;
-  std::string path_;
+  ReplacementFile file_;
   Progress* progress_;
-  bool finished_ = false;
 };
 
 int RunDecode(const BlobArgs& a) {
@@ -201,13 +184,14 @@ int RunDecode(const BlobArgs& a) {
   auto reader = OpenBlobFile(a.in, &resolver);
   if (!reader.ok()) return ReportStatus(reader.status(), "decode " + a.in);
   Progress progress("decode " + a.in, (*reader)->logical_size(), "bytes", ProgressWanted(a.quiet));
-  auto sink = OutputFileSink::Create(a.out, &progress);
-  if (!sink.ok()) return ReportStatus(sink.status(), "decode");
+  auto out = ReplacementFile::Create(a.out);
+  if (!out.ok()) return ReportStatus(out.status(), "decode");
+  OutputFileSink sink(std::move(*out), &progress);
   // Streamed through a few reused buffers: memory does not grow with the file.
-  Status s = DecodeToSink(**reader, sink->get(), a.threads);
+  Status s = DecodeToSink(**reader, &sink, a.threads);
   progress.Finish();
   if (!s.ok()) return ReportStatus(s, "decode " + a.in);
-  return ReportStatus((*sink)->Finish(), "decode");
+  return ReportStatus(sink.Finish(), "decode");
 }
 
 int RunInspect(const BlobArgs& a) {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "codec/common/replacement_file.h"
 #include "fs/blob_links.h"
 #include "fs/commit_pipeline.h"
 #include "fs/gc.h"
@@ -222,8 +223,9 @@ int RunRestore(const std::string& file, const std::string& out, bool quiet) {
     content = fs::FileContent::Verbatim(std::shared_ptr<const RandomAccessFile>(std::move(*plain)));
   }
   if (!content.ok()) return ReportStatus(content.status(), "restore");
-  int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ReportStatus(Status::Io(errno, "create " + out), "restore");
+  // OUT keeps its old bytes unless the whole file was read and checked.
+  auto out_file = ReplacementFile::Create(out);
+  if (!out_file.ok()) return ReportStatus(out_file.status(), "restore");
   std::vector<std::byte> buf(std::min<uint64_t>(content->size(), 8u << 20));
   Checksum64Stream sum;
   Status s;
@@ -231,7 +233,7 @@ int RunRestore(const std::string& file, const std::string& out, bool quiet) {
   for (uint64_t off = 0; off < content->size() && s.ok();) {
     uint64_t n = std::min<uint64_t>(buf.size(), content->size() - off);
     s = content->ReadAt(off, MutableByteSpan(buf.data(), n));
-    if (s.ok() && ::write(fd, buf.data(), n) != static_cast<ssize_t>(n)) s = Status::Io(errno, "write " + out);
+    if (s.ok()) s = out_file->Append(ByteSpan(buf.data(), n));
     sum.Update(ByteSpan(buf.data(), n));
     progress.Add(n);
     off += n;
@@ -239,7 +241,7 @@ int RunRestore(const std::string& file, const std::string& out, bool quiet) {
   if (s.ok() && content->blob() && sum.Digest() != content->blob()->file_checksum())
     s = Status::ChecksumMismatch(fmt::format("{}: whole-file checksum want={:016x} have={:016x}", file,
                                              content->blob()->file_checksum(), sum.Digest()));
-  if (::close(fd) != 0 && s.ok()) s = Status::Io(errno, "close " + out);
+  if (s.ok()) s = out_file->Commit();
   progress.Finish();
   return ReportStatus(s, "restore");
 }

@@ -167,8 +167,12 @@ def test_fsck_finds_flipped_byte_and_read_gives_eio(store, tmp_path):
     r = store.cli("fsck", store.backing, "--json", check=False)
     assert r.returncode == 4, r.stdout
     assert obj in r.stdout
-    r = store.cli("restore", os.path.join(store.backing, "victim"), str(tmp_path / "out2"), check=False)
+    # A restore that fails leaves the file it would have replaced as it was,
+    # and no partial output beside it.
+    r = store.cli("restore", os.path.join(store.backing, "victim"), str(tmp_path / "out"), check=False)
     assert r.returncode == 2
+    assert read(tmp_path / "out") == data
+    assert not [n for n in os.listdir(tmp_path) if "ckptfs-" in n]
     store.mount()
     with open(store.path("victim"), "rb") as f:
         assert f.read(4096) == data[:4096]  # chunks before the damage still read
