@@ -38,11 +38,20 @@ void CellSums(std::span<const WeightedPoint> points, const std::vector<double>& 
   sum_w[k] = w, sum_wv[k] = wv;
 }
 
+void ClearCodebook(Codebook* out) {
+  out->levels.clear();
+  out->cell_weights.clear();
+  out->est_error_sq = 0.0;
+  out->est_max_abs = 0.0;
+}
+
 // Rounds `levels` to float (ascending, unique, finite) into out->levels and
 // estimates the error, max error and cell weights of nearest-level coding.
-void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<double>& levels, Codebook* out) {
+// (work->mids and work->finals are its own; `levels` may be work->levels.)
+void FinishCodebook(std::span<const WeightedPoint> points, std::span<const double> levels, CodebookWork* work,
+                    Codebook* out) {
   Codebook& book = *out;
-  std::vector<double> mids;
+  ClearCodebook(&book);
   // Round to float, keep strictly ascending unique finite levels.
   for (double l : levels) {
     float f = static_cast<float>(l);
@@ -51,12 +60,29 @@ void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<dou
   }
   if (book.levels.empty()) return;
 
-  std::vector<double> final_levels(book.levels.begin(), book.levels.end());
+  std::vector<double>& final_levels = work->finals;
+  final_levels.assign(book.levels.begin(), book.levels.end());
   const size_t count = final_levels.size();
+  std::vector<double>& mids = work->mids;
   mids.resize(count);
   for (size_t k = 0; k + 1 < count; ++k) mids[k] = (final_levels[k] + final_levels[k + 1]) * 0.5;
   mids[count - 1] = std::numeric_limits<double>::infinity();
-  std::vector<double> cell_weight(count, 0.0);
+  std::vector<double>& cell_weight = book.cell_weights;
+  cell_weight.assign(count, 0.0);
+  // cell_weight[cell] is held in a register while the points add to it
+  // (they reach the cells in ascending order, one after the other): the
+  // same additions in the same order, without a store-to-load round trip
+  // per point; a point that goes back to an earlier cell reloads it.
+  size_t cell = 0;
+  double cell_sum = 0.0;
+  auto add_to_cell = [&](size_t j, double w) {
+    if (j != cell) {
+      cell_weight[cell] = cell_sum;
+      cell = j;
+      cell_sum = cell_weight[j];
+    }
+    cell_sum += w;
+  };
   double err = 0.0, max_abs = 0.0;
   // Each point is its bin, [value - half_width, value + half_width], with
   // its elements spread evenly; the part in each level's cell (up to the
@@ -68,16 +94,26 @@ void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<dou
   size_t k = 0;
   for (const WeightedPoint& p : points) {
     if (p.weight <= 0) continue;
-    const double lo = p.value - p.half_width, hi = p.value + p.half_width;
+    const double lo = p.lo, hi = p.hi;
     while (lo > mids[k]) ++k;
     if (!(hi > lo)) {
       const double d = p.value - final_levels[k];
       err += p.weight * d * d;
       max_abs = std::max(max_abs, std::fabs(d));
-      cell_weight[k] += p.weight;
+      add_to_cell(k, p.weight);
       continue;
     }
-    const double density = p.weight / (hi - lo);
+    const double density = p.density;
+    if (hi <= mids[k]) {
+      // The whole bin in one cell (most points): the loop below's first
+      // step, with its weight density * (hi - lo) made with the point.
+      const double l = final_levels[k];
+      const double da = lo - l, db = hi - l;
+      err += density * (db * db * db - da * da * da) / 3.0;
+      max_abs = std::max({max_abs, std::fabs(da), std::fabs(db)});
+      add_to_cell(k, p.whole);
+      continue;
+    }
     for (size_t j = k;; ++j) {
       const double a = j == k ? lo : mids[j - 1];
       const double b = std::min(hi, mids[j]);
@@ -85,16 +121,26 @@ void FinishCodebook(std::span<const WeightedPoint> points, const std::vector<dou
       const double da = a - l, db = b - l;
       err += density * (db * db * db - da * da * da) / 3.0;
       max_abs = std::max({max_abs, std::fabs(da), std::fabs(db)});
-      cell_weight[j] += density * (b - a);
+      add_to_cell(j, density * (b - a));
       if (hi <= mids[j]) break;
     }
   }
+  cell_weight[cell] = cell_sum;
   book.est_error_sq = err;
   book.est_max_abs = max_abs;
-  book.cell_weights = std::move(cell_weight);
 }
 
 }  // namespace
+
+WeightedPoint::WeightedPoint(double value_in, double weight_in, double half_width_in)
+    : value(value_in), weight(weight_in), half_width(half_width_in) {
+  lo = value - half_width;
+  hi = value + half_width;
+  if (hi > lo) {
+    density = weight / (hi - lo);
+    whole = density * (hi - lo);
+  }
+}
 
 double SeedMass(const WeightedPoint& p) {
   const double width = 2.0 * p.half_width;
@@ -109,11 +155,19 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, uint32_t max_levels,
 
 Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const double> seed_mass, uint32_t max_levels,
                      uint32_t iterations) {
+  CodebookWork work;
   Codebook book;
-  std::vector<double> levels, mids;
+  FitCodebook(points, seed_mass, max_levels, iterations, &work, &book);
+  return book;
+}
+
+void FitCodebook(std::span<const WeightedPoint> points, std::span<const double> seed_mass, uint32_t max_levels,
+                 uint32_t iterations, CodebookWork* work, Codebook* out) {
+  std::vector<double>& levels = work->levels;
+  levels.clear();
   size_t nonempty = 0;
   for (const WeightedPoint& p : points) nonempty += p.weight > 0 ? 1 : 0;
-  if (nonempty == 0) return book;
+  if (nonempty == 0) return ClearCodebook(out);
 
   if (nonempty <= max_levels) {
     for (const WeightedPoint& p : points)
@@ -124,7 +178,6 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const doub
     // (Panter-Dite), so few Lloyd steps are needed even at 8 bits.
     double seed_total = 0.0;
     for (size_t p = 0; p < points.size(); ++p) seed_total += seed_mass[p];
-    levels.reserve(max_levels);
     double cumulative = 0.0;
     size_t p = 0;
     for (uint32_t j = 0; j < max_levels; ++j) {
@@ -132,9 +185,12 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const doub
       while (p + 1 < points.size() && cumulative + seed_mass[p] < target) cumulative += seed_mass[p++];
       if (levels.empty() || points[p].value > levels.back()) levels.push_back(points[p].value);
     }
-    std::vector<double> sum_w(levels.size()), sum_wv(levels.size());
+    std::vector<double>& sum_w = work->sum_w;
+    std::vector<double>& sum_wv = work->sum_wv;
+    sum_w.resize(levels.size());
+    sum_wv.resize(levels.size());
     for (uint32_t it = 0; it < iterations; ++it) {
-      CellSums(points, levels, mids, sum_w, sum_wv);
+      CellSums(points, levels, work->mids, sum_w, sum_wv);
       bool moved = false;
       for (size_t k = 0; k < levels.size(); ++k) {
         if (sum_w[k] <= 0) continue;
@@ -145,14 +201,19 @@ Codebook FitCodebook(std::span<const WeightedPoint> points, std::span<const doub
       if (!moved) break;
     }
   }
-
-  FinishCodebook(points, levels, &book);
-  return book;
+  FinishCodebook(points, levels, work, out);
 }
 
 Codebook UniformCodebook(std::span<const WeightedPoint> points, double step, uint32_t max_levels) {
+  CodebookWork work;
   Codebook book;
-  if (points.empty() || !(step > 0) || max_levels == 0) return book;
+  UniformCodebook(points, step, max_levels, &work, &book);
+  return book;
+}
+
+void UniformCodebook(std::span<const WeightedPoint> points, double step, uint32_t max_levels, CodebookWork* work,
+                     Codebook* out) {
+  if (points.empty() || !(step > 0) || max_levels == 0) return ClearCodebook(out);
   // The multiples of step nearest to the extreme points, zero excepted (it
   // is the pruned symbol), trimmed from the longer side to max_levels.
   int64_t lo = static_cast<int64_t>(std::llround(std::max(points.front().value / step, -1e9)));
@@ -165,19 +226,24 @@ Codebook UniformCodebook(std::span<const WeightedPoint> points, double step, uin
     if (-lo > hi) ++lo;
     else --hi;
   }
-  std::vector<double> levels, mids;
+  std::vector<double>& levels = work->levels;
+  levels.clear();
   for (int64_t k = lo; k <= hi; ++k)
     if (k != 0) levels.push_back(static_cast<double>(k) * step);
-  if (levels.empty()) return book;
+  if (levels.empty()) return ClearCodebook(out);
   // One centroid step: each level moves to the mean of its cell (the cells
-  // stay the uniform ones), and a level no point uses is dropped.
-  std::vector<double> sum_w(levels.size()), sum_wv(levels.size());
-  CellSums(points, levels, mids, sum_w, sum_wv);
-  std::vector<double> used;
+  // stay the uniform ones), and a level no point uses is dropped (the used
+  // ones move down in place).
+  std::vector<double>& sum_w = work->sum_w;
+  std::vector<double>& sum_wv = work->sum_wv;
+  sum_w.resize(levels.size());
+  sum_wv.resize(levels.size());
+  CellSums(points, levels, work->mids, sum_w, sum_wv);
+  size_t used = 0;
   for (size_t k = 0; k < levels.size(); ++k)
-    if (sum_w[k] > 0) used.push_back(sum_wv[k] / sum_w[k]);
-  FinishCodebook(points, used, &book);
-  return book;
+    if (sum_w[k] > 0) levels[used++] = sum_wv[k] / sum_w[k];
+  levels.resize(used);
+  FinishCodebook(points, levels, work, out);
 }
 
 }  // namespace ckptfs::lossy

@@ -30,8 +30,10 @@ struct SearchResult {
 // Searches the configuration of a chunk of `n` elements of `element_size`
 // bytes whose residual histogram is `counts` (kHistogramBins entries).
 // Returns nothing when no lossy configuration is estimated to fit.
-// Cost: about 16 candidate (outlier, prune) pairs, each with a binary search
-// over b of at most 4 codebook fits on at most ~2 * 32 * (octaves) points.
+// Cost: up to 4 Lloyd-Max candidates (prune shares, no outliers), each a
+// binary search over b of at most 4 codebook fits, and for each of 4
+// outlier fractions and 2 dead zones a bisection of 11 uniform codebooks,
+// on at most ~2 * 32 * (octaves) points.
 // Thread safety: pure function.
 std::optional<SearchResult> SearchConfig(std::span<const uint32_t> counts, uint64_t n, uint32_t element_size,
                                          const SearchTarget& target);
