@@ -37,11 +37,12 @@ namespace {
 // from the base, are decoded once instead of once per read.
 class FileListResolver final : public BlobResolver {
  public:
-  Status AddFile(const std::string& path) {
+  // Returns the blob's id (the hash of its bytes).
+  Result<ObjectId> AddFile(const std::string& path) {
     ASSIGN_OR_RETURN(auto bytes, ReadWholeFile(path));
     ObjectId id = ObjectId::Of(bytes);
     files_[id] = std::make_shared<MemoryFile>(std::move(bytes));
-    return Status::Ok();
+    return id;
   }
   // The chunk cache of every reader this resolver opens, also the one the
   // command reads from (OpenBlobFile).
@@ -92,6 +93,23 @@ Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, 
   return BlobReader::Open(std::make_shared<MemoryFile>(std::move(bytes)), id, resolver, resolver->cache());
 }
 
+// Writes a blob into a ReplacementFile as the encoder makes it, and hashes
+// it into its id on the way.
+class BlobFileSink final : public ByteSink {
+ public:
+  explicit BlobFileSink(ReplacementFile file) : file_(std::move(file)) {}
+  Status Append(ByteSpan data) override {
+    id_.Update(data);
+    return file_.Append(data);
+  }
+  Status Finish() { return file_.Commit(); }
+  ObjectId id() const { return id_.Digest(); }
+
+ private:
+  ReplacementFile file_;
+  ObjectIdStream id_;
+};
+
 int RunEncode(const BlobArgs& a) {
   auto mapped = MappedFile::Open(a.in);
   if (!mapped.ok()) return ReportStatus(mapped.status(), "encode");
@@ -104,11 +122,11 @@ int RunEncode(const BlobArgs& a) {
   BaseRef base;
   bool have_base = !a.bases.empty();
   if (have_base) {
-    for (const auto& b : a.bases)
-      if (Status s = resolver.AddFile(b); !s.ok()) return ReportStatus(s, "encode: --base");
-    auto bytes = ReadWholeFile(a.bases.front());
-    if (!bytes.ok()) return ReportStatus(bytes.status(), "encode: --base");
-    base.id = ObjectId::Of(*bytes);
+    for (size_t i = 0; i < a.bases.size(); ++i) {
+      Result<ObjectId> id = resolver.AddFile(a.bases[i]);
+      if (!id.ok()) return ReportStatus(id.status(), "encode: --base");
+      if (i == 0) base.id = *id;  // the first is the base, the others its chain
+    }
     auto reader = resolver.OpenBlob(base.id);
     if (!reader.ok()) return ReportStatus(reader.status(), "encode: --base");
     base.reader = *reader;
@@ -135,7 +153,11 @@ int RunEncode(const BlobArgs& a) {
       return policy->BudgetFor("", format, t);
     };
   }
-  VectorSink sink;
+  // The blob streams into its file as it is made (and into its id), not
+  // through memory: a lossless 1 GB file makes a blob of about that size.
+  auto out = ReplacementFile::Create(a.out);
+  if (!out.ok()) return ReportStatus(out.status(), "encode");
+  BlobFileSink sink(std::move(*out));
   Result<EncodeStats> stats = Status::Internal("not encoded");
   {
     Progress progress(fmt::format("encode {} ({:.0f} MB)", a.in, static_cast<double>(file.size()) / 1e6), 0, "",
@@ -143,12 +165,12 @@ int RunEncode(const BlobArgs& a) {
     stats = EncodeBlob(file, layout, have_base ? &base : nullptr, options, &sink);
   }
   if (!stats.ok()) return ReportStatus(stats.status(), "encode " + a.in);
-  if (Status s = ReplaceWholeFile(a.out, sink.bytes); !s.ok()) return ReportStatus(s, "encode");
+  if (Status s = sink.Finish(); !s.ok()) return ReportStatus(s, "encode");
   double ratio = stats->stored_bytes ? double(stats->logical_bytes) / double(stats->stored_bytes) : 0.0;
   std::cout << fmt::format("{}: {} -> {} bytes ({:.3f}x), format {}, {} tensors, {} chunks ({} delta), id {}\n",
                            a.in, stats->logical_bytes, stats->stored_bytes, ratio,
                            FileFormatName(layout.format), layout.tensors.size(), stats->chunks,
-                           stats->delta_chunks, ObjectId::Of(sink.bytes).Hex());
+                           stats->delta_chunks, sink.id().Hex());
   if (a.stages) {
     nlohmann::json j;
     for (size_t k = 0; k < static_cast<size_t>(EncodeStage::kCount); ++k) {
@@ -180,7 +202,7 @@ class OutputFileSink final : public ByteSink {
 int RunDecode(const BlobArgs& a) {
   FileListResolver resolver;
   for (const auto& b : a.bases)
-    if (Status s = resolver.AddFile(b); !s.ok()) return ReportStatus(s, "decode: --base");
+    if (Result<ObjectId> id = resolver.AddFile(b); !id.ok()) return ReportStatus(id.status(), "decode: --base");
   auto reader = OpenBlobFile(a.in, &resolver);
   if (!reader.ok()) return ReportStatus(reader.status(), "decode " + a.in);
   Progress progress("decode " + a.in, (*reader)->logical_size(), "bytes", ProgressWanted(a.quiet));
@@ -197,7 +219,7 @@ int RunDecode(const BlobArgs& a) {
 int RunInspect(const BlobArgs& a) {
   FileListResolver resolver;
   for (const auto& b : a.bases)
-    if (Status s = resolver.AddFile(b); !s.ok()) return ReportStatus(s, "inspect: --base");
+    if (Result<ObjectId> id = resolver.AddFile(b); !id.ok()) return ReportStatus(id.status(), "inspect: --base");
   auto opened = OpenBlobFile(a.in, &resolver);
   if (!opened.ok()) return ReportStatus(opened.status(), "inspect " + a.in);
   nlohmann::json j = DescribeBlob(**opened, a.chunks || a.json);

@@ -79,10 +79,4 @@ Status ReplacementFile::Commit() {
   return Status::Ok();
 }
 
-Status ReplaceWholeFile(const std::string& path, ByteSpan data) {
-  ASSIGN_OR_RETURN(ReplacementFile out, ReplacementFile::Create(path));
-  RETURN_IF_ERROR(out.Append(data));
-  return out.Commit();
-}
-
 }  // namespace ckptfs

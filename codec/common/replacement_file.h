@@ -52,7 +52,4 @@ class ReplacementFile {
   bool committed_ = false;
 };
 
-// The whole of `data` as the file at `path`, through a ReplacementFile.
-Status ReplaceWholeFile(const std::string& path, ByteSpan data);
-
 }  // namespace ckptfs

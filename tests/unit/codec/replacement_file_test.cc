@@ -41,6 +41,12 @@ class ReplacementFileTest : public ::testing::Test {
 
 ByteSpan Text(const std::string& s) { return AsBytes(s); }
 
+Status ReplaceWholeFile(const std::string& path, ByteSpan data) {
+  ASSIGN_OR_RETURN(ReplacementFile out, ReplacementFile::Create(path));
+  RETURN_IF_ERROR(out.Append(data));
+  return out.Commit();
+}
+
 TEST_F(ReplacementFileTest, OldBytesStayUntilTheCommit) {
   ASSERT_TRUE(WriteWholeFile(Path("out"), Text("old contents")).ok());
   {
