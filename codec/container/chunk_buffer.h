@@ -6,8 +6,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <utility>
 
 #include "codec/common/bytes.h"
+#include "codec/container/chunk_arena.h"
 #include "codec/tensor/scratch.h"
 
 namespace ckptfs {
@@ -15,28 +17,49 @@ namespace ckptfs {
 class ChunkBuffer {
  public:
   ChunkBuffer() = default;
+  // Buffers under ChunkArena::kLargest bytes come from `arena` (huge
+  // pages; chunk_arena.h), which the buffer keeps alive.
+  explicit ChunkBuffer(std::shared_ptr<ChunkArena> arena) : arena_(std::move(arena)) {}
   ChunkBuffer(const ChunkBuffer&) = delete;
   ChunkBuffer& operator=(const ChunkBuffer&) = delete;
+  ~ChunkBuffer() { Release(); }
 
   // Sets the size to `size`. Contents are unspecified afterwards: the
   // memory is kept when it is large enough, else replaced (nothing copied).
   void Resize(size_t size) {
     if (size > capacity_) {
-      bytes_ = ScratchBuffer::AllocateLarge(size);  // huge pages from 4 MiB (scratch.h)
+      Release();
+      if (arena_ != nullptr && size < ChunkArena::kLargest) {
+        data_ = arena_->Allocate(size);
+        from_arena_ = true;
+      } else {
+        large_ = ScratchBuffer::AllocateLarge(size);  // huge pages from 4 MiB (scratch.h)
+        data_ = large_.get();
+      }
       capacity_ = size;
     }
     size_ = size;
   }
 
-  std::byte* data() { return bytes_.get(); }
-  const std::byte* data() const { return bytes_.get(); }
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
   size_t size() const { return size_; }
   size_t capacity() const { return capacity_; }
-  ByteSpan span() const { return {bytes_.get(), size_}; }
-  MutableByteSpan mutable_span() { return {bytes_.get(), size_}; }
+  ByteSpan span() const { return {data_, size_}; }
+  MutableByteSpan mutable_span() { return {data_, size_}; }
 
  private:
-  ScratchBuffer::Memory bytes_;
+  void Release() {
+    if (from_arena_) arena_->Free(data_);
+    large_.reset();
+    data_ = nullptr;
+    from_arena_ = false;
+    size_ = capacity_ = 0;
+  }
+  std::shared_ptr<ChunkArena> arena_;
+  ScratchBuffer::Memory large_;  // the memory when not the arena's
+  std::byte* data_ = nullptr;
+  bool from_arena_ = false;
   size_t size_ = 0;
   size_t capacity_ = 0;
 };

@@ -109,6 +109,8 @@ struct ChunkCache::Impl {
   };
   uint64_t capacity = 0;
   std::shared_ptr<IdleBuffers> idle;
+  // The memory of the chunk buffers under 4 MiB (huge pages).
+  std::shared_ptr<ChunkArena> arena = std::make_shared<ChunkArena>();
   // Enough idle scratches for a few reads in parallel, each following a
   // delta chain a few levels deep (one scratch per level).
   CodecScratchPool scratch{12};
@@ -184,7 +186,7 @@ std::shared_ptr<ChunkBuffer> ChunkCache::AcquireBuffer(size_t size) {
     }
     buffer = impl_->idle->Take(size);
   }
-  if (!buffer) buffer = std::make_unique<ChunkBuffer>();
+  if (!buffer) buffer = std::make_unique<ChunkBuffer>(impl_->arena);
   // Chunks are nearly all the same size: an idle buffer nearly always fits.
   buffer->Resize(size);
   return std::shared_ptr<ChunkBuffer>(buffer.release(), ReturnToIdle{impl_->idle});

@@ -1,0 +1,71 @@
+// Memory for decoded chunks smaller than ScratchBuffer's huge-page size
+// (4 MiB), cut from blocks of transparent huge pages.
+//
+// Why: a chunk buffer under 4 MiB came from malloc, in 4 KiB pages, and a
+// chain decode writes every chunk of every level into fresh memory (the
+// cache keeps them): on the suite's transformer and mixed-precision files
+// (chunks of 0.25-2.25 MiB) the page faults of those buffers were a fifth
+// of `ckptfs decode` (their zeroing a tenth of that; the rest is the
+// per-page fault and accounting). In huge pages the same bytes fault once
+// per 2 MiB.
+//
+// A block is a few huge pages; allocations are cut from the current block
+// one after the other (64-byte aligned, so that two threads' chunks share
+// no cache line) and a block is reused once every allocation in it is
+// freed. Chunk buffers are kept and reused by the chunk cache's idle list,
+// so allocations are few and live long. The cost: a block stays whole while
+// any allocation in it lives (at most one block per live allocation in the
+// worst case; blocks empty in about the order they filled, as the cache's
+// LRU frees them).
+//
+// Thread safety: Allocate and Free from any thread.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "codec/tensor/scratch.h"
+
+namespace ckptfs {
+
+class ChunkArena {
+ public:
+  static constexpr size_t kBlockBytes = size_t{8} << 20;  // four huge pages
+  // Allocations of at least this many bytes are not the arena's (they get
+  // huge pages of their own from ScratchBuffer::AllocateLarge).
+  static constexpr size_t kLargest = ScratchBuffer::kHugePageFrom;
+  // Empty blocks kept for the next allocations beyond the current one (the
+  // others are freed).
+  static constexpr size_t kSpareBlocks = 2;
+
+  ChunkArena() = default;
+  ChunkArena(const ChunkArena&) = delete;
+  ChunkArena& operator=(const ChunkArena&) = delete;
+  // REQUIRES: every allocation was freed (holders keep the arena alive).
+  ~ChunkArena() = default;
+
+  // Uninitialised memory of `n` bytes, 0 < n < kLargest, 64-byte aligned.
+  // Throws std::bad_alloc when no block can be had.
+  std::byte* Allocate(size_t n);
+  // REQUIRES: `p` came from Allocate of this arena and was not freed since.
+  void Free(const std::byte* p);
+
+  // For tests: blocks held (in use or spare).
+  size_t blocks() const;
+
+ private:
+  struct Block {
+    ScratchBuffer::Memory memory;
+    size_t used = 0;  // bytes cut so far
+    size_t live = 0;  // allocations not yet freed
+  };
+  using Blocks = std::map<const std::byte*, Block>;  // by start address
+  mutable std::mutex mu_;
+  Blocks blocks_;
+  Blocks::iterator current_ = blocks_.end();  // the block allocations are cut from
+  std::vector<Blocks::iterator> spare_;       // empty blocks other than the current one
+};
+
+}  // namespace ckptfs
