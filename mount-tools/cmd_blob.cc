@@ -39,9 +39,9 @@ class FileListResolver final : public BlobResolver {
  public:
   // Returns the blob's id (the hash of its bytes).
   Result<ObjectId> AddFile(const std::string& path) {
-    ASSIGN_OR_RETURN(auto bytes, ReadWholeFile(path));
-    ObjectId id = ObjectId::Of(bytes);
-    files_[id] = std::make_shared<MemoryFile>(std::move(bytes));
+    ASSIGN_OR_RETURN(std::shared_ptr<const RandomAccessFile> file, MappedRandomAccessFile::Open(path));
+    ObjectId id = ObjectId::Of(file->Contiguous());
+    files_[id] = std::move(file);
     return id;
   }
   // The chunk cache of every reader this resolver opens, also the one the
@@ -61,7 +61,7 @@ class FileListResolver final : public BlobResolver {
  private:
   ChunkCache cache_{256ull << 20};
   std::mutex mu_;
-  std::map<ObjectId, std::shared_ptr<MemoryFile>> files_;
+  std::map<ObjectId, std::shared_ptr<const RandomAccessFile>> files_;
   std::map<ObjectId, std::shared_ptr<const BlobReader>> readers_;
 };
 
@@ -88,9 +88,9 @@ struct BlobArgs {
 };
 
 Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, FileListResolver* resolver) {
-  ASSIGN_OR_RETURN(auto bytes, ReadWholeFile(path));
-  ObjectId id = ObjectId::Of(bytes);
-  return BlobReader::Open(std::make_shared<MemoryFile>(std::move(bytes)), id, resolver, resolver->cache());
+  ASSIGN_OR_RETURN(std::shared_ptr<const RandomAccessFile> file, MappedRandomAccessFile::Open(path));
+  const ObjectId id = ObjectId::Of(file->Contiguous());
+  return BlobReader::Open(std::move(file), id, resolver, resolver->cache());
 }
 
 // Writes a blob into a ReplacementFile as the encoder makes it, and hashes

@@ -93,6 +93,20 @@ MappedFile::~MappedFile() {
   if (addr_ != nullptr) ::munmap(addr_, size_);
 }
 
+Result<std::unique_ptr<MappedRandomAccessFile>> MappedRandomAccessFile::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(path));
+  return std::unique_ptr<MappedRandomAccessFile>(new MappedRandomAccessFile(std::move(mapped)));
+}
+
+Status MappedRandomAccessFile::ReadAt(uint64_t offset, MutableByteSpan out) const {
+  const ByteSpan data = mapped_.bytes();
+  if (offset > data.size() || out.size() > data.size() - offset)
+    return Status::Corruption(
+        fmt::format("read of {} bytes at {} is past the end ({} bytes)", out.size(), offset, data.size()));
+  if (!out.empty()) std::memcpy(out.data(), data.data() + offset, out.size());
+  return Status::Ok();
+}
+
 Result<std::vector<std::byte>> ReadWholeFile(const std::string& path) {
   ASSIGN_OR_RETURN(auto file, PosixFile::Open(path));
   std::vector<std::byte> data(file->Size());

@@ -90,6 +90,24 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// A whole file mapped read-only, read as a RandomAccessFile without
+// copies. For files the caller names and nobody changes while they are
+// read (the commands' blobs): a page past the end of a file that shrank
+// meanwhile would fault. Why not read it into memory: zero-filling and
+// copying a 1 GB chain's blobs, and faulting in that fresh memory, came
+// before any decode could start.
+class MappedRandomAccessFile final : public RandomAccessFile {
+ public:
+  static Result<std::unique_ptr<MappedRandomAccessFile>> Open(const std::string& path);
+  uint64_t Size() const override { return mapped_.bytes().size(); }
+  Status ReadAt(uint64_t offset, MutableByteSpan out) const override;
+  ByteSpan Contiguous() const override { return mapped_.bytes(); }
+
+ private:
+  explicit MappedRandomAccessFile(MappedFile mapped) : mapped_(std::move(mapped)) {}
+  MappedFile mapped_;
+};
+
 // Reads a whole file into memory / writes one (no fsync: callers that need
 // durability do it themselves).
 Result<std::vector<std::byte>> ReadWholeFile(const std::string& path);
