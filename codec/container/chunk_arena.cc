@@ -19,6 +19,7 @@ std::byte* ChunkArena::Allocate(size_t n) {
       current_ = spare_.back();
       spare_.pop_back();
     } else {
+      if (blocks_.size() >= max_blocks_) return nullptr;
       ScratchBuffer::Memory memory = ScratchBuffer::AllocateLarge(kBlockBytes);
       const std::byte* start = memory.get();
       current_ = blocks_.emplace(start, Block{std::move(memory), 0, 0}).first;

@@ -14,9 +14,11 @@
 // no cache line) and a block is reused once every allocation in it is
 // freed. Chunk buffers are kept and reused by the chunk cache's idle list,
 // so allocations are few and live long. The cost: a block stays whole while
-// any allocation in it lives (at most one block per live allocation in the
-// worst case; blocks empty in about the order they filled, as the cache's
-// LRU frees them).
+// any allocation in it lives (blocks empty in about the order they filled,
+// as the cache's LRU frees them, but a few long-lived chunks can hold many
+// blocks). So the blocks are bounded: past `max_bytes` of them, Allocate
+// returns null and the caller takes ordinary memory, and the memory behind
+// a cache's chunks stays within twice what it counts in the worst case.
 //
 // Thread safety: Allocate and Free from any thread.
 #pragma once
@@ -40,14 +42,15 @@ class ChunkArena {
   // others are freed).
   static constexpr size_t kSpareBlocks = 2;
 
-  ChunkArena() = default;
+  explicit ChunkArena(size_t max_bytes) : max_blocks_(max_bytes / kBlockBytes) {}
   ChunkArena(const ChunkArena&) = delete;
   ChunkArena& operator=(const ChunkArena&) = delete;
   // REQUIRES: every allocation was freed (holders keep the arena alive).
   ~ChunkArena() = default;
 
-  // Uninitialised memory of `n` bytes, 0 < n < kLargest, 64-byte aligned.
-  // Throws std::bad_alloc when no block can be had.
+  // Uninitialised memory of `n` bytes, 0 < n < kLargest, 64-byte aligned;
+  // null when it would take a block beyond `max_bytes`. Throws
+  // std::bad_alloc when the memory of a block cannot be had.
   std::byte* Allocate(size_t n);
   // REQUIRES: `p` came from Allocate of this arena and was not freed since.
   void Free(const std::byte* p);
@@ -62,6 +65,7 @@ class ChunkArena {
     size_t live = 0;  // allocations not yet freed
   };
   using Blocks = std::map<const std::byte*, Block>;  // by start address
+  const size_t max_blocks_;
   mutable std::mutex mu_;
   Blocks blocks_;
   Blocks::iterator current_ = blocks_.end();  // the block allocations are cut from

@@ -18,7 +18,7 @@ class ChunkBuffer {
  public:
   ChunkBuffer() = default;
   // Buffers under ChunkArena::kLargest bytes come from `arena` (huge
-  // pages; chunk_arena.h), which the buffer keeps alive.
+  // pages; chunk_arena.h) while it has room, and the buffer keeps it alive.
   explicit ChunkBuffer(std::shared_ptr<ChunkArena> arena) : arena_(std::move(arena)) {}
   ChunkBuffer(const ChunkBuffer&) = delete;
   ChunkBuffer& operator=(const ChunkBuffer&) = delete;
@@ -29,10 +29,9 @@ class ChunkBuffer {
   void Resize(size_t size) {
     if (size > capacity_) {
       Release();
-      if (arena_ != nullptr && size < ChunkArena::kLargest) {
-        data_ = arena_->Allocate(size);
-        from_arena_ = true;
-      } else {
+      if (arena_ != nullptr && size < ChunkArena::kLargest) data_ = arena_->Allocate(size);
+      from_arena_ = data_ != nullptr;
+      if (!from_arena_) {  // large, without an arena, or past the arena's bound
         large_ = ScratchBuffer::AllocateLarge(size);  // huge pages from 4 MiB (scratch.h)
         data_ = large_.get();
       }

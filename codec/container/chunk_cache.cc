@@ -109,8 +109,9 @@ struct ChunkCache::Impl {
   };
   uint64_t capacity = 0;
   std::shared_ptr<IdleBuffers> idle;
-  // The memory of the chunk buffers under 4 MiB (huge pages).
-  std::shared_ptr<ChunkArena> arena = std::make_shared<ChunkArena>();
+  // The memory of the chunk buffers under 4 MiB (huge pages), at most
+  // what the cache holds with its idle buffers (made by the constructor).
+  std::shared_ptr<ChunkArena> arena;
   // Enough idle scratches for a few reads in parallel, each following a
   // delta chain a few levels deep (one scratch per level).
   CodecScratchPool scratch{12};
@@ -138,6 +139,7 @@ struct ChunkCache::Impl {
 ChunkCache::ChunkCache(uint64_t capacity_bytes, uint64_t idle_reserve_bytes) : impl_(std::make_unique<Impl>()) {
   impl_->capacity = capacity_bytes;
   impl_->idle = std::make_shared<IdleBuffers>(capacity_bytes, idle_reserve_bytes);
+  impl_->arena = std::make_shared<ChunkArena>(capacity_bytes + idle_reserve_bytes);
 }
 
 ChunkCache::~ChunkCache() {

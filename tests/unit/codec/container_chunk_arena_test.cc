@@ -28,7 +28,7 @@ bool Intact(const Held& h) {
 }
 
 TEST(ChunkArenaTest, AllocationsAreAlignedAndDisjoint) {
-  ChunkArena arena;
+  ChunkArena arena(size_t{1} << 30);
   std::vector<Held> held;
   std::mt19937 rng(1);
   // Sizes like a transformer's chunks, over several blocks.
@@ -46,7 +46,7 @@ TEST(ChunkArenaTest, AllocationsAreAlignedAndDisjoint) {
 }
 
 TEST(ChunkArenaTest, FreedBlocksAreReused) {
-  ChunkArena arena;
+  ChunkArena arena(size_t{1} << 30);
   const size_t n = ChunkArena::kBlockBytes / 4;  // four to a block (less the alignment: exactly)
   std::vector<std::byte*> first;
   for (int i = 0; i < 12; ++i) first.push_back(arena.Allocate(n));
@@ -65,7 +65,7 @@ TEST(ChunkArenaTest, FreedBlocksAreReused) {
 }
 
 TEST(ChunkArenaTest, BeyondTheSparesBlocksAreFreed) {
-  ChunkArena arena;
+  ChunkArena arena(size_t{1} << 30);
   const size_t n = ChunkArena::kBlockBytes / 2 - 64;  // two to a block
   std::vector<std::byte*> held;
   for (int i = 0; i < 12; ++i) held.push_back(arena.Allocate(n));
@@ -74,8 +74,31 @@ TEST(ChunkArenaTest, BeyondTheSparesBlocksAreFreed) {
   EXPECT_EQ(arena.blocks(), 1 + ChunkArena::kSpareBlocks);
 }
 
+TEST(ChunkArenaTest, PastItsBoundItGivesNothingAndBuffersUseTheHeap) {
+  auto arena = std::make_shared<ChunkArena>(2 * ChunkArena::kBlockBytes);
+  const size_t n = ChunkArena::kBlockBytes / 2 - 64;
+  std::vector<std::byte*> held;
+  for (int i = 0; i < 4; ++i) held.push_back(arena->Allocate(n));
+  for (std::byte* p : held) EXPECT_NE(p, nullptr);
+  EXPECT_EQ(arena->Allocate(n), nullptr);  // a third block would pass the bound
+  EXPECT_EQ(arena->blocks(), 2u);
+  {
+    ChunkBuffer overflow(arena);
+    overflow.Resize(n);
+    ASSERT_NE(overflow.data(), nullptr);
+    std::memset(overflow.data(), 3, overflow.size());
+  }  // its memory was the heap's: the arena's blocks are untouched
+  EXPECT_EQ(arena->blocks(), 2u);
+  arena->Free(held[0]);
+  EXPECT_EQ(arena->Allocate(n), nullptr);  // the block is still half in use
+  arena->Free(held[1]);
+  std::byte* again = arena->Allocate(n);  // an empty block is reused
+  EXPECT_NE(again, nullptr);
+  for (std::byte* p : {again, held[2], held[3]}) arena->Free(p);
+}
+
 TEST(ChunkArenaTest, ThreadsAllocateAndFreeTogether) {
-  ChunkArena arena;
+  ChunkArena arena(size_t{1} << 30);
   auto work = [&arena](unsigned seed) {
     std::mt19937 rng(seed);
     std::vector<Held> held;
@@ -105,7 +128,7 @@ TEST(ChunkArenaTest, ThreadsAllocateAndFreeTogether) {
 }
 
 TEST(ChunkArenaTest, ChunkBuffersTakeSmallMemoryFromTheArena) {
-  auto arena = std::make_shared<ChunkArena>();
+  auto arena = std::make_shared<ChunkArena>(size_t{1} << 30);
   {
     ChunkBuffer small(arena);
     small.Resize(3 << 20);

@@ -89,15 +89,51 @@ TEST_F(ReplacementFileTest, ANewFileIsAnOrdinaryFile) {
   EXPECT_EQ(Read(Path("made")), "abc");
 }
 
-TEST_F(ReplacementFileTest, WritesThroughWhatIsNotARegularFile) {
-  // A symbolic link keeps pointing where it did (a device such as
-  // /dev/null takes the same path: it is written, never replaced).
+TEST_F(ReplacementFileTest, ALinksTargetIsReplacedAndTheLinkStays) {
   ASSERT_TRUE(WriteWholeFile(Path("target"), Text("old")).ok());
   ASSERT_EQ(::symlink("target", Path("link").c_str()), 0);
+  {
+    auto file = ReplacementFile::Create(Path("link"));
+    ASSERT_TRUE(file.ok());
+    EXPECT_TRUE(file->replaces());
+    ASSERT_TRUE(file->Append(Text("half")).ok());
+  }  // failed: the file the link points to is as it was
+  EXPECT_EQ(Read(Path("target")), "old");
   ASSERT_TRUE(ReplaceWholeFile(Path("link"), Text("through the link")).ok());
   EXPECT_TRUE(stdfs::is_symlink(Path("link")));
   EXPECT_EQ(Read(Path("target")), "through the link");
   EXPECT_EQ(Names(), (std::vector<std::string>{"link", "target"}));
+  // A dangling link is written through: its target is made.
+  ASSERT_EQ(::symlink("made-by-link", Path("dangling").c_str()), 0);
+  ASSERT_TRUE(ReplaceWholeFile(Path("dangling"), Text("new")).ok());
+  EXPECT_EQ(Read(Path("made-by-link")), "new");
+}
+
+TEST_F(ReplacementFileTest, TheOldFilesModeIsKept) {
+  ASSERT_TRUE(WriteWholeFile(Path("private"), Text("old")).ok());
+  ASSERT_EQ(::chmod(Path("private").c_str(), 0600), 0);
+  ASSERT_TRUE(ReplaceWholeFile(Path("private"), Text("new")).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(Path("private").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(Read(Path("private")), "new");
+}
+
+TEST_F(ReplacementFileTest, AHardLinkedFileIsWrittenInPlace) {
+  // Its other names must see the new bytes: written into it, as O_TRUNC did.
+  ASSERT_TRUE(WriteWholeFile(Path("out"), Text("old")).ok());
+  ASSERT_EQ(::link(Path("out").c_str(), Path("other-name").c_str()), 0);
+  auto file = ReplacementFile::Create(Path("out"));
+  ASSERT_TRUE(file.ok());
+  EXPECT_FALSE(file->replaces());
+  ASSERT_TRUE(file->Append(Text("new")).ok());
+  ASSERT_TRUE(file->Commit().ok());
+  EXPECT_EQ(Read(Path("other-name")), "new");
+  EXPECT_EQ(Names(), (std::vector<std::string>{"other-name", "out"}));
+}
+
+TEST_F(ReplacementFileTest, WritesIntoADevice) {
+  // /dev/null is written, never replaced.
   auto null = ReplacementFile::Create("/dev/null");
   ASSERT_TRUE(null.ok()) << null.status().ToString();
   ASSERT_TRUE(null->Append(Text("discarded")).ok());
