@@ -19,13 +19,18 @@ std::unique_ptr<MemoryFile> MemoryFile::Borrow(ByteSpan borrowed) {
   return f;
 }
 
-Status MemoryFile::ReadAt(uint64_t offset, MutableByteSpan out) const {
-  if (offset > data_.size() || out.size() > data_.size() - offset)
+namespace {
+// A RandomAccessFile read of bytes that are in memory.
+Status ReadFromMemory(ByteSpan data, uint64_t offset, MutableByteSpan out) {
+  if (offset > data.size() || out.size() > data.size() - offset)
     return Status::Corruption(
-        fmt::format("read of {} bytes at {} is past the end ({} bytes)", out.size(), offset, data_.size()));
-  if (!out.empty()) std::memcpy(out.data(), data_.data() + offset, out.size());
+        fmt::format("read of {} bytes at {} is past the end ({} bytes)", out.size(), offset, data.size()));
+  if (!out.empty()) std::memcpy(out.data(), data.data() + offset, out.size());
   return Status::Ok();
 }
+}  // namespace
+
+Status MemoryFile::ReadAt(uint64_t offset, MutableByteSpan out) const { return ReadFromMemory(data_, offset, out); }
 
 Result<std::unique_ptr<PosixFile>> PosixFile::Open(const std::string& path, int extra_flags) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | extra_flags);
@@ -99,12 +104,7 @@ Result<std::unique_ptr<MappedRandomAccessFile>> MappedRandomAccessFile::Open(con
 }
 
 Status MappedRandomAccessFile::ReadAt(uint64_t offset, MutableByteSpan out) const {
-  const ByteSpan data = mapped_.bytes();
-  if (offset > data.size() || out.size() > data.size() - offset)
-    return Status::Corruption(
-        fmt::format("read of {} bytes at {} is past the end ({} bytes)", out.size(), offset, data.size()));
-  if (!out.empty()) std::memcpy(out.data(), data.data() + offset, out.size());
-  return Status::Ok();
+  return ReadFromMemory(mapped_.bytes(), offset, out);
 }
 
 Result<std::vector<std::byte>> ReadWholeFile(const std::string& path) {
