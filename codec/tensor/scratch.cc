@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <zstd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -15,7 +16,10 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
 
-void ScratchBuffer::Free::operator()(std::byte* p) const { std::free(p); }
+void ScratchMemoryFree::operator()(std::byte* p) const {
+  if (mapped != 0) ::munmap(p, mapped);
+  else std::free(p);
+}
 
 ScratchBuffer::Memory ScratchBuffer::AllocateLarge(size_t n) {
   if (n < kHugePageFrom) {
@@ -24,10 +28,17 @@ ScratchBuffer::Memory ScratchBuffer::AllocateLarge(size_t n) {
     return Memory(static_cast<std::byte*>(p));
   }
   const size_t rounded = (n + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, rounded);
-  if (p == nullptr) throw std::bad_alloc();
+  // Mapped with a huge page to spare, then trimmed to a 2 MiB boundary.
+  void* raw = ::mmap(nullptr, rounded + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t at = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (at + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > at) ::munmap(raw, aligned - at);
+  const size_t tail = (at + rounded + kHugePage) - (aligned + rounded);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + rounded), tail);
+  void* p = reinterpret_cast<void*>(aligned);
   ::madvise(p, rounded, MADV_HUGEPAGE);  // advisory: without it the memory is only slower to touch
-  return Memory(static_cast<std::byte*>(p));
+  return Memory(static_cast<std::byte*>(p), Free{rounded});
 }
 
 CodecScratch::CodecScratch() : cctx_(ZSTD_createCCtx()), dctx_(ZSTD_createDCtx()) {
