@@ -26,6 +26,7 @@
 #include "codec/tensor/lossy/schedule.h"
 #include "mount-tools/blob_report.h"
 #include "mount-tools/commands.h"
+#include "mount-tools/output_sink.h"
 #include "mount-tools/progress.h"
 
 namespace ckptfs::tools {
@@ -182,22 +183,6 @@ int RunEncode(const BlobArgs& a) {
   }
   return kExitOk;
 }
-
-// Writes the output piece by piece into a ReplacementFile: OUT keeps its
-// old bytes unless the whole file was decoded and its checksum matched.
-class OutputFileSink final : public ByteSink {
- public:
-  OutputFileSink(ReplacementFile file, Progress* progress) : file_(std::move(file)), progress_(progress) {}
-  Status Append(ByteSpan data) override {
-    progress_->Add(data.size());
-    return file_.Append(data);
-  }
-  Status Finish() { return file_.Commit(); }
-
- private:
-  ReplacementFile file_;
-  Progress* progress_;
-};
 
 int RunDecode(const BlobArgs& a) {
   FileListResolver resolver;
