@@ -11,7 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <ctime>
+#include <optional>
+#include <utility>
 
+#include "codec/tensor/scratch.h"
 #include "fs/base_candidates.h"
 #include "fs/blob_links.h"
 #include "fs/content_index.h"
@@ -279,6 +282,19 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
       }
     };
   }
+  // A lossy reconstruction also goes to the spill, where it outlasts the
+  // cache (any size; other files' reads and encodes fill the cache
+  // meanwhile). Written once the commit is recorded: the encoder's buffer
+  // is taken over until then.
+  ReconstructionSpill* spill = layout.format != FileFormat::kOpaque ? store.reconstruction_spill() : nullptr;
+  auto kept = std::make_shared<ScratchBuffer>();
+  uint64_t kept_size = 0;
+  if (spill != nullptr) {
+    encode.keep_reconstruction = [&](ScratchBuffer& buffer, uint64_t size) {
+      *kept = std::exchange(buffer, ScratchBuffer());
+      kept_size = size;
+    };
+  }
   const std::vector<RefCandidate> refs =
       RefCandidatesFor(store, candidates, logical_path, have_base ? &base_ref.id : nullptr, log);
   // The sample of its values for later files' ref copies, taken while the
@@ -292,6 +308,19 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   v.stats = *stats;
   ASSIGN_OR_RETURN(v.fields.object, store.PublishObject(std::move(tmp)));
   for (uint32_t c = 0; c < reconstruction.size(); ++c) cache->Put(v.fields.object, c, std::move(reconstruction[c]));
+  if (kept_size > 0) {
+    // The new version is its file's next base: its base's reconstruction
+    // is no longer needed, unless that is an anchor (later anchor frames
+    // read it).
+    std::optional<ObjectId> replaces;
+    if (have_base && !candidate->anchor) replaces = candidate->id;
+    v.after_commit = [spill, kept, kept_size, id = v.fields.object, replaces, log] {
+      auto written = spill->Write(ByteSpan(kept->data(), kept_size));
+      *kept = ScratchBuffer();  // its memory goes now
+      if (written.ok()) spill->Keep(id, std::move(*written), replaces ? &*replaces : nullptr);
+      else if (log) log->Debug("reconstruction of {} not kept: {}", id.Hex(), written.status().ToString());
+    };
+  }
   v.fields.kind = ManifestKind::kBlob;
   v.fields.format = layout.format;
   v.fields.stored_bytes = stats->stored_bytes;
@@ -379,6 +408,7 @@ Result<EncodedVersion> CommitStagedFile(Store& store, int manifest_fd, Manifest*
                                                                 logical_path));
   RETURN_IF_ERROR(CommitManifest(manifest_fd, m, v, options));
   RETURN_IF_ERROR(RemoveStagingFile(staging, options));
+  if (v.after_commit) std::exchange(v.after_commit, nullptr)();
   return v;
 }
 

@@ -136,6 +136,10 @@ struct EncodedVersion {
   // Nothing was encoded: a DCP shard waits for its save's .metadata
   // (CommitOptions::await_dcp_names).
   bool awaiting_names = false;
+  // Run by the committer once the version's manifest is recorded (off the
+  // commit's latency): keeps its reconstruction in the store's spill.
+  // Empty when there is nothing to do.
+  std::function<void()> after_commit;
 };
 
 // Step 1a: fsync the staging file. Step 1b: `*m` becomes kind staging,

@@ -20,7 +20,16 @@ EncodeQueue::~EncodeQueue() {
 void EncodeQueue::Push(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(std::move(job));
+    jobs_.push_back(Job{std::move(job)});
+  }
+  work_cv_.notify_one();
+}
+
+void EncodeQueue::PushBackground(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(Job{std::move(job), true});
+    ++background_;
   }
   work_cv_.notify_one();
 }
@@ -57,7 +66,7 @@ bool EncodeQueue::hurry() {
 
 uint64_t EncodeQueue::pending() {
   std::lock_guard<std::mutex> lock(mu_);
-  return jobs_.size() + delayed_.size() + running_;
+  return jobs_.size() + delayed_.size() + running_ - background_;
 }
 
 void EncodeQueue::Work() {
@@ -69,7 +78,7 @@ void EncodeQueue::Work() {
     const bool hurrying = stop_ || draining_ > 0 || urgent_;
     for (auto it = delayed_.begin(); it != delayed_.end();) {
       if (hurrying || it->first <= now) {
-        jobs_.push_back(std::move(it->second));
+        jobs_.push_back(Job{std::move(it->second)});
         it = delayed_.erase(it);
       } else {
         ++it;
@@ -86,13 +95,15 @@ void EncodeQueue::Work() {
       }
       continue;
     }
-    std::function<void()> job = std::move(jobs_.front());
+    Job job = std::move(jobs_.front());
     jobs_.pop_front();
     ++running_;
     lock.unlock();
-    job();
+    job.run();
+    job.run = nullptr;  // what it holds goes before it stops counting
     lock.lock();
     --running_;
+    if (job.background) --background_;
     if (jobs_.empty() && delayed_.empty() && running_ == 0) {
       urgent_ = false;
       idle_cv_.notify_all();

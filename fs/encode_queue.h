@@ -27,6 +27,9 @@ class EncodeQueue {
   // queue drains (Drain, destruction): a job that waits for something
   // (a DCP shard for its save's .metadata) never holds up an unmount.
   void PushAfter(std::chrono::milliseconds delay, std::function<void()> job);
+  // Queues `job`, work that is no commit (keeping a reconstruction):
+  // pending() leaves it out; Drain and the destructor run it.
+  void PushBackground(std::function<void()> job);
   // Blocks until no job is queued, waiting or running.
   void Drain();
   // Waiting jobs are due now, and hurry() holds until the queue is idle
@@ -35,7 +38,7 @@ class EncodeQueue {
   // True while Drain, Hurry or the destructor waits: jobs should not wait
   // for anything now.
   bool hurry();
-  // Jobs queued, waiting or running.
+  // Jobs queued, waiting or running, but for background ones.
   uint64_t pending();
 
  private:
@@ -43,7 +46,12 @@ class EncodeQueue {
 
   std::mutex mu_;  // leaf lock
   std::condition_variable work_cv_, idle_cv_;
-  std::deque<std::function<void()>> jobs_;
+  struct Job {
+    std::function<void()> run;
+    bool background = false;
+  };
+  std::deque<Job> jobs_;
+  uint64_t background_ = 0;  // background jobs queued or running
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::function<void()>>> delayed_;
   uint64_t running_ = 0;
   unsigned draining_ = 0;

@@ -239,7 +239,14 @@ Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& st
   std::vector<BaseCandidate> candidates = BaseCandidatesFor(dir, rel_path, &retention);
   commit_options.retention = retention;
   commit_options.await_dcp_names = await_names;
-  return EncodeStaged(*store_, staging.fd(), staging.path(), candidates, commit_options, log_, rel_path);
+  Result<EncodedVersion> version =
+      EncodeStaged(*store_, staging.fd(), staging.path(), candidates, commit_options, log_, rel_path);
+  if (version.ok() && version->after_commit) {
+    // It holds the reconstruction: within this encode's share of mem= until it has run.
+    auto held = std::make_shared<MemoryBudget::Reservation>(std::move(memory));
+    version->after_commit = [held, work = std::move(version->after_commit)] { work(); };
+  }
+  return version;
 }
 
 Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version) {
@@ -358,6 +365,12 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
   for (auto& old : superseded) (void)old->Remove();
   AfterCommit(*inode, dir, *version, &in_folder);
   inodes_.EraseIfUnused(inode->ino);
+  KeepReconstruction(*version);
+}
+
+void Filesystem::KeepReconstruction(EncodedVersion& version) {
+  // Pointless when the daemon is about to stop (the spill goes with it).
+  if (version.after_commit && queue_ && !queue_->hurry()) queue_->PushBackground(std::move(version.after_commit));
 }
 
 Result<struct stat> Filesystem::StatInode(Inode& inode) {

@@ -183,6 +183,9 @@ class Filesystem {
   // candidate (then `in_folder`, when given, leaves its folder's list), and
   // the kernel drops pages of a lossy file's staged bytes.
   void AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version, FolderCommits::Entry* in_folder = nullptr);
+  // Queues version.after_commit (keeping its reconstruction) as background
+  // work: not a pending commit.
+  void KeepReconstruction(EncodedVersion& version);
   // fsync with node-local staging: commits the file's bytes as of now to
   // the store (the staging file stays for open writers).
   Status CommitForFsync(const std::shared_ptr<Inode>& inode);

@@ -242,6 +242,7 @@ Status Filesystem::CommitForFsync(const std::shared_ptr<Inode>& inode) {
       RETURN_IF_ERROR(WriteCommitLocked(*inode, *version));
     }
     AfterCommit(*inode, dir, *version, &in_folder);
+    KeepReconstruction(*version);
     return Status::Ok();
   }
   return Status::Io(EBUSY, "fsync: the file kept changing while it was committed");

@@ -87,6 +87,8 @@ Store::Store(std::string backing, int backing_fd, const StoreOptions& options)
     : backing_(std::move(backing)), backing_fd_(backing_fd), options_(options), cache_(options.chunk_cache_bytes, options.chunk_cache_idle_reserve) {}
 
 Store::~Store() {
+  cache_.SetSpill(nullptr);
+  spill_.reset();  // its unnamed files go with it
   ReleaseStagingArea();
   if (area_lock_fd_ >= 0) ::close(area_lock_fd_);
   if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);
@@ -174,6 +176,13 @@ Status Store::ClaimStagingArea() {
     ASSIGN_OR_RETURN(tmp_lock_fd_, LockAreaFile(MetaPath("tmp/" + hex + "/.lock")));
   }
   area_ = hex;
+  if (options_.reconstruction_spill) {
+    const std::string dir = StagingRoot() + "/" + hex;
+    const uint64_t capacity = options_.reconstruction_spill_bytes != 0 ? options_.reconstruction_spill_bytes
+                                                                       : ReconstructionSpill::DefaultCapacity(dir);
+    spill_ = std::make_unique<ReconstructionSpill>(dir, capacity);
+    cache_.SetSpill(spill_.get());
+  }
   return Status::Ok();
 }
 

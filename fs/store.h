@@ -21,6 +21,7 @@
 #include "codec/common/io.h"
 #include "codec/container/blob.h"
 #include "fs/manifest.h"
+#include "fs/reconstruction_spill.h"
 
 namespace ckptfs::fs {
 
@@ -84,6 +85,12 @@ struct StoreOptions {
   // the store is shared: fs/STORE.md §3). No manifest ever names a staging
   // file there, so nothing but this node's next mount ever looks at it.
   std::string local_staging;
+  // Keep the reconstructions of the versions this daemon writes in its
+  // staging area (fs/reconstruction_spill.h), at most
+  // `reconstruction_spill_bytes` (0: ReconstructionSpill::DefaultCapacity).
+  // Only where the staging area is on this node's own disk.
+  bool reconstruction_spill = false;
+  uint64_t reconstruction_spill_bytes = 0;
 };
 
 class Store final : public BlobResolver {
@@ -138,6 +145,9 @@ class Store final : public BlobResolver {
   // Opens a raw object (compress=off). Thread-safe.
   Result<std::shared_ptr<const RandomAccessFile>> OpenRaw(const ObjectId& id);
   ChunkCache* chunk_cache() { return &cache_; }
+  // The reconstructions kept in the staging area (null without one: no
+  // claimed area, or not asked for). Its chunks serve the cache's readers.
+  ReconstructionSpill* reconstruction_spill() { return spill_.get(); }
 
  private:
   Store(std::string backing, int backing_fd, const StoreOptions& options);
@@ -146,6 +156,7 @@ class Store final : public BlobResolver {
   const std::string backing_;
   const int backing_fd_;
   const StoreOptions options_;
+  std::unique_ptr<ReconstructionSpill> spill_;  // outlives cache_ (declared first)
   ChunkCache cache_;
   std::string area_;
   int area_lock_fd_ = -1;  // flock on <staging root>/<area>/.lock

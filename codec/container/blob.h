@@ -27,6 +27,8 @@ namespace ckptfs {
 
 class BlobReader;
 class ChunkCache;
+class ChunkSpill;
+class ScratchBuffer;
 class CodecScratchPool;
 struct ChunkInfo;
 
@@ -123,6 +125,12 @@ struct EncodeOptions {
   // under the blob's id, so that the next version's encode finds its base
   // decoded. The span is valid during the call only.
   std::function<void(ByteSpan reconstruction, const std::vector<ChunkInfo>& chunks)> on_reconstruction;
+  // Called after on_reconstruction when the encode made a reconstruction
+  // of its own (a file with lossy chunks), with the buffer holding it in
+  // its first `size` bytes: the callee may take the buffer (leaving an
+  // empty one) to use the bytes after the encode, as the mount does to
+  // keep them once the commit is recorded (fs/reconstruction_spill.h).
+  std::function<void(ScratchBuffer& buffer, uint64_t size)> keep_reconstruction;
 };
 
 // The previous version of the file, for delta frames. Tensors are matched by
@@ -341,6 +349,10 @@ class ChunkCache {
   // Working memory of the decodes that fill this cache, shared by all
   // readers that use it.
   CodecScratchPool& scratch_pool();
+  // Where readers look for a chunk before decoding it (null: nowhere).
+  // Not owned; REQUIRES: outlives the cache's readers, or is unset first.
+  void SetSpill(ChunkSpill* spill);
+  ChunkSpill* spill() const;
 
  private:
   struct Impl;

@@ -17,6 +17,7 @@
 
 #include "codec/common/hash.h"
 #include "codec/container/blob_format.h"
+#include "codec/container/chunk_spill.h"
 #include "codec/optimizer/step_space.h"
 #include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/low_rank.h"
@@ -104,6 +105,9 @@ class BlobReaderImpl final : public BlobReader {
   // Decodes chunk `c` into `out` (exactly its logical length), checking
   // both checksums. `depth` is its level in the delta chain.
   Status DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t depth) const;
+  // Chunk `c` from the cache's spill, when it holds it with the chunk's
+  // checksum: true. REQUIRES: cache_ && id_.
+  bool ReadSpilledChunk(uint32_t c, MutableByteSpan out) const;
   // The base version's bytes a delta chunk XORs against (ViewAtDepth).
   Result<ByteSpan> ViewBase(uint32_t c, MutableByteSpan buffer, uint32_t depth,
                             std::shared_ptr<const ChunkBuffer>* hold) const;
@@ -220,7 +224,7 @@ Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t 
   if (!data) {
     std::shared_ptr<ChunkBuffer> fresh = cache_->AcquireBuffer(index_.chunks[c].logical_length);
     const DecodingMark mark(this, c);
-    status = DecodeChunk(c, fresh->mutable_span(), depth);
+    if (!ReadSpilledChunk(c, fresh->mutable_span())) status = DecodeChunk(c, fresh->mutable_span(), depth);
     if (status.ok()) {
       data = fresh;
       cache_->Put(*id_, c, data);
@@ -239,6 +243,14 @@ Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t 
   }
   if (!status.ok()) return status;
   return data;
+}
+
+bool BlobReaderImpl::ReadSpilledChunk(uint32_t c, MutableByteSpan out) const {
+  ChunkSpill* spill = cache_->spill();
+  if (spill == nullptr || !spill->Read(*id_, index_.chunks[c].logical_offset, out)) return false;
+  // A spill is a cache on a disk: bytes that are not the chunk's (a disk
+  // error, a bug) are decoded instead.
+  return Checksum64(out) == index_.chunks[c].checksum;
 }
 
 Status BlobReaderImpl::ChunkError(StatusCode code, uint32_t c, std::string_view why) const {

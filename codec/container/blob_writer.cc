@@ -355,6 +355,10 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
 
   if (options.on_reconstruction) options.on_reconstruction(file, index.chunks);
   stats.logical_bytes = file.size();
+  if (options.keep_reconstruction && !file.empty() && file.data() == recon_buffer.data()) {
+    file = ByteSpan();  // the buffer may leave now
+    options.keep_reconstruction(recon_buffer, stats.logical_bytes);
+  }
   stats.stored_bytes = stored_at + out.size();
   stats.file_checksum = index.header.file_checksum;
   stats.chunks = static_cast<uint32_t>(index.chunks.size());

@@ -115,6 +115,7 @@ struct ChunkCache::Impl {
   // Enough idle scratches for a few reads in parallel, each following a
   // delta chain a few levels deep (one scratch per level).
   CodecScratchPool scratch{12};
+  std::atomic<ChunkSpill*> spill{nullptr};
   // Lock order: mu before the idle list's lock (a buffer let go under mu
   // returns to the idle list).
   mutable std::mutex mu;  // guards everything below
@@ -213,6 +214,10 @@ bool ChunkCache::NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes) 
 }
 
 CodecScratchPool& ChunkCache::scratch_pool() { return impl_->scratch; }
+
+void ChunkCache::SetSpill(ChunkSpill* spill) { impl_->spill.store(spill, std::memory_order_release); }
+
+ChunkSpill* ChunkCache::spill() const { return impl_->spill.load(std::memory_order_acquire); }
 
 uint64_t ChunkCache::capacity_bytes() const { return impl_->capacity; }
 

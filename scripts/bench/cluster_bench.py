@@ -14,7 +14,8 @@ Targets (each in its own folder of the volume):
   ckptfs-store   ckptfs with staging=store (raw bytes staged in the volume)
 
 Round k saves version k of one training run (a model + Adam checkpoint, one
-more optimizer step per version) into step-k/ckpt.pt, like a trainer.
+more optimizer step per version) into step-k/ckpt.pt, like a trainer; node
+A's mounts stay up for the whole run, as a trainer's node keeps its own.
 Measured per target and round:
   save_s       torch.save into an open file, then fsync, until close(): the
                save is durable (straight) or committed to the store (ckptfs
@@ -99,23 +100,21 @@ class TrainingRun:
 
 
 def save_round(t, k, ckpt, r, info):
+    # Node A keeps its mount from round to round, as a trainer's node does
+    # for the whole run (main mounts and unmounts it).
     rel = os.path.join(f"step-{k}", "ckpt.pt")
-    t.mount("a")
-    try:
-        os.makedirs(os.path.join(t.dir("a"), f"step-{k}"), exist_ok=True)
-        path = os.path.join(t.dir("a"), rel)
-        t0 = time.perf_counter()
-        with open(path, "wb") as f:
-            torch.save(ckpt, f)
-            f.flush()
-            os.fsync(f.fileno())
-        r["save_s"].append(time.perf_counter() - t0)
-        t.wait_committed("a")
-        r["committed_s"].append(time.perf_counter() - t0)
-        r["stored_bytes"].append(t.stored_bytes("a", rel))
-        info["logical_bytes"] = os.path.getsize(path)
-    finally:
-        t.umount("a")
+    os.makedirs(os.path.join(t.dir("a"), f"step-{k}"), exist_ok=True)
+    path = os.path.join(t.dir("a"), rel)
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        torch.save(ckpt, f)
+        f.flush()
+        os.fsync(f.fileno())
+    r["save_s"].append(time.perf_counter() - t0)
+    t.wait_committed("a")
+    r["committed_s"].append(time.perf_counter() - t0)
+    r["stored_bytes"].append(t.stored_bytes("a", rel))
+    info["logical_bytes"] = os.path.getsize(path)
     drop_caches()
     t.mount("b")
     try:
@@ -147,6 +146,8 @@ def main():
     info = {t.name: {} for t in targets}
     run = TrainingRun(args.model_mb)
     try:
+        for t in targets:
+            t.mount("a")
         for k in range(args.runs):
             ckpt = run.next_version()
             # Rotated order: the host's drift lands on every target alike.
@@ -155,6 +156,8 @@ def main():
                 save_round(t, k, ckpt, runs[t.name], info[t.name])
     finally:
         for t in targets:
+            if t.ckptfs and os.path.ismount(t.mnt["a"]):
+                subprocess.run([t.ckptfs, "umount", t.mnt["a"]], capture_output=True)
             for n in "ab":
                 subprocess.run(["fusermount3", "-uz", t.mnt[n]], capture_output=True)
     timed = ("save_s", "committed_s", "load_s")

@@ -65,5 +65,31 @@ TEST(EncodeQueueTest, DestructionRunsWaitingJobs) {
   EXPECT_EQ(ran.load(), 1);
 }
 
+// Background work (keeping a reconstruction) is no pending commit, but
+// Drain waits for it and it runs in order with the commits.
+TEST(EncodeQueueTest, BackgroundJobsAreNotPendingButDrainWaitsForThem) {
+  EncodeQueue queue(1);
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  queue.PushBackground([&] {
+    while (!release.load()) std::this_thread::sleep_for(1ms);
+    ++ran;
+  });
+  EXPECT_EQ(queue.pending(), 0u);
+  queue.Push([&] { ++ran; });
+  EXPECT_EQ(queue.pending(), 1u) << "the commit behind it is pending";
+  release = true;
+  queue.Drain();
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_EQ(queue.pending(), 0u);
+  std::atomic<bool> done{false};
+  queue.PushBackground([&] {
+    std::this_thread::sleep_for(50ms);
+    done = true;
+  });
+  queue.Drain();
+  EXPECT_TRUE(done.load()) << "Drain waited for it";
+}
+
 }  // namespace
 }  // namespace ckptfs::fs

@@ -1,0 +1,147 @@
+#include "fs/reconstruction_spill.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+#include <vector>
+
+namespace ckptfs::fs {
+
+struct ReconstructionSpill::File {
+  File(int file_fd, uint64_t file_size) : fd(file_fd), size(file_size) {}
+  ~File() { ::close(fd); }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  const int fd;
+  const uint64_t size;
+};
+
+ReconstructionSpill::Pending::Pending(Pending&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+
+ReconstructionSpill::Pending& ReconstructionSpill::Pending::operator=(Pending&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+  }
+  return *this;
+}
+
+ReconstructionSpill::Pending::~Pending() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+uint64_t ReconstructionSpill::DefaultCapacity(const std::string& dir) {
+  struct statvfs vfs;
+  if (::statvfs(dir.c_str(), &vfs) != 0) return 0;
+  const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  return std::min(kMaxDefaultBytes, free_bytes / 4);
+}
+
+ReconstructionSpill::ReconstructionSpill(std::string dir, uint64_t capacity_bytes)
+    : dir_(std::move(dir)), capacity_(capacity_bytes) {}
+
+ReconstructionSpill::~ReconstructionSpill() = default;
+
+Result<int> ReconstructionSpill::OpenUnnamed() {
+  int fd = ::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+    return Status::Io(errno, "open an unnamed file in " + dir_);
+  // A filesystem without O_TMPFILE: a file unlinked as soon as it exists.
+  std::string path = dir_ + "/.reconstruction-XXXXXX";
+  std::vector<char> name(path.begin(), path.end());
+  name.push_back('\0');
+  fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd < 0) return Status::Io(errno, "create a file in " + dir_);
+  ::unlink(name.data());
+  return fd;
+}
+
+Result<ReconstructionSpill::Pending> ReconstructionSpill::Write(ByteSpan reconstruction) {
+  if (reconstruction.empty() || reconstruction.size() > capacity_) return Pending();
+  ASSIGN_OR_RETURN(int fd, OpenUnnamed());
+  Pending pending(fd, reconstruction.size());
+  uint64_t done = 0;
+  while (done < reconstruction.size()) {
+    const size_t n = std::min<uint64_t>(reconstruction.size() - done, size_t{64} << 20);
+    const ssize_t w = ::pwrite(fd, reconstruction.data() + done, n, static_cast<off_t>(done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return Status::Io(w < 0 ? errno : ENOSPC, "write a reconstruction in " + dir_);
+    done += static_cast<uint64_t>(w);
+  }
+  return pending;
+}
+
+void ReconstructionSpill::RemoveLocked(std::list<Entry>::iterator it) {
+  bytes_ -= it->file->size;
+  map_.erase(it->blob);
+  lru_.erase(it);
+}
+
+void ReconstructionSpill::Keep(const ObjectId& blob, Pending pending, const ObjectId* replaces) {
+  if (pending.empty()) return;
+  auto file = std::make_shared<const File>(std::exchange(pending.fd_, -1), pending.size_);
+  std::vector<std::shared_ptr<const File>> closed;  // closed after the lock is released
+  std::lock_guard lock(mu_);
+  for (const ObjectId* id : {&blob, replaces}) {
+    if (id == nullptr) continue;
+    auto it = map_.find(*id);
+    if (it == map_.end()) continue;
+    closed.push_back(it->second->file);
+    RemoveLocked(it->second);
+  }
+  while (!lru_.empty() && bytes_ + file->size > capacity_) {
+    closed.push_back(lru_.back().file);
+    RemoveLocked(std::prev(lru_.end()));
+  }
+  bytes_ += file->size;
+  lru_.push_front(Entry{blob, std::move(file)});
+  map_.emplace(blob, lru_.begin());
+}
+
+void ReconstructionSpill::Drop(const ObjectId& blob) {
+  std::shared_ptr<const File> closed;
+  std::lock_guard lock(mu_);
+  auto it = map_.find(blob);
+  if (it == map_.end()) return;
+  closed = it->second->file;
+  RemoveLocked(it->second);
+}
+
+bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) {
+  std::shared_ptr<const File> file;
+  {
+    std::lock_guard lock(mu_);
+    auto it = map_.find(blob);
+    if (it == map_.end()) return false;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    file = it->second->file;
+  }
+  if (offset > file->size || out.size() > file->size - offset) return false;
+  uint64_t done = 0;
+  while (done < out.size()) {
+    const ssize_t r = ::pread(file->fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
+uint64_t ReconstructionSpill::bytes() const {
+  std::lock_guard lock(mu_);
+  return bytes_;
+}
+
+size_t ReconstructionSpill::count() const {
+  std::lock_guard lock(mu_);
+  return map_.size();
+}
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,92 @@
+// The reconstructions of the checkpoints this daemon just wrote, kept in
+// unnamed files of its staging area (node-local: the staging directory, or
+// the store's own staging on a local disk) so that the next version's
+// delta encode, and reads on this node, find its base's bytes without
+// decoding the chain again (the chunk cache holds only files up to half
+// its size). The files are O_TMPFILE (or unlinked at once): they never
+// appear in a directory, and their space goes back when the daemon drops
+// them or dies. The page cache keeps the recent ones in memory while it
+// can; the disk holds the rest. Every chunk read from here is checked
+// against its blob's chunk checksum (blob_reader.cc) before it is used.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "codec/common/status.h"
+#include "codec/container/chunk_spill.h"
+
+namespace ckptfs::fs {
+
+class ReconstructionSpill final : public ChunkSpill {
+ public:
+  // The default bound of a spill in `dir`: a quarter of the free space of
+  // its filesystem, at most kMaxDefaultBytes.
+  static constexpr uint64_t kMaxDefaultBytes = uint64_t{16} << 30;
+  static uint64_t DefaultCapacity(const std::string& dir);
+
+  // Reconstructions written to unnamed files in `dir`, at most
+  // `capacity_bytes` of them kept (the least recently used leave first).
+  ReconstructionSpill(std::string dir, uint64_t capacity_bytes);
+  ~ReconstructionSpill() override;
+  ReconstructionSpill(const ReconstructionSpill&) = delete;
+  ReconstructionSpill& operator=(const ReconstructionSpill&) = delete;
+
+  // A reconstruction written but not yet kept under its blob's id (which is
+  // known only once the blob is published). Dropping it frees its space.
+  class Pending {
+   public:
+    Pending() = default;
+    Pending(Pending&& other) noexcept;
+    Pending& operator=(Pending&& other) noexcept;
+    ~Pending();
+    bool empty() const { return fd_ < 0; }
+
+   private:
+    friend class ReconstructionSpill;
+    Pending(int fd, uint64_t size) : fd_(fd), size_(size) {}
+    int fd_ = -1;
+    uint64_t size_ = 0;
+  };
+
+  // Writes `reconstruction` into a new unnamed file. A reconstruction
+  // larger than the capacity gives an empty Pending; a write error (no
+  // space) an error, for the log: the caller goes on without it.
+  // Thread-safe.
+  Result<Pending> Write(ByteSpan reconstruction);
+  // Keeps `pending` as `blob`'s reconstruction. `replaces`: a blob whose
+  // kept reconstruction this one supersedes as the next base (the new
+  // version's base when that is no anchor), dropped now. Then the least
+  // recently used leave until the rest fits the capacity. Thread-safe.
+  void Keep(const ObjectId& blob, Pending pending, const ObjectId* replaces = nullptr);
+  void Drop(const ObjectId& blob);
+
+  // ChunkSpill.
+  bool Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) override;
+
+  uint64_t bytes() const;
+  size_t count() const;
+  uint64_t capacity_bytes() const { return capacity_; }
+
+ private:
+  struct File;  // an open unnamed file; closed when its last reader lets go
+  struct Entry {
+    ObjectId blob;
+    std::shared_ptr<const File> file;
+  };
+  Result<int> OpenUnnamed();
+  void RemoveLocked(std::list<Entry>::iterator it);
+
+  const std::string dir_;
+  const uint64_t capacity_;
+  mutable std::mutex mu_;  // leaf lock; never held during file I/O
+  std::list<Entry> lru_;   // front = most recently kept or read
+  std::unordered_map<ObjectId, std::list<Entry>::iterator, ObjectIdHash> map_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace ckptfs::fs

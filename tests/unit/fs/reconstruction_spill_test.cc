@@ -1,0 +1,176 @@
+// The reconstructions a daemon keeps in its staging area
+// (fs/reconstruction_spill.h), and their use by the next version's encode
+// and by reads.
+#include "fs/reconstruction_spill.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "codec/container/blob.h"
+#include "fs/commit_pipeline.h"
+#include "fs/store.h"
+#include "tests/unit/fs/test_util.h"
+
+namespace ckptfs::fs {
+namespace {
+using testing::RandomBytes;
+using testing::TempDir;
+
+ObjectId IdOf(uint8_t n) {
+  const std::byte b{n};
+  return ObjectId::Of(ByteSpan(&b, 1));
+}
+
+std::vector<std::byte> Read(ReconstructionSpill& spill, const ObjectId& id, uint64_t offset, size_t n, bool* ok) {
+  std::vector<std::byte> out(n);
+  *ok = spill.Read(id, offset, out);
+  return out;
+}
+
+TEST(ReconstructionSpill, KeepsReadsAndBoundsWhatItHolds) {
+  TempDir dir;
+  ReconstructionSpill spill(dir.path(), 250000);
+  const auto a = RandomBytes(100000, 1), b = RandomBytes(100000, 2), c = RandomBytes(100000, 3);
+  for (const auto& [id, bytes] : {std::pair{IdOf(1), &a}, std::pair{IdOf(2), &b}}) {
+    auto pending = spill.Write(*bytes);
+    ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+    spill.Keep(id, std::move(*pending));
+  }
+  EXPECT_EQ(spill.count(), 2u);
+  EXPECT_EQ(spill.bytes(), 200000u);
+  // Unnamed files: nothing appears in the directory.
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  bool ok = false;
+  auto got = Read(spill, IdOf(1), 1000, 5000, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), a.begin() + 1000));
+  Read(spill, IdOf(1), 99000, 2000, &ok);
+  EXPECT_FALSE(ok) << "past its end";
+  Read(spill, IdOf(9), 0, 10, &ok);
+  EXPECT_FALSE(ok) << "never kept";
+  // A third does not fit: the least recently used (2: 1 was just read) leaves.
+  auto third = spill.Write(c);
+  ASSERT_TRUE(third.ok());
+  spill.Keep(IdOf(3), std::move(*third));
+  EXPECT_EQ(spill.count(), 2u);
+  Read(spill, IdOf(2), 0, 10, &ok);
+  EXPECT_FALSE(ok);
+  got = Read(spill, IdOf(3), 0, 100000, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(got, c);
+  // A successor replaces its base.
+  auto next = spill.Write(b);
+  ASSERT_TRUE(next.ok());
+  const ObjectId replaced = IdOf(3);
+  spill.Keep(IdOf(4), std::move(*next), &replaced);
+  Read(spill, IdOf(3), 0, 10, &ok);
+  EXPECT_FALSE(ok);
+  Read(spill, IdOf(1), 0, 10, &ok);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(spill.bytes(), 200000u);
+  // Larger than the whole spill: not written.
+  auto huge = spill.Write(RandomBytes(300000, 4));
+  ASSERT_TRUE(huge.ok());
+  EXPECT_TRUE(huge->empty());
+  spill.Keep(IdOf(5), std::move(*huge));
+  EXPECT_EQ(spill.count(), 2u);
+  spill.Drop(IdOf(1));
+  EXPECT_EQ(spill.count(), 1u);
+  EXPECT_EQ(spill.bytes(), 100000u);
+}
+
+// A lossy commit keeps its reconstruction (after its manifest is written);
+// the next version's encode reads its base from there, and reads are
+// served from there.
+TEST(ReconstructionSpill, ALossyCommitKeepsItsReconstructionForTheNextVersion) {
+  TempDir dir;
+  StoreOptions options;
+  options.chunk_cache_bytes = 1 << 20;  // the file is over half of it: not cached
+  options.reconstruction_spill = true;
+  auto opened = Store::Open(dir.path(), options);
+  ASSERT_TRUE(opened.ok());
+  Store& store = **opened;
+  ASSERT_TRUE(store.ClaimStagingArea().ok());
+  ReconstructionSpill* spill = store.reconstruction_spill();
+  ASSERT_NE(spill, nullptr);
+  EXPECT_GT(spill->capacity_bytes(), 0u);
+  CommitOptions commit;
+  commit.encode.lossy_budget = [](FileFormat, const TensorInfo&) {
+    lossy::Budget b;
+    b.rel_l2 = 0.01;
+    return b;
+  };
+  auto commit_file = [&](const std::string& rel, const std::vector<std::byte>& bytes,
+                         const std::vector<BaseCandidate>& bases) -> Result<EncodedVersion> {
+    const std::string path = store.backing() + "/" + rel;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd < 0) return Status::Io(errno, path);
+    Manifest manifest;
+    if (Status init = InitEmptyManifest(fd, false); !init.ok()) return init;
+    manifest.sequence = 2;
+    auto staging = store.CreateStaging();
+    if (!staging.ok()) return staging.status();
+    EXPECT_EQ(::pwrite((*staging)->fd(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+    auto v = CommitStagedFile(store, fd, &manifest, **staging, bases, commit, nullptr, rel);
+    ::close(fd);
+    return v;
+  };
+  const auto v1 = testing::Npy(300000, 3, 0.0f);
+  auto first = commit_file("run/step-1/ckpt.npy", v1, {});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_GT(first->stats.lossy_chunks, 0u);
+  EXPECT_EQ(spill->count(), 1u);
+  EXPECT_EQ(spill->bytes(), v1.size());
+  auto reader = store.OpenBlob(first->fields.object);
+  ASSERT_TRUE(reader.ok());
+  auto expected = DecodeAll(**reader);  // from the spill, checked against the blob's checksums
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  EXPECT_NE(*expected, v1) << "lossy";
+
+  // Its stored chunks destroyed: the next version still deltas against it
+  // (its base comes from the spill), and reads of it still work.
+  const std::string object = store.ObjectPath(first->fields.object);
+  ASSERT_EQ(::chmod(object.c_str(), 0600), 0);
+  {
+    int fd = ::open(object.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    const std::vector<std::byte> junk(4096, std::byte{0x5a});
+    for (const ChunkInfo& c : (*reader)->chunks()) {
+      if (c.stored_length >= 64) {
+        ASSERT_EQ(::pwrite(fd, junk.data(), 64, static_cast<off_t>(c.stored_offset)), 64);
+      }
+    }
+    ::close(fd);
+  }
+  auto again = DecodeAll(**reader);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, *expected);
+  const auto v2 = testing::Npy(300000, 3, 0.01f);
+  auto second = commit_file("run/step-2/ckpt.npy", v2, {*first->as_base});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->fields.base, first->fields.object) << "a delta against the spilled base";
+  EXPECT_EQ(spill->count(), 2u) << "a key frame stays: it is an anchor, later anchor frames read it";
+  // A delta's successor replaces it.
+  auto third = commit_file("run/step-3/ckpt.npy", testing::Npy(300000, 3, 0.02f), {*second->as_base});
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(third->fields.base, second->fields.object);
+  EXPECT_EQ(spill->count(), 2u);
+  std::byte one[1];
+  EXPECT_FALSE(spill->Read(second->fields.object, 0, one));
+  EXPECT_TRUE(spill->Read(third->fields.object, 0, one));
+  EXPECT_TRUE(spill->Read(first->fields.object, 0, one));
+
+  // Without the spill, the destroyed chunks are found out.
+  store.chunk_cache()->SetSpill(nullptr);
+  auto fresh = store.OpenBlob(second->fields.object);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE(DecodeAll(**fresh).ok());
+}
+
+}  // namespace
+}  // namespace ckptfs::fs
