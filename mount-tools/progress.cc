@@ -4,13 +4,22 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace ckptfs::tools {
 
 bool ProgressWanted(bool quiet) { return !quiet && ::isatty(STDERR_FILENO) == 1; }
 
+namespace {
+std::chrono::milliseconds DrawInterval() {
+  const char* env = std::getenv("CKPTFS_PROGRESS_MS");
+  const long ms = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+  return std::chrono::milliseconds(ms > 0 && ms <= 60000 ? ms : 250);
+}
+}  // namespace
+
 Progress::Progress(std::string label, uint64_t total, std::string unit, bool enabled)
-    : label_(std::move(label)), total_(total), unit_(std::move(unit)), enabled_(enabled) {
+    : label_(std::move(label)), total_(total), unit_(std::move(unit)), enabled_(enabled), interval_(DrawInterval()) {
   if (enabled_) ticker_ = std::thread([this] { Run(); });
 }
 
@@ -30,7 +39,7 @@ void Progress::Finish() {
 void Progress::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   // The first draw after a moment: quick commands print nothing.
-  while (!cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; })) Draw();
+  while (!cv_.wait_for(lock, interval_, [this] { return stop_; })) Draw();
 }
 
 void Progress::Draw() {

@@ -39,6 +39,9 @@ class Progress {
   const uint64_t total_;
   const std::string unit_;
   const bool enabled_;
+  // Between draws (the first after one interval): 250 ms, or
+  // CKPTFS_PROGRESS_MS (tests, whose commands may finish within 250 ms).
+  const std::chrono::milliseconds interval_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::atomic<uint64_t> done_{0};
   std::mutex mu_;

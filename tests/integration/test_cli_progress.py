@@ -1,7 +1,8 @@
 """Long commands draw a progress line on a terminal only: with stderr a
-pseudo-terminal `ckptfs encode` of a 128 MB float array (about a second
-of lossy coding on one thread) shows one and erases it; piped or with
---quiet it prints nothing extra."""
+pseudo-terminal `ckptfs encode` of a 128 MB float array shows one and
+erases it; piped or with --quiet it prints nothing extra. The first line
+is drawn after CKPTFS_PROGRESS_MS (here 10 ms; 250 by default): the encode
+takes a few tenths of a second on one thread, too close to the default."""
 import os
 import pty
 import subprocess
@@ -16,7 +17,8 @@ np = pytest.importorskip("numpy")
 def run_with_tty_stderr(args):
     master, slave = pty.openpty()
     try:
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave)
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave,
+                             env=dict(os.environ, CKPTFS_PROGRESS_MS="10"))
         os.close(slave)
         err = b""
         while True:
