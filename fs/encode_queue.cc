@@ -28,7 +28,7 @@ void EncodeQueue::Push(std::function<void()> job) {
 void EncodeQueue::PushBackground(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(Job{std::move(job), true});
+    jobs_.push_front(Job{std::move(job), true});
     ++background_;
   }
   work_cv_.notify_one();

@@ -27,8 +27,10 @@ class EncodeQueue {
   // queue drains (Drain, destruction): a job that waits for something
   // (a DCP shard for its save's .metadata) never holds up an unmount.
   void PushAfter(std::chrono::milliseconds delay, std::function<void()> job);
-  // Queues `job`, work that is no commit (keeping a reconstruction):
-  // pending() leaves it out; Drain and the destructor run it.
+  // Queues `job`, work that is no commit (keeping a reconstruction), ahead
+  // of the commits waiting (it holds memory until it runs): pending()
+  // leaves it out; Drain and the destructor run it. It must not wait for
+  // anything the queue's other jobs hold.
   void PushBackground(std::function<void()> job);
   // Blocks until no job is queued, waiting or running.
   void Drain();

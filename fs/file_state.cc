@@ -241,11 +241,11 @@ Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& st
   commit_options.await_dcp_names = await_names;
   Result<EncodedVersion> version =
       EncodeStaged(*store_, staging.fd(), staging.path(), candidates, commit_options, log_, rel_path);
-  if (version.ok() && version->after_commit) {
-    // It holds the reconstruction: within this encode's share of mem= until it has run.
-    auto held = std::make_shared<MemoryBudget::Reservation>(std::move(memory));
-    version->after_commit = [held, work = std::move(version->after_commit)] { work(); };
-  }
+  // after_commit holds the encode's reconstruction until it has run. With
+  // mem= it runs now, within this encode's reservation (a background job
+  // holding a reservation could wait behind commits waiting for it);
+  // otherwise after the commit, as a background job.
+  if (version.ok() && version->after_commit && options_.mem_mib != 0) std::exchange(version->after_commit, nullptr)();
   return version;
 }
 

@@ -7,6 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
+#include <string>
+#include <mutex>
 
 namespace ckptfs::fs {
 namespace {
@@ -65,28 +68,37 @@ TEST(EncodeQueueTest, DestructionRunsWaitingJobs) {
   EXPECT_EQ(ran.load(), 1);
 }
 
-// Background work (keeping a reconstruction) is no pending commit, but
-// Drain waits for it and it runs in order with the commits.
-TEST(EncodeQueueTest, BackgroundJobsAreNotPendingButDrainWaitsForThem) {
+// Background work (keeping a reconstruction) is no pending commit, runs
+// ahead of the commits waiting, and Drain waits for it.
+TEST(EncodeQueueTest, BackgroundJobsAreNotPendingRunFirstAndAreDrained) {
   EncodeQueue queue(1);
   std::atomic<bool> release{false};
-  std::atomic<int> ran{0};
-  queue.PushBackground([&] {
+  std::mutex mu;
+  std::vector<std::string> order;
+  auto note = [&](const char* what) {
+    std::lock_guard lock(mu);
+    order.push_back(what);
+  };
+  std::atomic<bool> started{false};
+  queue.Push([&] {
+    started = true;
     while (!release.load()) std::this_thread::sleep_for(1ms);
-    ++ran;
+    note("commit 1");
   });
-  EXPECT_EQ(queue.pending(), 0u);
-  queue.Push([&] { ++ran; });
-  EXPECT_EQ(queue.pending(), 1u) << "the commit behind it is pending";
+  while (!started.load()) std::this_thread::sleep_for(1ms);  // the worker holds it
+  queue.Push([&] { note("commit 2"); });
+  queue.PushBackground([&] { note("background"); });
+  EXPECT_EQ(queue.pending(), 2u) << "the two commits";
   release = true;
   queue.Drain();
-  EXPECT_EQ(ran.load(), 2);
+  EXPECT_EQ(order, (std::vector<std::string>{"commit 1", "background", "commit 2"}));
   EXPECT_EQ(queue.pending(), 0u);
   std::atomic<bool> done{false};
   queue.PushBackground([&] {
     std::this_thread::sleep_for(50ms);
     done = true;
   });
+  EXPECT_EQ(queue.pending(), 0u);
   queue.Drain();
   EXPECT_TRUE(done.load()) << "Drain waited for it";
 }
