@@ -20,29 +20,10 @@
 
 namespace ckptfs::fs {
 namespace {
+using testing::Commit;
 using testing::OpenDaemonStore;
 using testing::RandomBytes;
 using testing::TempDir;
-
-// Commits `bytes` as the file `rel` of the store (directories created).
-Result<EncodedVersion> Commit(Store& store, const std::string& rel, const std::vector<std::byte>& bytes,
-                              const CommitOptions& options = {}, const std::vector<BaseCandidate>& bases = {}) {
-  const std::string path = store.backing() + "/" + rel;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
-  if (fd < 0) return Status::Io(errno, "open " + path);
-  Manifest manifest;
-  auto m = ReadManifest(fd);
-  if (m.ok() && m->has_value()) manifest = **m;
-  else if (Status init = InitEmptyManifest(fd, false); !init.ok()) return init;
-  else manifest.sequence = 2;
-  auto staging = store.CreateStaging();
-  if (!staging.ok()) return staging.status();
-  EXPECT_EQ(::pwrite((*staging)->fd(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
-  auto v = CommitStagedFile(store, fd, &manifest, **staging, bases, options, nullptr, rel);
-  ::close(fd);
-  return v;
-}
 
 std::vector<std::string> Paths(const std::vector<BaseCandidate>& candidates) {
   std::vector<std::string> out;

@@ -17,6 +17,7 @@
 
 namespace ckptfs::fs {
 namespace {
+using testing::Commit;
 using testing::RandomBytes;
 using testing::TempDir;
 
@@ -104,24 +105,8 @@ TEST(ReconstructionSpill, ALossyCommitKeepsItsReconstructionForTheNextVersion) {
     b.rel_l2 = 0.01;
     return b;
   };
-  auto commit_file = [&](const std::string& rel, const std::vector<std::byte>& bytes,
-                         const std::vector<BaseCandidate>& bases) -> Result<EncodedVersion> {
-    const std::string path = store.backing() + "/" + rel;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
-    if (fd < 0) return Status::Io(errno, path);
-    Manifest manifest;
-    if (Status init = InitEmptyManifest(fd, false); !init.ok()) return init;
-    manifest.sequence = 2;
-    auto staging = store.CreateStaging();
-    if (!staging.ok()) return staging.status();
-    EXPECT_EQ(::pwrite((*staging)->fd(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
-    auto v = CommitStagedFile(store, fd, &manifest, **staging, bases, commit, nullptr, rel);
-    ::close(fd);
-    return v;
-  };
   const auto v1 = testing::Npy(300000, 3, 0.0f);
-  auto first = commit_file("run/step-1/ckpt.npy", v1, {});
+  auto first = Commit(store, "run/step-1/ckpt.npy", v1, commit);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_GT(first->stats.lossy_chunks, 0u);
   EXPECT_EQ(spill->count(), 1u);
@@ -151,12 +136,12 @@ TEST(ReconstructionSpill, ALossyCommitKeepsItsReconstructionForTheNextVersion) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(*again, *expected);
   const auto v2 = testing::Npy(300000, 3, 0.01f);
-  auto second = commit_file("run/step-2/ckpt.npy", v2, {*first->as_base});
+  auto second = Commit(store, "run/step-2/ckpt.npy", v2, commit, {*first->as_base});
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->fields.base, first->fields.object) << "a delta against the spilled base";
   EXPECT_EQ(spill->count(), 2u) << "a key frame stays: it is an anchor, later anchor frames read it";
   // A delta's successor replaces it.
-  auto third = commit_file("run/step-3/ckpt.npy", testing::Npy(300000, 3, 0.02f), {*second->as_base});
+  auto third = Commit(store, "run/step-3/ckpt.npy", testing::Npy(300000, 3, 0.02f), commit, {*second->as_base});
   ASSERT_TRUE(third.ok()) << third.status().ToString();
   EXPECT_EQ(third->fields.base, second->fields.object);
   EXPECT_EQ(spill->count(), 2u);

@@ -1,6 +1,7 @@
 // Helpers for the fs/ unit tests: a temporary backing directory.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 
 #include "codec/common/bytes.h"
 #include "codec/common/io.h"
+#include "fs/commit_pipeline.h"
+#include "fs/manifest.h"
 #include "fs/store.h"
 
 namespace ckptfs::fs::testing {
@@ -68,6 +71,26 @@ inline std::unique_ptr<Store> OpenDaemonStore(const std::string& backing) {
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   EXPECT_TRUE((*store)->ClaimStagingArea().ok());
   return std::move(*store);
+}
+
+// Commits `bytes` as the file `rel` of the store (directories created).
+inline Result<EncodedVersion> Commit(Store& store, const std::string& rel, const std::vector<std::byte>& bytes,
+                                     const CommitOptions& options = {}, const std::vector<BaseCandidate>& bases = {}) {
+  const std::string path = store.backing() + "/" + rel;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  if (fd < 0) return Status::Io(errno, "open " + path);
+  Manifest manifest;
+  auto m = ReadManifest(fd);
+  if (m.ok() && m->has_value()) manifest = **m;
+  else if (Status init = InitEmptyManifest(fd, false); !init.ok()) return init;
+  else manifest.sequence = 2;
+  auto staging = store.CreateStaging();
+  if (!staging.ok()) return staging.status();
+  EXPECT_EQ(::pwrite((*staging)->fd(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  auto v = CommitStagedFile(store, fd, &manifest, **staging, bases, options, nullptr, rel);
+  ::close(fd);
+  return v;
 }
 
 }  // namespace ckptfs::fs::testing
