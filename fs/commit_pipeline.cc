@@ -272,7 +272,9 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   // them.
   ChunkCache* cache = store.chunk_cache();
   std::vector<std::shared_ptr<ChunkBuffer>> reconstruction;
-  if (layout.format != FileFormat::kOpaque && cache != nullptr && bytes.size() <= cache->capacity_bytes() / 2) {
+  const bool to_cache =
+      layout.format != FileFormat::kOpaque && cache != nullptr && bytes.size() <= cache->capacity_bytes() / 2;
+  if (to_cache) {
     encode.on_reconstruction = [&](ByteSpan recon, const std::vector<ChunkInfo>& chunks) {
       reconstruction.reserve(chunks.size());
       for (const ChunkInfo& c : chunks) {
@@ -282,11 +284,11 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
       }
     };
   }
-  // A lossy reconstruction also goes to the spill, where it outlasts the
-  // cache (any size; other files' reads and encodes fill the cache
-  // meanwhile). Written once the commit is recorded: the encoder's buffer
-  // is taken over until then.
+  // A larger lossy reconstruction goes to the spill instead, written once
+  // the commit is recorded: the encoder's buffer (which it frees after a
+  // file of over 64 MiB anyway) is taken over until then.
   ReconstructionSpill* spill = layout.format != FileFormat::kOpaque ? store.reconstruction_spill() : nullptr;
+  if (spill != nullptr && (to_cache || bytes.size() > spill->capacity_bytes())) spill = nullptr;
   auto kept = std::make_shared<ScratchBuffer>();
   uint64_t kept_size = 0;
   if (spill != nullptr) {

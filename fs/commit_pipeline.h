@@ -136,8 +136,9 @@ struct EncodedVersion {
   // Nothing was encoded: a DCP shard waits for its save's .metadata
   // (CommitOptions::await_dcp_names).
   bool awaiting_names = false;
-  // Run by the committer once the version's manifest is recorded (off the
-  // commit's latency): keeps its reconstruction in the store's spill.
+  // Run once the version's manifest is recorded: keeps its reconstruction
+  // in the store's spill (the daemon queues it as background work, off
+  // the commit's latency; CommitStagedFile runs it before it returns).
   // Empty when there is nothing to do.
   std::function<void()> after_commit;
 };

@@ -64,6 +64,11 @@ bool EncodeQueue::hurry() {
   return stop_ || draining_ > 0 || urgent_;
 }
 
+bool EncodeQueue::stopping() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_ || draining_ > 0;
+}
+
 uint64_t EncodeQueue::pending() {
   std::lock_guard<std::mutex> lock(mu_);
   return jobs_.size() + delayed_.size() + running_ - background_;
@@ -97,6 +102,18 @@ void EncodeQueue::Work() {
     }
     Job job = std::move(jobs_.front());
     jobs_.pop_front();
+    if (job.background && (stop_ || draining_ > 0)) {
+      // The daemon is about to exit: what the job would keep goes with it.
+      --background_;
+      lock.unlock();
+      job.run = nullptr;  // what it holds is freed outside the lock
+      lock.lock();
+      if (jobs_.empty() && delayed_.empty() && running_ == 0) {
+        urgent_ = false;
+        idle_cv_.notify_all();
+      }
+      continue;
+    }
     ++running_;
     lock.unlock();
     job.run();

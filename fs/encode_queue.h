@@ -29,8 +29,9 @@ class EncodeQueue {
   void PushAfter(std::chrono::milliseconds delay, std::function<void()> job);
   // Queues `job`, work that is no commit (keeping a reconstruction), ahead
   // of the commits waiting (it holds memory until it runs): pending()
-  // leaves it out; Drain and the destructor run it. It must not wait for
-  // anything the queue's other jobs hold.
+  // leaves it out, and once the queue drains or stops (Drain, the
+  // destructor: the daemon is about to exit) it is dropped unrun. It must
+  // not wait for anything the queue's other jobs hold.
   void PushBackground(std::function<void()> job);
   // Blocks until no job is queued, waiting or running.
   void Drain();
@@ -42,6 +43,8 @@ class EncodeQueue {
   bool hurry();
   // Jobs queued, waiting or running, but for background ones.
   uint64_t pending();
+  // True while Drain or the destructor waits (not for Hurry alone).
+  bool stopping();
 
  private:
   void Work();

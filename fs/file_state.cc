@@ -245,7 +245,11 @@ Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& st
   // mem= it runs now, within this encode's reservation (a background job
   // holding a reservation could wait behind commits waiting for it);
   // otherwise after the commit, as a background job.
-  if (version.ok() && version->after_commit && options_.mem_mib != 0) std::exchange(version->after_commit, nullptr)();
+  if (version.ok() && version->after_commit && options_.mem_mib != 0) {
+    if (gpu_lock.owns_lock()) gpu_lock.unlock();  // other encodes may use the device meanwhile
+    auto keep = std::exchange(version->after_commit, nullptr);
+    if (wanted()) keep();  // a superseded version is no base
+  }
   return version;
 }
 
@@ -369,8 +373,9 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
 }
 
 void Filesystem::KeepReconstruction(EncodedVersion& version) {
-  // Pointless when the daemon is about to stop (the spill goes with it).
-  if (version.after_commit && queue_ && !queue_->hurry()) queue_->PushBackground(std::move(version.after_commit));
+  // Pointless when the daemon is about to stop (the spill goes with it);
+  // a sync (Hurry) still keeps it.
+  if (version.after_commit && queue_ && !queue_->stopping()) queue_->PushBackground(std::move(version.after_commit));
 }
 
 Result<struct stat> Filesystem::StatInode(Inode& inode) {

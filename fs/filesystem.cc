@@ -457,9 +457,9 @@ Status RunDaemon(const MountOptions& options) {
   store_options.chunk_cache_idle_reserve = idle_reserve;
   std::string staging_why;
   ASSIGN_OR_RETURN(store_options.local_staging, ResolveStaging(options, backing, &staging_why));
-  // Reconstructions are kept beside the staging files, on this node's disk:
-  // not in a shared store (they would cross the network).
-  store_options.reconstruction_spill = !store_options.local_staging.empty() || !IsSharedFilesystem(backing);
+  // Reconstructions are kept beside the staging files where those are on
+  // this node's disk (the store checks the staging area's filesystem).
+  store_options.reconstruction_spill = true;
   // A read-only backing directory (or -o ro) mounts read-only: no staging
   // area, no recovery, no GC; files a dead daemon left in staging are
   // served from their staging files.

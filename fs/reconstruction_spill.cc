@@ -1,6 +1,8 @@
 #include "fs/reconstruction_spill.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -37,6 +39,8 @@ ReconstructionSpill::Pending::~Pending() {
 }
 
 uint64_t ReconstructionSpill::DefaultCapacity(const std::string& dir) {
+  struct statfs fs;
+  if (::statfs(dir.c_str(), &fs) != 0 || fs.f_type == TMPFS_MAGIC) return 0;
   struct statvfs vfs;
   if (::statvfs(dir.c_str(), &vfs) != 0) return 0;
   const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
@@ -63,8 +67,28 @@ Result<int> ReconstructionSpill::OpenUnnamed() {
   return fd;
 }
 
+bool ReconstructionSpill::MakeRoom(uint64_t size) {
+  for (;;) {
+    struct statvfs vfs;
+    if (::statvfs(dir_.c_str(), &vfs) != 0) return false;
+    const uint64_t total = uint64_t{vfs.f_blocks} * vfs.f_frsize;
+    const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    const uint64_t keep_free = std::max<uint64_t>(static_cast<uint64_t>(kFreeShare * static_cast<double>(total)),
+                                                  uint64_t{1} << 30);
+    if (free_bytes >= size && free_bytes - size >= keep_free) return true;
+    // Dropping the least recently used gives its space back once no
+    // reader holds it (a read in flight delays that a moment).
+    std::shared_ptr<const File> dropped;
+    std::lock_guard lock(mu_);
+    if (lru_.empty()) return false;
+    dropped = lru_.back().file;
+    RemoveLocked(std::prev(lru_.end()));
+  }
+}
+
 Result<ReconstructionSpill::Pending> ReconstructionSpill::Write(ByteSpan reconstruction) {
-  if (reconstruction.empty() || reconstruction.size() > capacity_) return Pending();
+  if (reconstruction.empty() || reconstruction.size() > capacity_ || !MakeRoom(reconstruction.size()))
+    return Pending();
   ASSIGN_OR_RETURN(int fd, OpenUnnamed());
   Pending pending(fd, reconstruction.size());
   uint64_t done = 0;
@@ -96,7 +120,7 @@ void ReconstructionSpill::Keep(const ObjectId& blob, Pending pending, const Obje
     closed.push_back(it->second->file);
     RemoveLocked(it->second);
   }
-  while (!lru_.empty() && bytes_ + file->size > capacity_) {
+  while (!lru_.empty() && (bytes_ + file->size > capacity_ || map_.size() >= kMaxEntries)) {
     closed.push_back(lru_.back().file);
     RemoveLocked(std::prev(lru_.end()));
   }

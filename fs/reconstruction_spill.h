@@ -25,9 +25,16 @@ namespace ckptfs::fs {
 class ReconstructionSpill final : public ChunkSpill {
  public:
   // The default bound of a spill in `dir`: a quarter of the free space of
-  // its filesystem, at most kMaxDefaultBytes.
+  // its filesystem, at most kMaxDefaultBytes; 0 on tmpfs (the files would
+  // be memory, outside mem=).
   static constexpr uint64_t kMaxDefaultBytes = uint64_t{16} << 30;
   static uint64_t DefaultCapacity(const std::string& dir);
+  // At most this many reconstructions are kept (each holds a descriptor).
+  static constexpr size_t kMaxEntries = 64;
+  // A write leaves at least this share of the filesystem free (and 1 GiB),
+  // for the store and the staging files: kept reconstructions leave first,
+  // then the write is skipped.
+  static constexpr double kFreeShare = 0.1;
 
   // Reconstructions written to unnamed files in `dir`, at most
   // `capacity_bytes` of them kept (the least recently used leave first).
@@ -54,9 +61,9 @@ class ReconstructionSpill final : public ChunkSpill {
   };
 
   // Writes `reconstruction` into a new unnamed file. A reconstruction
-  // larger than the capacity gives an empty Pending; a write error (no
-  // space) an error, for the log: the caller goes on without it.
-  // Thread-safe.
+  // larger than the capacity, or one the filesystem has no room for (see
+  // kFreeShare), gives an empty Pending; a write error an error, for the
+  // log: the caller goes on without it. Thread-safe.
   Result<Pending> Write(ByteSpan reconstruction);
   // Keeps `pending` as `blob`'s reconstruction. `replaces`: a blob whose
   // kept reconstruction this one supersedes as the next base (the new
@@ -79,6 +86,9 @@ class ReconstructionSpill final : public ChunkSpill {
     std::shared_ptr<const File> file;
   };
   Result<int> OpenUnnamed();
+  // Whether `size` more bytes leave the filesystem its free share, after
+  // dropping kept reconstructions (least recently used first) if needed.
+  bool MakeRoom(uint64_t size);
   void RemoveLocked(std::list<Entry>::iterator it);
 
   const std::string dir_;

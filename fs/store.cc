@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fs/object_file.h"
+#include "fs/staging_placement.h"
 
 namespace ckptfs::fs {
 
@@ -176,12 +177,16 @@ Status Store::ClaimStagingArea() {
     ASSIGN_OR_RETURN(tmp_lock_fd_, LockAreaFile(MetaPath("tmp/" + hex + "/.lock")));
   }
   area_ = hex;
-  if (options_.reconstruction_spill) {
-    const std::string dir = StagingRoot() + "/" + hex;
+  const std::string area_dir = StagingRoot() + "/" + hex;
+  // Only on this node's own disk: not in a shared filesystem (the files
+  // would cross the network), not in memory (tmpfs: DefaultCapacity 0).
+  if (options_.reconstruction_spill && !IsSharedFilesystem(area_dir)) {
     const uint64_t capacity = options_.reconstruction_spill_bytes != 0 ? options_.reconstruction_spill_bytes
-                                                                       : ReconstructionSpill::DefaultCapacity(dir);
-    spill_ = std::make_unique<ReconstructionSpill>(dir, capacity);
-    cache_.SetSpill(spill_.get());
+                                                                       : ReconstructionSpill::DefaultCapacity(area_dir);
+    if (capacity > 0) {
+      spill_ = std::make_unique<ReconstructionSpill>(area_dir, capacity);
+      cache_.SetSpill(spill_.get());
+    }
   }
   return Status::Ok();
 }

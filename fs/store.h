@@ -88,7 +88,8 @@ struct StoreOptions {
   // Keep the reconstructions of the versions this daemon writes in its
   // staging area (fs/reconstruction_spill.h), at most
   // `reconstruction_spill_bytes` (0: ReconstructionSpill::DefaultCapacity).
-  // Only where the staging area is on this node's own disk.
+  // Only where the staging area is on this node's own disk (not a shared
+  // filesystem, not tmpfs).
   bool reconstruction_spill = false;
   uint64_t reconstruction_spill_bytes = 0;
 };
@@ -156,7 +157,7 @@ class Store final : public BlobResolver {
   const std::string backing_;
   const int backing_fd_;
   const StoreOptions options_;
-  std::unique_ptr<ReconstructionSpill> spill_;  // outlives cache_ (declared first)
+  std::unique_ptr<ReconstructionSpill> spill_;  // unset from cache_ and freed first in ~Store
   ChunkCache cache_;
   std::string area_;
   int area_lock_fd_ = -1;  // flock on <staging root>/<area>/.lock

@@ -2,11 +2,13 @@
 // All of them read through the daemon's own decode path (fs::FileContent,
 // BlobReader), never a second parser.
 #include <fcntl.h>
+#include <sched.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -213,6 +215,15 @@ int RunInspect(const std::string& file, bool as_json, bool chunks) {
   return kExitOk;
 }
 
+// One thread per core this process may run on, at most 8: each holds a
+// few 8 MiB pieces and its decode scratch.
+unsigned DefaultRestoreThreads() {
+  cpu_set_t set;
+  unsigned cores = std::thread::hardware_concurrency();
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = static_cast<unsigned>(CPU_COUNT(&set));
+  return std::clamp(cores, 1u, 8u);
+}
+
 int RunRestore(const std::string& file, const std::string& out, bool quiet, unsigned threads) {
   auto opened = OpenManifestFile(file);
   if (!opened.ok()) return ReportStatus(opened.status(), "restore");
@@ -234,7 +245,7 @@ int RunRestore(const std::string& file, const std::string& out, bool quiet, unsi
   if (content->blob()) {
     // Decoded on `threads` (whole chunks, in order), the whole-file
     // checksum checked.
-    s = DecodeToSink(*content->blob(), &sink, threads);
+    s = DecodeToSink(*content->blob(), &sink, threads).WithContext(file);
   } else {
     std::vector<std::byte> buf(std::min<uint64_t>(content->size(), 8u << 20));
     for (uint64_t off = 0; off < content->size() && s.ok();) {
@@ -374,7 +385,7 @@ void RegisterStoreCommands(CLI::App& app, int* exit_code) {
     std::string path, out;
     bool json = false, dry_run = false, chunks = false, quiet = false;
     int64_t grace = 3600;
-    unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    unsigned threads = DefaultRestoreThreads();
   };
   auto a = std::make_shared<Args>();
   CLI::App* stats = app.add_subcommand("stats", "Logical vs stored bytes per file and in total");
@@ -393,7 +404,7 @@ void RegisterStoreCommands(CLI::App& app, int* exit_code) {
   restore->add_option("file", a->path, "Path of the manifest under BACKING")->required();
   restore->add_option("out", a->out, "Where to write the file")->required();
   restore->add_flag("-q,--quiet", a->quiet, "No progress line on a terminal");
-  restore->add_option("--threads", a->threads, "Decode threads (default: one per core)")->check(CLI::Range(1, 256));
+  restore->add_option("--threads", a->threads, "Decode threads (default: one per core, at most 8)")->check(CLI::Range(1, 256));
   restore->callback([a, exit_code] { *exit_code = RunRestore(a->path, a->out, a->quiet, a->threads); });
 
   CLI::App* fsck = app.add_subcommand("fsck", "Verify every manifest, object and chunk (exit 4 on problems)");

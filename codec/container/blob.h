@@ -350,7 +350,8 @@ class ChunkCache {
   // readers that use it.
   CodecScratchPool& scratch_pool();
   // Where readers look for a chunk before decoding it (null: nowhere).
-  // Not owned; REQUIRES: outlives the cache's readers, or is unset first.
+  // Not owned; REQUIRES: it outlives the cache's readers, or is unset while
+  // no read is in flight.
   void SetSpill(ChunkSpill* spill);
   ChunkSpill* spill() const;
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "codec/common/bytes.h"
 
@@ -30,6 +31,15 @@ struct ScratchMemoryFree {
 // Thread safety: none; one owner.
 class ScratchBuffer {
  public:
+  ScratchBuffer() = default;
+  // A moved-from buffer is empty (capacity 0), so its next Reserve allocates.
+  ScratchBuffer(ScratchBuffer&& other) noexcept
+      : data_(std::move(other.data_)), capacity_(std::exchange(other.capacity_, 0)) {}
+  ScratchBuffer& operator=(ScratchBuffer&& other) noexcept {
+    data_ = std::move(other.data_);
+    capacity_ = std::exchange(other.capacity_, 0);
+    return *this;
+  }
   // Returns at least `n` writable bytes; earlier contents are not kept.
   std::byte* Reserve(size_t n) {
     if (n > capacity_) {

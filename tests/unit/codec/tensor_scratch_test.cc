@@ -8,21 +8,23 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 
 namespace ckptfs {
 namespace {
 
-// Whether `p` lies in a mapping of this process (/proc/self/maps).
-bool Mapped(const void* p) {
+// The mapping of this process that holds `p` (/proc/self/maps), or {0, 0}.
+std::pair<uintptr_t, uintptr_t> MappingOf(const void* p) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
   std::ifstream maps("/proc/self/maps");
   std::string line;
   while (std::getline(maps, line)) {
-    uintptr_t lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && at >= lo && at < hi) return true;
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && at >= lo && at < hi) return {lo, hi};
   }
-  return false;
+  return {0, 0};
 }
+bool Mapped(const void* p) { return MappingOf(p).second != 0; }
 
 TEST(ScratchMemory, LargeBlocksAreAlignedAndUnmappedWhenFreed) {
   constexpr size_t kTwoMiB = size_t{2} << 20;
@@ -31,6 +33,11 @@ TEST(ScratchMemory, LargeBlocksAreAlignedAndUnmappedWhenFreed) {
     ASSERT_NE(m.get(), nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(m.get()) % kTwoMiB, 0u) << n;
     EXPECT_GE(m.get_deleter().mapped, n);
+    // Exactly its own mapping: the alignment's head and tail were unmapped
+    // (its huge-page advice keeps it from merging with a neighbour).
+    const auto [lo, hi] = MappingOf(m.get());
+    EXPECT_EQ(lo, reinterpret_cast<uintptr_t>(m.get())) << n;
+    EXPECT_EQ(hi, reinterpret_cast<uintptr_t>(m.get()) + m.get_deleter().mapped) << n;
     std::memset(m.get(), 0x5a, n);  // all of it writable
     const std::byte* last = m.get() + n - 1;
     EXPECT_EQ(*last, std::byte{0x5a});
@@ -45,6 +52,13 @@ TEST(ScratchMemory, LargeBlocksAreAlignedAndUnmappedWhenFreed) {
   std::byte* p = buffer.Reserve(size_t{9} << 20);
   p[(size_t{9} << 20) - 1] = std::byte{1};
   EXPECT_EQ(buffer.Reserve(100), p) << "a smaller request keeps the block";
+  // A moved-from buffer is empty: its next Reserve allocates.
+  ScratchBuffer taken = std::move(buffer);
+  EXPECT_EQ(taken.data(), p);
+  EXPECT_EQ(buffer.capacity(), 0u);  // NOLINT(bugprone-use-after-move): what this checks
+  std::byte* again = buffer.Reserve(64);
+  ASSERT_NE(again, nullptr);
+  again[63] = std::byte{2};
 }
 
 }  // namespace

@@ -68,9 +68,9 @@ TEST(EncodeQueueTest, DestructionRunsWaitingJobs) {
   EXPECT_EQ(ran.load(), 1);
 }
 
-// Background work (keeping a reconstruction) is no pending commit, runs
-// ahead of the commits waiting, and Drain waits for it.
-TEST(EncodeQueueTest, BackgroundJobsAreNotPendingRunFirstAndAreDrained) {
+// Background work (keeping a reconstruction) is no pending commit and
+// runs ahead of the commits waiting.
+TEST(EncodeQueueTest, BackgroundJobsAreNotPendingAndRunFirst) {
   EncodeQueue queue(1);
   std::atomic<bool> release{false};
   std::mutex mu;
@@ -90,17 +90,40 @@ TEST(EncodeQueueTest, BackgroundJobsAreNotPendingRunFirstAndAreDrained) {
   queue.PushBackground([&] { note("background"); });
   EXPECT_EQ(queue.pending(), 2u) << "the two commits";
   release = true;
-  queue.Drain();
+  for (;;) {
+    {
+      std::lock_guard lock(mu);
+      if (order.size() == 3) break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
   EXPECT_EQ(order, (std::vector<std::string>{"commit 1", "background", "commit 2"}));
   EXPECT_EQ(queue.pending(), 0u);
-  std::atomic<bool> done{false};
-  queue.PushBackground([&] {
-    std::this_thread::sleep_for(50ms);
-    done = true;
+}
+
+// A reconstruction queued when the daemon is about to exit is dropped
+// unrun: the spill goes with the daemon.
+TEST(EncodeQueueTest, DrainDropsQueuedBackgroundJobs) {
+  EncodeQueue queue(1);
+  std::atomic<bool> release{false}, started{false}, background_ran{false}, commit_ran{false};
+  queue.Push([&] {
+    started = true;
+    while (!release.load()) std::this_thread::sleep_for(1ms);
   });
+  while (!started.load()) std::this_thread::sleep_for(1ms);
+  queue.PushBackground([&] { background_ran = true; });
+  queue.Push([&] { commit_ran = true; });
+  EXPECT_FALSE(queue.stopping());
+  queue.Hurry();
+  EXPECT_FALSE(queue.stopping()) << "a sync is no stop";
+  std::thread drain([&] { queue.Drain(); });
+  while (!queue.stopping()) std::this_thread::sleep_for(1ms);
+  release = true;
+  drain.join();
+  EXPECT_TRUE(commit_ran.load()) << "commits still run";
+  EXPECT_FALSE(background_ran.load());
   EXPECT_EQ(queue.pending(), 0u);
-  queue.Drain();
-  EXPECT_TRUE(done.load()) << "Drain waited for it";
+  EXPECT_FALSE(queue.stopping());
 }
 
 }  // namespace

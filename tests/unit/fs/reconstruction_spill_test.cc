@@ -84,6 +84,21 @@ TEST(ReconstructionSpill, KeepsReadsAndBoundsWhatItHolds) {
   EXPECT_EQ(spill.bytes(), 100000u);
 }
 
+TEST(ReconstructionSpill, KeepsAtMostItsEntryCount) {
+  TempDir dir;
+  ReconstructionSpill spill(dir.path(), uint64_t{1} << 30);
+  const auto bytes = RandomBytes(1000, 5);
+  for (int i = 0; i < static_cast<int>(ReconstructionSpill::kMaxEntries) + 6; ++i) {
+    auto pending = spill.Write(bytes);
+    ASSERT_TRUE(pending.ok());
+    spill.Keep(IdOf(static_cast<uint8_t>(i)), std::move(*pending));
+  }
+  EXPECT_EQ(spill.count(), ReconstructionSpill::kMaxEntries) << "each holds a descriptor";
+  std::byte one[1];
+  EXPECT_FALSE(spill.Read(IdOf(0), 0, one)) << "the oldest left";
+  EXPECT_TRUE(spill.Read(IdOf(static_cast<uint8_t>(ReconstructionSpill::kMaxEntries + 5)), 0, one));
+}
+
 // A lossy commit keeps its reconstruction (after its manifest is written);
 // the next version's encode reads its base from there, and reads are
 // served from there.
