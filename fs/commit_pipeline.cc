@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <ctime>
+#include <future>
 #include <optional>
 #include <utility>
 
@@ -205,6 +206,15 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     return v;
   }
   std::vector<std::string> keys = TensorKeys(layout.tensors);
+  // The sample of its values for later files' ref copies, taken while the
+  // bytes are in memory (the encode may drop their pages as it goes):
+  // about 7 GB/s of f32 weights on one core, on a thread of its own while
+  // this one hashes the file and picks the base (both passes ran alone
+  // before the encode, on one of the cores).
+  std::future<std::shared_ptr<ValueSample>> sampling;
+  if (options.policy && options.policy->enabled() && layout.format != FileFormat::kOpaque)
+    sampling = std::async(std::launch::async,
+                          [&layout, bytes] { return std::make_shared<ValueSample>(SampleValues(layout, bytes)); });
   // Byte-identical content encoded under the same promises is stored once.
   std::optional<ObjectId> content_key;
   std::optional<ContentInFlight::Claim> claim;  // held until the content index names this version's blob
@@ -299,12 +309,8 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   }
   const std::vector<RefCandidate> refs =
       RefCandidatesFor(store, candidates, logical_path, have_base ? &base_ref.id : nullptr, log);
-  // The sample of its values for later files' ref copies, taken while the
-  // bytes are in memory (the encode may drop their pages as it goes):
-  // about 7 GB/s of f32 weights on one core.
   std::shared_ptr<ValueSample> values;
-  if (options.policy && options.policy->enabled() && layout.format != FileFormat::kOpaque)
-    values = std::make_shared<ValueSample>(SampleValues(layout, bytes));
+  if (sampling.valid()) values = sampling.get();
   auto stats = EncodeBlob(bytes, layout, have_base ? &base_ref : nullptr, &refs, encode, &sink);
   if (!stats.ok()) return stats.status().WithContext("encode " + staging_path);
   v.stats = *stats;
