@@ -299,9 +299,10 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   // file of over 64 MiB anyway) is taken over until then.
   ReconstructionSpill* spill = layout.format != FileFormat::kOpaque ? store.reconstruction_spill() : nullptr;
   if (spill != nullptr && (to_cache || bytes.size() > spill->capacity_bytes())) spill = nullptr;
-  auto kept = std::make_shared<ScratchBuffer>();
+  std::shared_ptr<ScratchBuffer> kept;
   uint64_t kept_size = 0;
   if (spill != nullptr) {
+    kept = std::make_shared<ScratchBuffer>();
     encode.keep_reconstruction = [&](ScratchBuffer& buffer, uint64_t size) {
       *kept = std::exchange(buffer, ScratchBuffer());
       kept_size = size;

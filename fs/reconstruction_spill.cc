@@ -13,15 +13,6 @@
 
 namespace ckptfs::fs {
 
-struct ReconstructionSpill::File {
-  File(int file_fd, uint64_t file_size) : fd(file_fd), size(file_size) {}
-  ~File() { ::close(fd); }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  const int fd;
-  const uint64_t size;
-};
-
 ReconstructionSpill::Pending::Pending(Pending&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
 
@@ -78,7 +69,7 @@ bool ReconstructionSpill::MakeRoom(uint64_t size) {
     if (free_bytes >= size && free_bytes - size >= keep_free) return true;
     // Dropping the least recently used gives its space back once no
     // reader holds it (a read in flight delays that a moment).
-    std::shared_ptr<const File> dropped;
+    std::shared_ptr<const PosixFile> dropped;
     std::lock_guard lock(mu_);
     if (lru_.empty()) return false;
     dropped = lru_.back().file;
@@ -91,27 +82,21 @@ Result<ReconstructionSpill::Pending> ReconstructionSpill::Write(ByteSpan reconst
     return Pending();
   ASSIGN_OR_RETURN(int fd, OpenUnnamed());
   Pending pending(fd, reconstruction.size());
-  uint64_t done = 0;
-  while (done < reconstruction.size()) {
-    const size_t n = std::min<uint64_t>(reconstruction.size() - done, size_t{64} << 20);
-    const ssize_t w = ::pwrite(fd, reconstruction.data() + done, n, static_cast<off_t>(done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return Status::Io(w < 0 ? errno : ENOSPC, "write a reconstruction in " + dir_);
-    done += static_cast<uint64_t>(w);
-  }
+  RETURN_IF_ERROR(WriteAll(fd, reconstruction, "a reconstruction in " + dir_));
   return pending;
 }
 
 void ReconstructionSpill::RemoveLocked(std::list<Entry>::iterator it) {
-  bytes_ -= it->file->size;
+  bytes_ -= it->file->Size();
   map_.erase(it->blob);
   lru_.erase(it);
 }
 
 void ReconstructionSpill::Keep(const ObjectId& blob, Pending pending, const ObjectId* replaces) {
   if (pending.empty()) return;
-  auto file = std::make_shared<const File>(std::exchange(pending.fd_, -1), pending.size_);
-  std::vector<std::shared_ptr<const File>> closed;  // closed after the lock is released
+  std::shared_ptr<const PosixFile> file =
+      PosixFile::Adopt(std::exchange(pending.fd_, -1), pending.size_, "reconstruction in " + dir_);
+  std::vector<std::shared_ptr<const PosixFile>> closed;  // closed after the lock is released
   std::lock_guard lock(mu_);
   for (const ObjectId* id : {&blob, replaces}) {
     if (id == nullptr) continue;
@@ -120,17 +105,17 @@ void ReconstructionSpill::Keep(const ObjectId& blob, Pending pending, const Obje
     closed.push_back(it->second->file);
     RemoveLocked(it->second);
   }
-  while (!lru_.empty() && (bytes_ + file->size > capacity_ || map_.size() >= kMaxEntries)) {
+  while (!lru_.empty() && (bytes_ + file->Size() > capacity_ || map_.size() >= kMaxEntries)) {
     closed.push_back(lru_.back().file);
     RemoveLocked(std::prev(lru_.end()));
   }
-  bytes_ += file->size;
+  bytes_ += file->Size();
   lru_.push_front(Entry{blob, std::move(file)});
   map_.emplace(blob, lru_.begin());
 }
 
 void ReconstructionSpill::Drop(const ObjectId& blob) {
-  std::shared_ptr<const File> closed;
+  std::shared_ptr<const PosixFile> closed;
   std::lock_guard lock(mu_);
   auto it = map_.find(blob);
   if (it == map_.end()) return;
@@ -139,7 +124,7 @@ void ReconstructionSpill::Drop(const ObjectId& blob) {
 }
 
 bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) {
-  std::shared_ptr<const File> file;
+  std::shared_ptr<const PosixFile> file;
   {
     std::lock_guard lock(mu_);
     auto it = map_.find(blob);
@@ -147,15 +132,7 @@ bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByt
     lru_.splice(lru_.begin(), lru_, it->second);
     file = it->second->file;
   }
-  if (offset > file->size || out.size() > file->size - offset) return false;
-  uint64_t done = 0;
-  while (done < out.size()) {
-    const ssize_t r = ::pread(file->fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    done += static_cast<uint64_t>(r);
-  }
-  return true;
+  return file->ReadAt(offset, out).ok();  // past its end, or unreadable: not held
 }
 
 uint64_t ReconstructionSpill::bytes() const {

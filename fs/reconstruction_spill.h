@@ -17,6 +17,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "codec/common/io.h"
 #include "codec/common/status.h"
 #include "codec/container/chunk_spill.h"
 
@@ -80,10 +81,9 @@ class ReconstructionSpill final : public ChunkSpill {
   uint64_t capacity_bytes() const { return capacity_; }
 
  private:
-  struct File;  // an open unnamed file; closed when its last reader lets go
   struct Entry {
     ObjectId blob;
-    std::shared_ptr<const File> file;
+    std::shared_ptr<const PosixFile> file;  // closed when its last reader lets go
   };
   Result<int> OpenUnnamed();
   // Whether `size` more bytes leave the filesystem its free share, after

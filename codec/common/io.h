@@ -58,6 +58,10 @@ class PosixFile final : public RandomAccessFile {
  public:
   // `extra_flags` are added to O_RDONLY|O_CLOEXEC (e.g. O_NOFOLLOW).
   static Result<std::unique_ptr<PosixFile>> Open(const std::string& path, int extra_flags = 0);
+  // Takes over `fd`, an open file of `size` bytes (`name` for messages).
+  static std::unique_ptr<PosixFile> Adopt(int fd, uint64_t size, std::string name) {
+    return std::unique_ptr<PosixFile>(new PosixFile(fd, size, std::move(name)));
+  }
   ~PosixFile() override;
   PosixFile(const PosixFile&) = delete;
   PosixFile& operator=(const PosixFile&) = delete;

@@ -100,14 +100,6 @@ Status EncodeOne(ByteSpan file, const PlannedChunk& plan, const BaseRef* base, c
   return Status::Ok();
 }
 
-// Adds a chunk's bytes to the file's checksum (its own checksum was
-// hashed by the thread that encoded it).
-void ChecksumFile(ByteSpan data, Checksum64Stream& file_checksum) {
-  constexpr size_t kBlock = size_t{256} << 10;
-  for (size_t at = 0; at < data.size(); at += kBlock)
-    file_checksum.Update(data.subspan(at, std::min(kBlock, data.size() - at)));
-}
-
 // The checksum of one chunk's bytes, adding them to the file's checksum in
 // the same read: block by block, so that the second hash of a block finds it
 // in the L1 cache instead of reading the chunk from memory twice (the two
@@ -334,7 +326,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       uint64_t decoded_checksum;
       if (slot.decoded_checksum) {
         decoded_checksum = *slot.decoded_checksum;
-        ChecksumFile(file.subspan(p.offset, p.length), file_checksum);
+        file_checksum.Update(file.subspan(p.offset, p.length));
       } else {
         decoded_checksum = ChecksumChunkAndFile(file.subspan(p.offset, p.length), file_checksum);
       }
