@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -66,17 +67,27 @@ std::optional<uint64_t> VerbatimBaseOffset(const SegmentInfo& base, uint64_t bas
 
 // Rewrites, in the reconstructed file, the CRC-32 of every zip entry whose
 // payload holds a lossy chunk (the central and local headers both carry it).
+// The zip CRCs of the entries whose payload a lossy chunk changed, an
+// entry per task of `parallel` (a gigabyte's CRC-32 took a tenth of a
+// second on one core at the end of a large encode).
+template <typename Parallel>
 void RewriteZipCrcs(const Layout& layout, const std::vector<PlannedChunk>& plan,
-                    const std::vector<LossyResult>& results, MutableByteSpan recon) {
+                    const std::vector<LossyResult>& results, MutableByteSpan recon, unsigned threads,
+                    const Parallel& parallel) {
+  std::vector<const ZipCrcField*> touched;
   for (const ZipCrcField& field : layout.zip_crcs) {
-    bool touched = false;
-    for (size_t i = 0; i < plan.size() && !touched; ++i)
-      touched = results[i].used && plan[i].offset < field.payload_offset + field.payload_length &&
-                plan[i].offset + plan[i].length > field.payload_offset;
-    if (!touched) continue;
+    for (size_t i = 0; i < plan.size(); ++i)
+      if (results[i].used && plan[i].offset < field.payload_offset + field.payload_length &&
+          plan[i].offset + plan[i].length > field.payload_offset) {
+        touched.push_back(&field);
+        break;
+      }
+  }
+  parallel(touched.size(), threads, [&](size_t k, CodecScratch&) {
+    const ZipCrcField& field = *touched[k];
     const uint32_t crc = Crc32(ByteSpan(recon.data() + field.payload_offset, field.payload_length));
     for (uint64_t at : field.crc_offsets) StoreLE32(recon.data() + at, crc);
-  }
+  });
 }
 
 // Encodes one chunk into `slot`; its decoded checksum is left to the
@@ -290,7 +301,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     const LossyPassesInput passes{file,  layout,       plan, have_base ? base : nullptr, base_match, options, threads,
                                   parallel_for, stages, ref};
     RETURN_IF_ERROR(EncodeLossyChunks(passes, recon, &lossy_results, &tensor_err2, &tensor_ref2));
-    RewriteZipCrcs(layout, plan, lossy_results, recon);
+    RewriteZipCrcs(layout, plan, lossy_results, recon, threads, parallel);
     file = ByteSpan(recon);
   }
 
@@ -304,6 +315,12 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   std::vector<EncodedChunkSlot>& slots = (*lease).slots;
   slots.resize(std::min(window, std::max<size_t>(plan.size(), 1)));
   Checksum64Stream file_checksum;
+  // On several threads the whole file's checksum, which is hashed in
+  // order, runs beside the pass on a thread of its own (`file` is final
+  // here): hashed after each window of chunks, it left the other threads
+  // idle, a tenth of a large lossy encode's time at its end.
+  std::future<uint64_t> whole_file_checksum;
+  if (threads > 1) whole_file_checksum = std::async(std::launch::async, [file] { return Checksum64(file); });
   EncodeStats stats;
   StageTimer stored_pass_timer;
   for (size_t first = 0; first < plan.size(); first += slots.size()) {
@@ -311,10 +328,9 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     parallel(count, threads, [&](size_t i, CodecScratch& scratch) {
       const LossyResult* lossy_result = lossy_results.empty() ? nullptr : &lossy_results[first + i];
       slots[i].status = EncodeOne(file, plan[first + i], base, options, lossy_result, scratch, &slots[i]);
-      // On several threads each chunk's checksum is hashed here, and only
-      // the whole file's in order below (that pass runs alone: hashing
-      // both there was a tenth of a two-thread encode's time on one core).
-      // On one thread both are hashed at once below, from the L1 cache.
+      // On several threads each chunk's checksum is hashed here (the whole
+      // file's beside the pass, above). On one thread both are hashed at
+      // once below, from the L1 cache.
       slots[i].decoded_checksum.reset();
       if (threads > 1) slots[i].decoded_checksum = Checksum64(file.subspan(plan[first + i].offset, plan[first + i].length));
     });
@@ -326,7 +342,6 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       uint64_t decoded_checksum;
       if (slot.decoded_checksum) {
         decoded_checksum = *slot.decoded_checksum;
-        file_checksum.Update(file.subspan(p.offset, p.length));
       } else {
         decoded_checksum = ChecksumChunkAndFile(file.subspan(p.offset, p.length), file_checksum);
       }
@@ -348,7 +363,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   }
 
   stages.Add(EncodeStage::kStoredPass, stored_pass_timer.Seconds(), false);
-  index.header.file_checksum = file_checksum.Digest();
+  index.header.file_checksum = whole_file_checksum.valid() ? whole_file_checksum.get() : file_checksum.Digest();
   index.header.tensor_count = static_cast<uint32_t>(index.tensors.size());
   index.header.segment_count = static_cast<uint32_t>(index.segments.size());
   index.header.chunk_count = static_cast<uint32_t>(index.chunks.size());
