@@ -226,6 +226,17 @@ Status EncodeWithRowColumnBase(ByteSpan file, const PlannedChunk& plan, uint64_t
   return Status::Ok();
 }
 
+// The band of a chunk of `rows` rows (RowColumnBandVerdict): its bytes'
+// offset in the chunk and their count.
+struct RowColumnBand {
+  uint64_t skip = 0;
+  uint64_t length = 0;
+};
+RowColumnBand BandOf(uint64_t rows, uint64_t columns) {
+  const uint64_t band_rows = rows / kRowColumnSampleShare;
+  return {(rows - band_rows) / 2 * columns * 4, band_rows * columns * 4};
+}
+
 // The band's verdict (above). kNoBand: too few rows. With kRowColumn,
 // *saved estimates the bytes the candidate saves on the whole chunk.
 enum class BandVerdict { kNoBand, kPlain, kRowColumn };
@@ -234,11 +245,11 @@ BandVerdict RowColumnBandVerdict(ByteSpan file, const PlannedChunk& plan, uint64
                                  MutableByteSpan recon, int64_t* saved) {
   const uint64_t rows = plan.length / 4 / columns;
   if (rows < kRowColumnSampleRows) return BandVerdict::kNoBand;
-  const uint64_t band_rows = rows / kRowColumnSampleShare;
-  const uint64_t skip = (rows - band_rows) / 2 * columns * 4;
+  const RowColumnBand where = BandOf(rows, columns);
+  const uint64_t skip = where.skip;
   PlannedChunk band = plan;
   band.offset += skip;
-  band.length = band_rows * columns * 4;
+  band.length = where.length;
   if (band.base_offset) *band.base_offset += skip;
   // Both write their reconstruction over the band's; the whole chunk's
   // encode that follows writes it again.
@@ -256,7 +267,7 @@ BandVerdict RowColumnBandVerdict(ByteSpan file, const PlannedChunk& plan, uint64
     return BandVerdict::kPlain;
   if (!(static_cast<double>(probe.stored.size()) < kRowColumnSampleGain * static_cast<double>(plain.stored.size())))
     return BandVerdict::kPlain;
-  *saved = static_cast<int64_t>((plain.stored.size() - probe.stored.size()) * (rows / band_rows));
+  *saved = static_cast<int64_t>((plain.stored.size() - probe.stored.size()) * (rows / (where.length / 4 / columns)));
   return BandVerdict::kRowColumn;
 }
 
@@ -274,19 +285,24 @@ Status TryRowColumnBase(ByteSpan file, const PlannedChunk& plan, uint64_t column
       static_cast<double>(result->stored.size()) * 8 < kRowColumnFromBits * static_cast<double>(plan.length / 4))
     return Status::Ok();
   // The plain stream's reconstruction, put back unless the candidate wins
-  // (the band's encodes and the candidate's write over it).
+  // (the band's encodes and the candidate's write over it). Only the band's
+  // part while the band decides (it writes no other): the whole chunk's
+  // copies, twice per second moment, were a third of this candidate's time
+  // in a delta frame, where the band almost always says no.
   MutableByteSpan range = recon.subspan(plan.offset, plan.length);
   std::byte* kept = scratch.step_inputs[2].Reserve(plan.length);
-  std::copy(range.begin(), range.end(), kept);
-  if (plan.length / 4 / columns >= kRowColumnSampleRows) {
+  const uint64_t rows = plan.length / 4 / columns;
+  if (rows >= kRowColumnSampleRows) {
+    const RowColumnBand where = BandOf(rows, columns);
+    const MutableByteSpan band = range.subspan(where.skip, where.length);
+    std::copy(band.begin(), band.end(), kept);
     int64_t saved = 0;
     const BandVerdict verdict =
         RowColumnBandVerdict(file, plan, columns, base_bytes, source, options, scratch, recon, &saved);
-    if (verdict != BandVerdict::kRowColumn) {
-      std::copy(kept, kept + plan.length, range.begin());
-      return Status::Ok();
-    }
+    std::copy(kept, kept + band.size(), band.begin());
+    if (verdict != BandVerdict::kRowColumn) return Status::Ok();
   }
+  std::copy(range.begin(), range.end(), kept);
   *tried = true;
   LossyResult candidate;
   bool ok = false;
