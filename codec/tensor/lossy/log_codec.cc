@@ -61,33 +61,26 @@ constexpr double kMaxHysteresisRel = 0.5;
 
 // Step 1b: every quantized element whose predicted level is another than
 // its nearest one takes the predicted level when its reconstruction there
-// is positive and within min(max_rel, kMaxHysteresisRel) of the value.
-// Returns whether any element changed (its index and reconstruction).
-// With masks (MovedLevelMasksAvx2), only the elements whose bit is set are
-// visited: the others are skipped by the loop's first tests anyway.
+// is positive and within min(max_rel, kMaxHysteresisRel) of the value
+// (KeepPredictedLevel). Returns whether any element changed (its index and
+// reconstruction). With masks (MovedLevelMasksAvx2), only the elements
+// whose bit is set are visited: the others are skipped by the element's
+// first tests anyway; f32 elements then go through the AVX2 path when
+// `table` is the grid's.
 template <typename E>
-bool KeepPredictedLevels(const LogGrid& grid, const std::byte* values, const int32_t* base_index, int64_t origin,
-                         int64_t shift, double max_rel, uint64_t n, int32_t* index, std::byte* recon,
-                         const uint8_t* masks) {
+bool KeepPredictedLevels(const LogGrid& grid, const LogFractionTable* table, const std::byte* values,
+                         const int32_t* base_index, int64_t origin, int64_t shift, double max_rel, uint64_t n,
+                         int32_t* index, std::byte* recon, const uint8_t* masks) {
   const double bound = std::min(max_rel, kMaxHysteresisRel);
+  if constexpr (std::is_same_v<E, F32Elem>) {
+    if (masks != nullptr && table != nullptr && table->ratio == grid.ratio())
+      return KeepPredictedLevelsF32Avx2(grid, *table, values, base_index, origin, static_cast<int32_t>(shift), bound,
+                                        n, index, recon, masks);
+  }
   bool changed = false;
-  auto visit = [&](uint64_t i) {
-    const int32_t q = index[i];
-    if (q == kNoIndex || q == kZeroIndex || base_index[i] == kNoIndex) return;
-    const int64_t predicted = Predict(base_index[i], origin, shift);
-    if (predicted == q || predicted < std::numeric_limits<int32_t>::min() + 2 ||
-        predicted > std::numeric_limits<int32_t>::max())
-      return;
-    const float x = E::ToFloat(LoadLogBits<E>(values, i));
-    const typename E::Bits r = GridElement<E>(grid, predicted);
-    const float y = E::ToFloat(r);
-    const double e = static_cast<double>(y) - x;
-    if (!(y > 0 && std::fabs(e) <= bound * static_cast<double>(x))) return;
-    index[i] = static_cast<int32_t>(predicted);
-    StoreLogBits<E>(recon, i, r);
-    changed = true;
-  };
-  VisitElements(n, masks, visit);
+  VisitElements(n, masks, [&](uint64_t i) {
+    changed |= KeepPredictedLevel<E>(grid, values, base_index, origin, shift, bound, i, index, recon);
+  });
   return changed;
 }
 
@@ -203,8 +196,9 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
     MovedLevelMasksAvx2(index.data(), base_index.data(), static_cast<int32_t>(shift), n, s.log_masks.data());
     masks = s.log_masks.data();
   }
-  const bool kept_levels = delta && KeepPredictedLevels<E>(grid, values.data(), base_index.data(), origin, shift,
-                                                           max_rel, n, index.data(), recon.data(), masks);
+  const bool kept_levels =
+      delta && KeepPredictedLevels<E>(grid, s.log_table.get(), values.data(), base_index.data(), origin, shift,
+                                      max_rel, n, index.data(), recon.data(), masks);
 
   // 2. Symbols and the histogram of their bit widths.
   EnsureSize(&s.log_symbols, n);

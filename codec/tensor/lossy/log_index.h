@@ -160,6 +160,31 @@ template <typename E>
   return E::FromFloat(grid.FloatValue(q));
 }
 
+// Step 1b (hysteresis, log_codec.cc) for element i of a delta frame: when
+// its predicted level (the base's, moved by the shift) is another than its
+// index and its reconstruction there is positive and within `bound` of the
+// value, the element takes it (index and reconstruction). Returns whether
+// it did.
+template <typename E>
+[[gnu::always_inline]] inline bool KeepPredictedLevel(const LogGrid& grid, const std::byte* values,
+                                                      const int32_t* base_index, int64_t origin, int64_t shift,
+                                                      double bound, uint64_t i, int32_t* index, std::byte* recon) {
+  const int32_t q = index[i];
+  if (q == kNoIndex || q == kZeroIndex || base_index[i] == kNoIndex) return false;
+  const int64_t predicted = Predict(base_index[i], origin, shift);
+  if (predicted == q || predicted < std::numeric_limits<int32_t>::min() + 2 ||
+      predicted > std::numeric_limits<int32_t>::max())
+    return false;
+  const float x = E::ToFloat(LoadLogBits<E>(values, i));
+  const typename E::Bits r = E::FromFloat(grid.FloatValue(predicted));
+  const float y = E::ToFloat(r);
+  const double e = static_cast<double>(y) - x;
+  if (!(y > 0 && std::fabs(e) <= bound * static_cast<double>(x))) return false;
+  index[i] = static_cast<int32_t>(predicted);
+  StoreLogBits<E>(recon, i, r);
+  return true;
+}
+
 // Step 2: the symbol of an element of index q (as step 1 left it);
 // UINT32_MAX = exact.
 inline uint32_t Symbol(int32_t q, int64_t predicted) {
@@ -251,6 +276,15 @@ void EscapedErrorSumsF32Avx2(const std::byte* values, const std::byte* recon, co
 // (n + 7) / 8 bytes. REQUIRES: LogSimdAvailable().
 void MovedLevelMasksAvx2(const int32_t* index, const int32_t* base_index, int32_t shift, uint64_t n,
                          uint8_t* masks);
+
+// Step 1b by AVX2 for f32 elements: KeepPredictedLevel<F32Elem> for every
+// element whose bit is set in masks (MovedLevelMasksAvx2's), with the same
+// results; a group of 8 with a level outside the normal floats, or an index
+// near the int32 limits, runs the scalar element. Returns whether any
+// element changed. REQUIRES: LogSimdAvailable(); table built from grid.
+bool KeepPredictedLevelsF32Avx2(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
+                                const int32_t* base_index, int64_t origin, int32_t shift, double bound, uint64_t n,
+                                int32_t* index, std::byte* recon, const uint8_t* masks);
 
 // Step 2b's candidates by AVX2 (f32 elements): bit l of masks[g] is set
 // when element i = 8 g + l has symbols[i] <= kSymbolZero and base bits 0
