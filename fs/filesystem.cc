@@ -184,7 +184,7 @@ void Filesystem::GcLoop() {
     gc.extra_live = LiveObjectsInMemory();
     auto report = CollectGarbage(*store_, gc, log_);
     if (!report.ok()) log_->Warn("background gc failed: {}", report.status().ToString());
-    store_->DropRemovedReaders();
+    store_->DropRemovedObjects();
     lock.lock();
   }
 }

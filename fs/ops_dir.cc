@@ -251,7 +251,7 @@ void Filesystem::FsyncDir(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse
 void Filesystem::StatFs(fuse_req_t req, fuse_ino_t /*ino*/) {
   // Someone asking how much space is free: let go of objects a GC removed,
   // whose space our cached readers would otherwise keep allocated.
-  store_->DropRemovedReaders();
+  store_->DropRemovedObjects();
   struct statvfs sv;
   if (::fstatvfs(store_->backing_fd(), &sv) != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_statfs(req, &sv);

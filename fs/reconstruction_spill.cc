@@ -135,6 +135,14 @@ bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByt
   return file->ReadAt(offset, out).ok();  // past its end, or unreadable: not held
 }
 
+std::vector<ObjectId> ReconstructionSpill::Blobs() const {
+  std::lock_guard lock(mu_);
+  std::vector<ObjectId> out;
+  out.reserve(lru_.size());
+  for (const Entry& e : lru_) out.push_back(e.blob);
+  return out;
+}
+
 uint64_t ReconstructionSpill::bytes() const {
   std::lock_guard lock(mu_);
   return bytes_;

@@ -73,8 +73,12 @@ class ReconstructionSpill final : public ChunkSpill {
   void Keep(const ObjectId& blob, Pending pending, const ObjectId* replaces = nullptr);
   void Drop(const ObjectId& blob);
 
+  // The blobs whose reconstructions are kept now.
+  std::vector<ObjectId> Blobs() const;
+
   // ChunkSpill.
   bool Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) override;
+  void Forget(const ObjectId& blob) override { Drop(blob); }
 
   uint64_t bytes() const;
   size_t count() const;

@@ -296,7 +296,17 @@ Result<std::shared_ptr<const BlobReader>> Store::OpenBlob(const ObjectId& id) {
   return it->second;
 }
 
-size_t Store::DropRemovedReaders() {
+size_t Store::DropRemovedObjects() {
+  auto removed = [&](const ObjectId& id) { return ::access(ObjectPath(id).c_str(), F_OK) != 0 && errno == ENOENT; };
+  size_t dropped = 0;
+  if (spill_) {
+    for (const ObjectId& id : spill_->Blobs()) {
+      if (removed(id)) {
+        spill_->Drop(id);
+        ++dropped;
+      }
+    }
+  }
   std::vector<ObjectId> cached;
   {
     std::lock_guard<std::mutex> lock(readers_mu_);
@@ -304,12 +314,12 @@ size_t Store::DropRemovedReaders() {
   }
   std::unordered_set<ObjectId, ObjectIdHash> gone;
   for (const ObjectId& id : cached)
-    if (::access(ObjectPath(id).c_str(), F_OK) != 0 && errno == ENOENT) gone.insert(id);
-  if (gone.empty()) return 0;
+    if (removed(id)) gone.insert(id);
+  if (gone.empty()) return dropped;
   std::lock_guard<std::mutex> lock(readers_mu_);
   for (const ObjectId& id : gone) readers_.erase(id);
   reader_order_.remove_if([&](const ObjectId& id) { return gone.count(id) > 0; });
-  return gone.size();
+  return dropped + gone.size();
 }
 
 Result<std::shared_ptr<const RandomAccessFile>> Store::OpenRaw(const ObjectId& id) {

@@ -139,10 +139,11 @@ class Store final : public BlobResolver {
 
   // BlobResolver: opens objects/<id> as a blob (cached by id). Thread-safe.
   Result<std::shared_ptr<const BlobReader>> OpenBlob(const ObjectId& id) override;
-  // Forgets cached readers whose object file is gone (removed by a GC,
-  // possibly another process's): their open fds would keep its space
-  // allocated. Returns how many. Thread-safe.
-  size_t DropRemovedReaders();
+  // Forgets cached readers and kept reconstructions (the spill) whose
+  // object file is gone (removed by a GC, possibly another process's):
+  // their open fds would keep its space allocated. Returns how many readers
+  // and reconstructions. Thread-safe.
+  size_t DropRemovedObjects();
   // Opens a raw object (compress=off). Thread-safe.
   Result<std::shared_ptr<const RandomAccessFile>> OpenRaw(const ObjectId& id);
   ChunkCache* chunk_cache() { return &cache_; }

@@ -249,8 +249,10 @@ bool BlobReaderImpl::ReadSpilledChunk(uint32_t c, MutableByteSpan out) const {
   ChunkSpill* spill = cache_->spill();
   if (spill == nullptr || !spill->Read(*id_, index_.chunks[c].logical_offset, out)) return false;
   // A spill is a cache on a disk: bytes that are not the chunk's (a disk
-  // error, a bug) are decoded instead.
-  return Checksum64(out) == index_.chunks[c].checksum;
+  // error, a bug) are decoded instead, and the spill forgets the blob.
+  if (Checksum64(out) == index_.chunks[c].checksum) return true;
+  spill->Forget(*id_);
+  return false;
 }
 
 Status BlobReaderImpl::ChunkError(StatusCode code, uint32_t c, std::string_view why) const {

@@ -20,6 +20,10 @@ class ChunkSpill {
   // false when the spill holds no such range or cannot read it.
   // Thread-safe.
   virtual bool Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) = 0;
+  // What Read gave for `blob` was not the chunk's (its checksum says so):
+  // the spill lets go of `blob`, so that later misses decode instead of
+  // reading and checking the bad bytes again. Thread-safe.
+  virtual void Forget(const ObjectId& blob) = 0;
 };
 
 }  // namespace ckptfs

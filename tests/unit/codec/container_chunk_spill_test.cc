@@ -27,8 +27,13 @@ class FakeSpill final : public ChunkSpill {
     std::copy_n(bytes_.begin() + static_cast<ptrdiff_t>(offset), out.size(), out.begin());
     return true;
   }
+  void Forget(const ObjectId& blob) override {
+    EXPECT_EQ(blob, id_);
+    ++forgotten;
+  }
   std::vector<std::byte>& bytes() { return bytes_; }
   std::atomic<int> reads{0};
+  std::atomic<int> forgotten{0};
 
  private:
   ObjectId id_;
@@ -63,6 +68,7 @@ TEST(ChunkSpill, ReadersTakeChunksWhoseChecksumMatches) {
   ASSERT_TRUE(all.ok()) << all.status().ToString();
   EXPECT_EQ(*all, f.bytes);
   EXPECT_EQ(spill.reads.load(), static_cast<int>((*reader)->chunks().size()));
+  EXPECT_EQ(spill.forgotten.load(), 0);
 
   // A spill whose bytes are not the chunk's is not believed: the chunk is
   // decoded (and here, destroyed, found out).
@@ -72,6 +78,7 @@ TEST(ChunkSpill, ReadersTakeChunksWhoseChecksumMatches) {
   auto wrong = OpenBytes(broken, id, nullptr, &second);
   ASSERT_TRUE(wrong.ok());
   EXPECT_EQ(DecodeAll(**wrong).status().code(), StatusCode::kChecksumMismatch);
+  EXPECT_GE(spill.forgotten.load(), 1) << "told to let go of the blob whose bytes were wrong";
   ChunkCache third(1 << 20);
   third.SetSpill(&spill);
   auto decoded = OpenBytes(blob, id, nullptr, &third);

@@ -79,9 +79,14 @@ TEST(ReconstructionSpill, KeepsReadsAndBoundsWhatItHolds) {
   EXPECT_TRUE(huge->empty());
   spill.Keep(IdOf(5), std::move(*huge));
   EXPECT_EQ(spill.count(), 2u);
+  EXPECT_EQ(spill.Blobs(), (std::vector<ObjectId>{IdOf(1), IdOf(4)}));
   spill.Drop(IdOf(1));
   EXPECT_EQ(spill.count(), 1u);
   EXPECT_EQ(spill.bytes(), 100000u);
+  // A reader whose chunk's checksum did not match forgets the blob.
+  static_cast<ChunkSpill&>(spill).Forget(IdOf(4));
+  EXPECT_EQ(spill.count(), 0u);
+  EXPECT_EQ(spill.bytes(), 0u);
 }
 
 TEST(ReconstructionSpill, KeepsAtMostItsEntryCount) {
@@ -163,6 +168,14 @@ TEST(ReconstructionSpill, ALossyCommitKeepsItsReconstructionForTheNextVersion) {
   std::byte one[1];
   EXPECT_FALSE(spill->Read(second->fields.object, 0, one));
   EXPECT_TRUE(spill->Read(third->fields.object, 0, one));
+  EXPECT_TRUE(spill->Read(first->fields.object, 0, one));
+
+  // A kept reconstruction whose object a GC removed goes with it.
+  const std::string third_object = store.ObjectPath(third->fields.object);
+  ASSERT_EQ(::unlink(third_object.c_str()), 0);
+  EXPECT_GE(store.DropRemovedObjects(), 1u);
+  EXPECT_EQ(spill->count(), 1u);
+  EXPECT_FALSE(spill->Read(third->fields.object, 0, one));
   EXPECT_TRUE(spill->Read(first->fields.object, 0, one));
 
   // Without the spill, the destroyed chunks are found out.
