@@ -38,8 +38,12 @@ uint64_t ReconstructionSpill::DefaultCapacity(const std::string& dir) {
   return std::min(kMaxDefaultBytes, free_bytes / 4);
 }
 
-ReconstructionSpill::ReconstructionSpill(std::string dir, uint64_t capacity_bytes)
-    : dir_(std::move(dir)), capacity_(capacity_bytes) {}
+ReconstructionSpill::ReconstructionSpill(std::string dir, uint64_t capacity_bytes, SpaceProbe probe)
+    : dir_(std::move(dir)), capacity_(capacity_bytes), probe_(probe ? std::move(probe) : [d = dir_]() -> std::optional<Space> {
+        struct statvfs vfs;
+        if (::statvfs(d.c_str(), &vfs) != 0) return std::nullopt;
+        return Space{uint64_t{vfs.f_blocks} * vfs.f_frsize, uint64_t{vfs.f_bavail} * vfs.f_frsize};
+      }) {}
 
 ReconstructionSpill::~ReconstructionSpill() = default;
 
@@ -60,10 +64,9 @@ Result<int> ReconstructionSpill::OpenUnnamed() {
 
 bool ReconstructionSpill::MakeRoom(uint64_t size) {
   for (;;) {
-    struct statvfs vfs;
-    if (::statvfs(dir_.c_str(), &vfs) != 0) return false;
-    const uint64_t total = uint64_t{vfs.f_blocks} * vfs.f_frsize;
-    const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    const std::optional<Space> space = probe_();
+    if (!space) return false;
+    const uint64_t total = space->total, free_bytes = space->available;
     const uint64_t keep_free = std::max<uint64_t>(static_cast<uint64_t>(kFreeShare * static_cast<double>(total)),
                                                   uint64_t{1} << 30);
     if (free_bytes >= size && free_bytes - size >= keep_free) return true;

@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -37,9 +39,18 @@ class ReconstructionSpill final : public ChunkSpill {
   // then the write is skipped.
   static constexpr double kFreeShare = 0.1;
 
+  // The size of the spill's filesystem and the space available on it.
+  struct Space {
+    uint64_t total = 0;
+    uint64_t available = 0;
+  };
+  // How the spill learns them (nullopt: unknown, nothing is written).
+  using SpaceProbe = std::function<std::optional<Space>()>;
+
   // Reconstructions written to unnamed files in `dir`, at most
   // `capacity_bytes` of them kept (the least recently used leave first).
-  ReconstructionSpill(std::string dir, uint64_t capacity_bytes);
+  // `probe` defaults to statvfs of `dir` (tests pass their own).
+  ReconstructionSpill(std::string dir, uint64_t capacity_bytes, SpaceProbe probe = {});
   ~ReconstructionSpill() override;
   ReconstructionSpill(const ReconstructionSpill&) = delete;
   ReconstructionSpill& operator=(const ReconstructionSpill&) = delete;
@@ -97,6 +108,7 @@ class ReconstructionSpill final : public ChunkSpill {
 
   const std::string dir_;
   const uint64_t capacity_;
+  const SpaceProbe probe_;
   mutable std::mutex mu_;  // leaf lock; never held during file I/O
   std::list<Entry> lru_;   // front = most recently kept or read
   std::unordered_map<ObjectId, std::list<Entry>::iterator, ObjectIdHash> map_;

@@ -89,6 +89,52 @@ TEST(ReconstructionSpill, KeepsReadsAndBoundsWhatItHolds) {
   EXPECT_EQ(spill.bytes(), 0u);
 }
 
+// A write leaves a tenth of the filesystem (at least 1 GiB) free: the
+// least recently used leave for it, and when none is left to leave, the
+// write is skipped. (A filesystem whose free space shrinks with what the
+// spill holds: `base` bytes above the share when it holds nothing.)
+TEST(ReconstructionSpill, LeavesItsShareOfTheFilesystemFree) {
+  TempDir dir;
+  constexpr uint64_t kTotal = uint64_t{20} << 30;  // the share is 2 GiB
+  constexpr uint64_t kShare = kTotal / 10;
+  uint64_t base = 250000;
+  ReconstructionSpill* self = nullptr;
+  ReconstructionSpill spill(dir.path(), 1 << 30, [&]() -> std::optional<ReconstructionSpill::Space> {
+    return ReconstructionSpill::Space{kTotal, kShare + base - self->bytes()};
+  });
+  self = &spill;
+  const auto a = RandomBytes(100000, 1), b = RandomBytes(100000, 2), c = RandomBytes(100000, 3);
+  for (const auto& [id, bytes] : {std::pair{IdOf(1), &a}, std::pair{IdOf(2), &b}}) {
+    auto pending = spill.Write(*bytes);
+    ASSERT_TRUE(pending.ok());
+    ASSERT_FALSE(pending->empty());
+    spill.Keep(id, std::move(*pending));
+  }
+  EXPECT_EQ(spill.count(), 2u);
+  // 50000 bytes above the share: the third needs the oldest's room.
+  auto third = spill.Write(c);
+  ASSERT_TRUE(third.ok());
+  ASSERT_FALSE(third->empty());
+  spill.Keep(IdOf(3), std::move(*third));
+  EXPECT_EQ(spill.Blobs(), (std::vector<ObjectId>{IdOf(3), IdOf(2)}));
+  bool ok = false;
+  Read(spill, IdOf(1), 0, 10, &ok);
+  EXPECT_FALSE(ok) << "left for the share";
+  // The filesystem filled up by others: everything leaves, and a write that
+  // still does not fit is skipped.
+  base = 50000;
+  auto fourth = spill.Write(a);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_TRUE(fourth->empty());
+  EXPECT_EQ(spill.count(), 0u);
+  EXPECT_EQ(spill.bytes(), 0u);
+  // Free space unknown: nothing is written.
+  ReconstructionSpill blind(dir.path(), 1 << 30, [] { return std::optional<ReconstructionSpill::Space>(); });
+  auto none = blind.Write(a);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
 TEST(ReconstructionSpill, KeepsAtMostItsEntryCount) {
   TempDir dir;
   ReconstructionSpill spill(dir.path(), uint64_t{1} << 30);
