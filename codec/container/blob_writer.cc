@@ -66,10 +66,9 @@ std::optional<uint64_t> VerbatimBaseOffset(const SegmentInfo& base, uint64_t bas
 }
 
 // Rewrites, in the reconstructed file, the CRC-32 of every zip entry whose
-// payload holds a lossy chunk (the central and local headers both carry it).
-// The zip CRCs of the entries whose payload a lossy chunk changed, an
-// entry per task of `parallel` (a gigabyte's CRC-32 took a tenth of a
-// second on one core at the end of a large encode).
+// payload holds a lossy chunk (the central and local headers both carry
+// it), an entry per task of `parallel` (a gigabyte's CRC-32 took a tenth
+// of a second on one core at the end of a large encode).
 template <typename Parallel>
 void RewriteZipCrcs(const Layout& layout, const std::vector<PlannedChunk>& plan,
                     const std::vector<LossyResult>& results, MutableByteSpan recon, unsigned threads,
@@ -125,6 +124,10 @@ uint64_t ChecksumChunkAndFile(ByteSpan data, Checksum64Stream& file_checksum) {
   }
   return chunk_checksum.Digest();
 }
+
+// From this size a file's checksum is hashed on a thread of its own
+// (smaller ones: in the stored pass, a thread's start is not worth it).
+constexpr uint64_t kChecksumBesideBytes = uint64_t{16} << 20;
 
 // Buffers of the calling thread kept from one EncodeBlob to the next:
 // fresh memory costs page faults (~2 GB/s here, against ~25 GB/s for reused
@@ -316,11 +319,12 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   slots.resize(std::min(window, std::max<size_t>(plan.size(), 1)));
   Checksum64Stream file_checksum;
   // On several threads the whole file's checksum, which is hashed in
-  // order, runs beside the pass on a thread of its own (`file` is final
-  // here): hashed after each window of chunks, it left the other threads
-  // idle, a tenth of a large lossy encode's time at its end.
+  // order, runs beside the pass on a thread of its own when the file is
+  // large (`file` is final here): hashed after each window of chunks, it
+  // left the other threads idle, a tenth of a large lossy encode's time.
   std::future<uint64_t> whole_file_checksum;
-  if (threads > 1) whole_file_checksum = std::async(std::launch::async, [file] { return Checksum64(file); });
+  if (threads > 1 && file.size() >= kChecksumBesideBytes)
+    whole_file_checksum = std::async(std::launch::async, [file] { return Checksum64(file); });
   EncodeStats stats;
   StageTimer stored_pass_timer;
   for (size_t first = 0; first < plan.size(); first += slots.size()) {
@@ -342,6 +346,7 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       uint64_t decoded_checksum;
       if (slot.decoded_checksum) {
         decoded_checksum = *slot.decoded_checksum;
+        if (!whole_file_checksum.valid()) file_checksum.Update(file.subspan(p.offset, p.length));
       } else {
         decoded_checksum = ChecksumChunkAndFile(file.subspan(p.offset, p.length), file_checksum);
       }

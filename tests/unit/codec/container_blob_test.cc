@@ -244,6 +244,21 @@ TEST(BlobDeterminism, SameBytesWhateverTheRunOrThreadCount) {
   EXPECT_EQ(a, Encode(f.bytes, f.layout, EncodeOptions{3, 4096, 5}));
 }
 
+// A file large enough for the whole-file checksum to be hashed on a thread
+// of its own on several threads (blob_writer.cc): the same blob, and it
+// decodes with its checksum checked.
+TEST(BlobDeterminism, ALargeFileIsTheSameBlobOnOneOrTwoThreads) {
+  FileBuilder f = CheckpointLike(11, 700);
+  ASSERT_GE(f.bytes.size(), size_t{16} << 20);
+  std::vector<std::byte> one = Encode(f.bytes, f.layout, EncodeOptions{1, 4 << 20, 1});
+  EXPECT_EQ(one, Encode(f.bytes, f.layout, EncodeOptions{1, 4 << 20, 2}));
+  auto reader = OpenBytes(one);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto all = DecodeAll(**reader);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(*all, f.bytes);
+}
+
 TEST(BlobMetadata, IndexDescribesTheFile) {
   FileBuilder f = CheckpointLike(11);
   f.layout.format = FileFormat::kTorchZip;
