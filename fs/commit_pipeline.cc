@@ -323,11 +323,15 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     // read it).
     std::optional<ObjectId> replaces;
     if (have_base && !candidate->anchor) replaces = candidate->id;
-    v.after_commit = [spill, kept, kept_size, id = v.fields.object, replaces, log] {
+    // Served from memory at once, until its file is written and kept.
+    std::shared_ptr<ReconstructionSpill::Held> held =
+        spill->Hold(v.fields.object, ByteSpan(kept->data(), kept_size), kept);
+    v.after_commit = [spill, kept, kept_size, id = v.fields.object, replaces, log, held]() mutable {
       auto written = spill->Write(ByteSpan(kept->data(), kept_size));
-      *kept = ScratchBuffer();  // its memory goes now
       if (written.ok()) spill->Keep(id, std::move(*written), replaces ? &*replaces : nullptr);
       else if (log) log->Debug("reconstruction of {} not kept: {}", id.Hex(), written.status().ToString());
+      held.reset();  // readers read the file now (or decode)
+      kept.reset();  // its memory goes once no reader copies from it
     };
   }
   v.fields.kind = ManifestKind::kBlob;

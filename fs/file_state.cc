@@ -369,21 +369,19 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
   for (auto& old : superseded) (void)old->Remove();
   AfterCommit(*inode, dir, *version, &in_folder);
   inodes_.EraseIfUnused(inode->ino);
-  KeepReconstruction(*version);
-  // The staging file is unlinked; closing it drops its pages from the page
-  // cache, a quarter of a second for a gigabyte here: not part of the
-  // commit, so not counted as pending (nor in an fsync's wait).
-  if (queue_ && !queue_->stopping())
-    queue_->PushBackground([staged = std::move(staging), done = std::move(done)]() mutable {
-      staged.reset();
-      done.reset();
-    });
+  staging.reset();  // `done` holds it too
+  superseded.push_back(std::move(done));
+  KeepReconstruction(*version, std::move(superseded));
 }
 
-void Filesystem::KeepReconstruction(EncodedVersion& version) {
+void Filesystem::KeepReconstruction(EncodedVersion& version, std::vector<std::shared_ptr<StagingFile>> release) {
   // Pointless when the daemon is about to stop (the spill goes with it);
-  // a sync (Hurry) still keeps it.
-  if (version.after_commit && queue_ && !queue_->stopping()) queue_->PushBackground(std::move(version.after_commit));
+  // a sync (Hurry) still keeps it. (Then `release` goes now.)
+  if (!queue_ || queue_->stopping() || (!version.after_commit && release.empty())) return;
+  queue_->PushBackground([keep = std::move(version.after_commit), release = std::move(release)]() mutable {
+    if (keep) keep();
+    release.clear();
+  });
 }
 
 Result<struct stat> Filesystem::StatInode(Inode& inode) {

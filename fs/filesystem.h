@@ -184,8 +184,11 @@ class Filesystem {
   // the kernel drops pages of a lossy file's staged bytes.
   void AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version, FolderCommits::Entry* in_folder = nullptr);
   // Queues version.after_commit (keeping its reconstruction) as background
-  // work: not a pending commit.
-  void KeepReconstruction(EncodedVersion& version);
+  // work, not a pending commit; then the staging files in `release` are
+  // let go of (closing an unlinked one drops its pages from the page cache,
+  // a quarter of a second per gigabyte: no part of the commit either, and
+  // after the reconstruction, which a read on this node may be waiting for).
+  void KeepReconstruction(EncodedVersion& version, std::vector<std::shared_ptr<StagingFile>> release = {});
   // fsync with node-local staging: commits the file's bytes as of now to
   // the store (the staging file stays for open writers).
   Status CommitForFsync(const std::shared_ptr<Inode>& inode);

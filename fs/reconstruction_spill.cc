@@ -119,23 +119,59 @@ void ReconstructionSpill::Keep(const ObjectId& blob, Pending pending, const Obje
 
 void ReconstructionSpill::Drop(const ObjectId& blob) {
   std::shared_ptr<const PosixFile> closed;
+  std::shared_ptr<const void> freed;
   std::lock_guard lock(mu_);
+  if (auto held = held_.find(blob); held != held_.end()) {
+    freed = std::move(held->second.owner);
+    held_.erase(held);
+  }
   auto it = map_.find(blob);
   if (it == map_.end()) return;
   closed = it->second->file;
   RemoveLocked(it->second);
 }
 
+std::shared_ptr<ReconstructionSpill::Held> ReconstructionSpill::Hold(const ObjectId& blob, ByteSpan bytes,
+                                                                     std::shared_ptr<const void> owner) {
+  std::shared_ptr<Held> holder(new Held(this, blob));
+  std::shared_ptr<const void> replaced;
+  std::lock_guard lock(mu_);
+  InMemory& entry = held_[blob];
+  replaced = std::move(entry.owner);
+  entry = InMemory{bytes, std::move(owner), holder.get()};
+  return holder;
+}
+
+ReconstructionSpill::Held::~Held() {
+  std::shared_ptr<const void> freed;  // outside the lock
+  std::lock_guard lock(spill_->mu_);
+  auto it = spill_->held_.find(blob_);
+  if (it == spill_->held_.end() || it->second.holder != this) return;
+  freed = std::move(it->second.owner);
+  spill_->held_.erase(it);
+}
+
 bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) {
   std::shared_ptr<const PosixFile> file;
+  ByteSpan memory;
+  std::shared_ptr<const void> owner;
   {
     std::lock_guard lock(mu_);
     auto it = map_.find(blob);
-    if (it == map_.end()) return false;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    file = it->second->file;
+    if (it != map_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      file = it->second->file;
+    } else if (auto held = held_.find(blob); held != held_.end()) {
+      memory = held->second.bytes;
+      owner = held->second.owner;
+    } else {
+      return false;
+    }
   }
-  return file->ReadAt(offset, out).ok();  // past its end, or unreadable: not held
+  if (file) return file->ReadAt(offset, out).ok();  // past its end, or unreadable: not held
+  if (offset > memory.size() || out.size() > memory.size() - offset) return false;
+  std::copy_n(memory.data() + offset, out.size(), out.data());
+  return true;
 }
 
 std::vector<ObjectId> ReconstructionSpill::Blobs() const {

@@ -82,7 +82,29 @@ class ReconstructionSpill final : public ChunkSpill {
   // version's base when that is no anchor), dropped now. Then the least
   // recently used leave until the rest fits the capacity. Thread-safe.
   void Keep(const ObjectId& blob, Pending pending, const ObjectId* replaces = nullptr);
+  // Drops `blob`'s reconstruction, kept or held.
   void Drop(const ObjectId& blob);
+
+  // A reconstruction in memory, served under its blob's id while the
+  // holder lives: from the commit until its file is written and kept, so
+  // that a read right after the commit neither waits for the write nor
+  // decodes the chain. Not counted in bytes() or count().
+  class Held {
+   public:
+    ~Held();
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+
+   private:
+    friend class ReconstructionSpill;
+    Held(ReconstructionSpill* spill, const ObjectId& blob) : spill_(spill), blob_(blob) {}
+    ReconstructionSpill* spill_;
+    ObjectId blob_;
+  };
+  // Serves `bytes` (kept alive by `owner`) as `blob`'s reconstruction until
+  // the returned holder goes. REQUIRES: the holder goes before the spill.
+  // Thread-safe.
+  std::shared_ptr<Held> Hold(const ObjectId& blob, ByteSpan bytes, std::shared_ptr<const void> owner);
 
   // The blobs whose reconstructions are kept now.
   std::vector<ObjectId> Blobs() const;
@@ -100,6 +122,11 @@ class ReconstructionSpill final : public ChunkSpill {
     ObjectId blob;
     std::shared_ptr<const PosixFile> file;  // closed when its last reader lets go
   };
+  struct InMemory {
+    ByteSpan bytes;
+    std::shared_ptr<const void> owner;  // freed when its last reader lets go
+    const Held* holder = nullptr;        // whose entry it is
+  };
   Result<int> OpenUnnamed();
   // Whether `size` more bytes leave the filesystem its free share, after
   // dropping kept reconstructions (least recently used first) if needed.
@@ -112,6 +139,7 @@ class ReconstructionSpill final : public ChunkSpill {
   mutable std::mutex mu_;  // leaf lock; never held during file I/O
   std::list<Entry> lru_;   // front = most recently kept or read
   std::unordered_map<ObjectId, std::list<Entry>::iterator, ObjectIdHash> map_;
+  std::unordered_map<ObjectId, InMemory, ObjectIdHash> held_;
   uint64_t bytes_ = 0;
 };
 

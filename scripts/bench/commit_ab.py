@@ -1,11 +1,12 @@
 """Commit time of two ckptfs builds, side by side: for each round and each
 build, a fresh mount, a copy of BASE into step-0/ (a key frame; waited for),
-then a copy of NEXT into step-1/ (a delta frame against it). Measured: the
-time from the end of each copy (close) until nothing is pending, which is
-the daemon's work on the file alone (the copy's own time depends on the
-page cache more than on ckptfs). The builds alternate within each round.
-Prints JSON: per build the key and delta times of every round and their
-medians, and the paired ratios (B / A) per round.
+then a copy of NEXT into step-1/ (a delta frame against it), then a read
+of step-1/ right away. Measured: the time from the end of each copy
+(close) until nothing is pending, which is the daemon's work on the file
+alone (the copy's own time depends on the page cache more than on
+ckptfs), and the read's time. The builds alternate within each round.
+Prints JSON: per build the key, delta and read times of every round and
+their medians, and the paired ratios (B / A) per round.
 
   commit_ab.py --a BIN --b BIN --base FILE --next FILE [--runs 5] [--work DIR] [-o OPTIONS]
 
@@ -47,11 +48,16 @@ def one_round(binary, work, base, nxt, options):
     try:
         key = copy_timed(base, mnt, "step-0/ckpt.pt")
         delta = copy_timed(nxt, mnt, "step-1/ckpt.pt")
+        t0 = time.monotonic()
+        with open(os.path.join(mnt, "step-1/ckpt.pt"), "rb") as f:
+            while f.read(1 << 20):
+                pass
+        read = time.monotonic() - t0
         stored = [int(os.getxattr(os.path.join(mnt, f"step-{k}/ckpt.pt"), "user.ckptfs.stored_bytes").decode())
                   for k in (0, 1)]
     finally:
         subprocess.run([binary, "umount", mnt], check=True)
-    return key, delta, stored
+    return key, delta, read, stored
 
 
 def main():
@@ -66,20 +72,21 @@ def main():
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="ckptfs-commit-ab.")
     builds = {"a": args.a, "b": args.b}
-    r = {n: {"key_s": [], "delta_s": [], "stored_bytes": None} for n in builds}
+    r = {n: {"key_s": [], "delta_s": [], "read_s": [], "stored_bytes": None} for n in builds}
     try:
         for i in range(args.runs):
             for name, binary in builds.items():
-                key, delta, stored = one_round(binary, work, args.base, args.next, args.options)
+                key, delta, read, stored = one_round(binary, work, args.base, args.next, args.options)
                 r[name]["key_s"].append(key)
                 r[name]["delta_s"].append(delta)
+                r[name]["read_s"].append(read)
                 r[name]["stored_bytes"] = stored
-                print(f"round {i} {name}: key {key:.2f} s, delta {delta:.2f} s", file=sys.stderr)
+                print(f"round {i} {name}: key {key:.2f} s, delta {delta:.2f} s, read {read:.2f} s", file=sys.stderr)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     out = {"a": args.a, "b": args.b, "base": args.base, "next": args.next, "runs": args.runs, "raw": r}
-    for what in ("key_s", "delta_s"):
+    for what in ("key_s", "delta_s", "read_s"):
         out[f"median_{what}"] = {n: statistics.median(r[n][what]) for n in builds}
         out[f"paired_b_over_a_{what}"] = [b / a for a, b in zip(r["a"][what], r["b"][what])]
     json.dump(out, sys.stdout, indent=1)

@@ -135,6 +135,52 @@ TEST(ReconstructionSpill, LeavesItsShareOfTheFilesystemFree) {
   EXPECT_TRUE(none->empty());
 }
 
+// A reconstruction held in memory is served until its holder goes; one
+// that is also kept is then read from its file.
+TEST(ReconstructionSpill, ServesAHeldReconstructionFromMemory) {
+  TempDir dir;
+  ReconstructionSpill spill(dir.path(), 1 << 20);
+  auto bytes = std::make_shared<std::vector<std::byte>>(RandomBytes(100000, 7));
+  auto held = spill.Hold(IdOf(1), *bytes, bytes);
+  bool ok = false;
+  auto got = Read(spill, IdOf(1), 500, 1000, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), bytes->begin() + 500));
+  Read(spill, IdOf(1), 99500, 1000, &ok);
+  EXPECT_FALSE(ok) << "past its end";
+  EXPECT_EQ(spill.count(), 0u) << "memory, not a kept file";
+  EXPECT_TRUE(spill.Blobs().empty());
+  // Kept while held: the file serves it after the holder goes.
+  auto pending = spill.Write(*bytes);
+  ASSERT_TRUE(pending.ok());
+  spill.Keep(IdOf(1), std::move(*pending));
+  held.reset();
+  std::weak_ptr<std::vector<std::byte>> memory = bytes;
+  bytes.reset();
+  EXPECT_TRUE(memory.expired()) << "the spill let go of the memory";
+  got = Read(spill, IdOf(1), 500, 1000, &ok);
+  ASSERT_TRUE(ok);
+  // Held and never kept: gone with its holder; a Drop lets go of it too.
+  auto other = std::make_shared<std::vector<std::byte>>(RandomBytes(1000, 8));
+  auto second = spill.Hold(IdOf(2), *other, other);
+  Read(spill, IdOf(2), 0, 10, &ok);
+  EXPECT_TRUE(ok);
+  second.reset();
+  Read(spill, IdOf(2), 0, 10, &ok);
+  EXPECT_FALSE(ok);
+  auto third = spill.Hold(IdOf(3), *other, other);
+  spill.Drop(IdOf(3));
+  Read(spill, IdOf(3), 0, 10, &ok);
+  EXPECT_FALSE(ok);
+  third.reset();  // after a Drop: nothing left to remove
+  // A later holder of the same blob is not removed by an earlier one's end.
+  auto first_holder = spill.Hold(IdOf(4), *other, other);
+  auto later_holder = spill.Hold(IdOf(4), *other, other);
+  first_holder.reset();
+  Read(spill, IdOf(4), 0, 10, &ok);
+  EXPECT_TRUE(ok);
+}
+
 TEST(ReconstructionSpill, KeepsAtMostItsEntryCount) {
   TempDir dir;
   ReconstructionSpill spill(dir.path(), uint64_t{1} << 30);
