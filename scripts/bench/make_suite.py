@@ -11,6 +11,10 @@ A workload whose INFO.json exists is kept. Workloads (full size):
 
   mlp-init    four Linear(2048, 2048) with AdamW, a few steps from
               initialization, versions one step apart (about 200 MB each)
+  mlp-deep    sixteen Linear(1024, 1024) with Adam on batches of 4, from
+              the first step: the deep layers barely train (vanishing
+              gradients), their moments are nearly constant planes;
+              versions one step apart (about 200 MB each)
   lm          a byte-level transformer language model (4 layers, d=256)
               trained on Python source, AdamW, versions 20 steps apart
   lm-far      the same run, versions 150 steps apart
@@ -32,7 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-WORKLOADS = ["mlp-init", "lm", "lm-far", "conv", "mixed", "big"]
+WORKLOADS = ["mlp-init", "mlp-deep", "lm", "lm-far", "conv", "mixed", "big"]
 
 
 def save(path, obj):
@@ -55,14 +59,14 @@ def write_info(out, info):
 
 # --- the workloads ---------------------------------------------------------
 
-def mlp_run(out, width, layers, versions, opt_name, start_steps, description):
+def mlp_run(out, width, layers, versions, opt_name, start_steps, description, batch=32):
     """A wide MLP near initialization: random inputs, one step apart."""
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
     opt = (torch.optim.AdamW if opt_name == "adamw" else torch.optim.Adam)(model.parameters(), lr=1e-3)
     steps = []
     for step in range(start_steps + versions):
-        x = torch.randn(32, width)
+        x = torch.randn(batch, width)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
         loss.backward()
@@ -247,6 +251,11 @@ def build(name, out, size):
         w = 2048 if size == "full" else 256
         mlp_run(out, w, 4, 3, "adamw", 4,
                 f"four Linear({w}, {w}) with AdamW, 5 steps from initialization, versions one step apart")
+    elif name == "mlp-deep":
+        w = 1024 if size == "full" else 128
+        mlp_run(out, w, 16, 3, "adam", 0,
+                f"sixteen Linear({w}, {w}) with Adam on batches of 4 (vanishing gradients: nearly constant "
+                "moments in the deep layers), versions one step apart from the first", batch=4)
     elif name == "big":
         w = 4096 if size == "full" else 384
         mlp_run(out, w, 6, 2, "adam", 1,

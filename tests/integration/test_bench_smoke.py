@@ -60,7 +60,7 @@ def test_codec_suite_runs_every_workload_at_smoke_size(tmp_path):
         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
-    assert set(result["workloads"]) == {"mlp-init", "lm", "lm-far", "conv", "mixed", "big"}
+    assert set(result["workloads"]) == {"mlp-init", "mlp-deep", "lm", "lm-far", "conv", "mixed", "big"}
     for name, w in result["workloads"].items():
         versions = w["versions"]
         assert versions[0]["frame"] == "key" and all(v["frame"] == "delta" for v in versions[1:]), name
