@@ -38,12 +38,21 @@ uint64_t ReconstructionSpill::DefaultCapacity(const std::string& dir) {
   return std::min(kMaxDefaultBytes, free_bytes / 4);
 }
 
+namespace {
+
+// The default SpaceProbe: statvfs of the spill's directory.
+std::optional<ReconstructionSpill::Space> StatvfsSpace(const std::string& dir) {
+  struct statvfs vfs;
+  if (::statvfs(dir.c_str(), &vfs) != 0) return std::nullopt;
+  return ReconstructionSpill::Space{uint64_t{vfs.f_blocks} * vfs.f_frsize, uint64_t{vfs.f_bavail} * vfs.f_frsize};
+}
+
+}  // namespace
+
 ReconstructionSpill::ReconstructionSpill(std::string dir, uint64_t capacity_bytes, SpaceProbe probe)
-    : dir_(std::move(dir)), capacity_(capacity_bytes), probe_(probe ? std::move(probe) : [d = dir_]() -> std::optional<Space> {
-        struct statvfs vfs;
-        if (::statvfs(d.c_str(), &vfs) != 0) return std::nullopt;
-        return Space{uint64_t{vfs.f_blocks} * vfs.f_frsize, uint64_t{vfs.f_bavail} * vfs.f_frsize};
-      }) {}
+    : dir_(std::move(dir)),
+      capacity_(capacity_bytes),
+      probe_(probe ? std::move(probe) : [d = dir_] { return StatvfsSpace(d); }) {}
 
 ReconstructionSpill::~ReconstructionSpill() = default;
 
