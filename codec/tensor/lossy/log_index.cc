@@ -188,6 +188,12 @@ CKPTFS_LOG_AVX2 __m256d RaiseMaxRel(__m256d max_rel_seen, __m256d m0, __m256d m1
   return max_rel_seen;
 }
 
+// The lanes of `vote` whose difference `d` is `delta`, as a bit mask.
+__attribute__((target("avx2"), always_inline)) inline uint32_t VoteLanes(__m256i vote, __m256i d, int32_t delta) {
+  const __m256i hit = _mm256_and_si256(vote, _mm256_cmpeq_epi32(d, _mm256_set1_epi32(delta)));
+  return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(hit)));
+}
+
 template <bool kDelta>
 __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const LogFractionTable& t,
                                                    const std::byte* values, const std::byte* base, double max_rel,
@@ -201,6 +207,7 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
   __m256i hi = _mm256_set1_epi32(std::numeric_limits<int32_t>::min());
   __m256d max_abs = _mm256_setzero_pd(), max_rel_seen = _mm256_setzero_pd();
   double err2 = sums->err2, ref2 = sums->ref2;
+  uint64_t votes_same = 0, votes_up = 0, votes_down = 0;  // d = 0, +1, -1
   uint64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + 4 * i));
@@ -268,7 +275,13 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
       const __m256i d = _mm256_sub_epi32(p.q, pb.q);
       const __m256i near = _mm256_cmpgt_epi32(_mm256_set1_epi32(kMaxShift + 1), _mm256_abs_epi32(d));
       const __m256i vote = _mm256_and_si256(_mm256_and_si256(quant, base_on_grid), near);
-      uint32_t mask = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(vote)));
+      // Nearly every vote is -1, 0 or +1: counted by mask (the four tables
+      // are only ever summed), the rest one by one.
+      const uint32_t same = VoteLanes(vote, d, 0), up = VoteLanes(vote, d, 1), down = VoteLanes(vote, d, -1);
+      votes_same += static_cast<uint64_t>(std::popcount(same));
+      votes_up += static_cast<uint64_t>(std::popcount(up));
+      votes_down += static_cast<uint64_t>(std::popcount(down));
+      uint32_t mask = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(vote))) & ~(same | up | down);
       if (mask != 0) {
         alignas(32) int32_t ds[8];
         _mm256_store_si256(reinterpret_cast<__m256i*>(ds), d);
@@ -280,6 +293,9 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
     }
   }
   sums->err2 = err2, sums->ref2 = ref2;
+  sums->votes[0][kMaxShift] += votes_same;
+  sums->votes[0][kMaxShift + 1] += votes_up;
+  sums->votes[0][kMaxShift - 1] += votes_down;
   for (; i < n; ++i) IndexElement<F32Elem, kDelta>(grid, values, base, max_rel, i, index, base_index, recon, sums);
   alignas(32) int32_t lanes_lo[8], lanes_hi[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes_lo), lo);

@@ -331,6 +331,14 @@ void DecodeKeyTableF32Avx2(const uint32_t* table, const std::byte* packed, uint3
 void DecodeDeltaF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* packed, uint32_t bits,
                           int64_t origin, int64_t shift, bool zero_carry, const std::byte* base, uint64_t n,
                           std::byte* out);
+// The two AVX-512 decodes read their symbols through this: `groups` groups
+// of 16 `bits`-wide symbols (2 * bits bytes each) from `packed` into
+// `out`, by byte permutes with `vbmi` (AVX-512 VBMI), else by gathers. The
+// decodes take the permutes where the CPU has VBMI; tests compare both.
+// REQUIRES: LogAvx512Available() (and LogVbmiAvailable() for vbmi),
+// 1 <= bits <= 24, packed readable for 8 bytes past the groups.
+bool LogVbmiAvailable();
+void UnpackSymbolGroupsAvx512(const std::byte* packed, uint32_t bits, uint64_t groups, uint32_t* out, bool vbmi);
 // DecodeDeltaF32Avx512 by AVX2 (groups of 8; gathers instead of permutes,
 // so any table serves). REQUIRES: LogSimdAvailable(), table built from
 // grid, |origin| < kMaxVectorOrigin, |shift| <= kMaxShift, 1 <= bits <= 24,

@@ -257,6 +257,34 @@ TEST(LossyLogSimd, KeyTableDecodeEqualsTheTableLookup) {
   }
 }
 
+// The AVX-512 decodes' symbol unpacking, by byte permutes (VBMI) and by
+// gathers: each symbol as the scalar rule reads it, for every width.
+TEST(LossyLogSimd, SymbolGroupsUnpackAsTheScalarRule) {
+  if (!LogAvx512Available()) GTEST_SKIP() << "no AVX-512";
+  std::mt19937_64 rng(13);
+  for (uint32_t bits = 1; bits <= 24; ++bits) {
+    for (uint64_t groups : {uint64_t{1}, uint64_t{3}, uint64_t{70}}) {
+      SCOPED_TRACE("bits " + std::to_string(bits) + " groups " + std::to_string(groups));
+      const uint64_t n = 16 * groups;
+      std::vector<std::byte> packed(n * bits / 8 + 8);
+      for (std::byte& b : packed) b = std::byte(rng() & 0xff);
+      const uint32_t mask = (1u << bits) - 1;
+      std::vector<uint32_t> want(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t word;
+        std::memcpy(&word, packed.data() + i * bits / 8, 8);
+        want[i] = static_cast<uint32_t>(word >> (i * bits % 8)) & mask;
+      }
+      for (bool vbmi : {false, true}) {
+        if (vbmi && !LogVbmiAvailable()) continue;
+        std::vector<uint32_t> got(n, 0xdeadbeef);
+        UnpackSymbolGroupsAvx512(packed.data(), bits, groups, got.data(), vbmi);
+        ASSERT_EQ(got, want) << (vbmi ? "permutes" : "gathers");
+      }
+    }
+  }
+}
+
 // The candidate masks of steps 1b and 2b: exactly the elements the scalar
 // tests let through, for every tail length, with the special indices, sums
 // that wrap, and +0.0 / -0.0 bases.
