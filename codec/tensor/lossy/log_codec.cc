@@ -66,16 +66,21 @@ constexpr double kMaxHysteresisRel = 0.5;
 // reconstruction). With masks (MovedLevelMasksAvx2), only the elements
 // whose bit is set are visited: the others are skipped by the element's
 // first tests anyway; f32 elements then go through the AVX2 path when
-// `table` is the grid's.
+// `table` is the grid's (the AVX-512 one when `avx512` and its small
+// tables exist).
 template <typename E>
 bool KeepPredictedLevels(const LogGrid& grid, const LogFractionTable* table, const std::byte* values,
                          const int32_t* base_index, int64_t origin, int64_t shift, double max_rel, uint64_t n,
-                         int32_t* index, std::byte* recon, const uint8_t* masks) {
+                         int32_t* index, std::byte* recon, const uint8_t* masks, bool avx512) {
   const double bound = std::min(max_rel, kMaxHysteresisRel);
   if constexpr (std::is_same_v<E, F32Elem>) {
-    if (masks != nullptr && table != nullptr && table->ratio == grid.ratio())
+    if (masks != nullptr && table != nullptr && table->ratio == grid.ratio()) {
+      if (avx512 && table->has_small)
+        return KeepPredictedLevelsF32Avx512(grid, *table, values, base_index, origin, static_cast<int32_t>(shift),
+                                            bound, n, index, recon, masks);
       return KeepPredictedLevelsF32Avx2(grid, *table, values, base_index, origin, static_cast<int32_t>(shift), bound,
                                         n, index, recon, masks);
+    }
   }
   bool changed = false;
   VisitElements(n, masks, [&](uint64_t i) {
@@ -198,7 +203,8 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   }
   const bool kept_levels =
       delta && KeepPredictedLevels<E>(grid, s.log_table.get(), values.data(), base_index.data(), origin, shift,
-                                      max_rel, n, index.data(), recon.data(), masks);
+                                      max_rel, n, index.data(), recon.data(), masks,
+                                      max_simd == SimdLevel::kAvx512 && LogAvx512Available());
 
   // 2. Symbols and the histogram of their bit widths.
   EnsureSize(&s.log_symbols, n);

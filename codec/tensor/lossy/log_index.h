@@ -286,6 +286,14 @@ bool KeepPredictedLevelsF32Avx2(const LogGrid& grid, const LogFractionTable& tab
                                 const int32_t* base_index, int64_t origin, int32_t shift, double bound, uint64_t n,
                                 int32_t* index, std::byte* recon, const uint8_t* masks);
 
+// KeepPredictedLevelsF32Avx2 by AVX-512, sixteen lanes at a time (the
+// level's bits by register permutes instead of a gather), with the same
+// results. REQUIRES: LogAvx512Available(), table.has_small and built from
+// grid.
+bool KeepPredictedLevelsF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
+                                  const int32_t* base_index, int64_t origin, int32_t shift, double bound, uint64_t n,
+                                  int32_t* index, std::byte* recon, const uint8_t* masks);
+
 // Step 2b's candidates by AVX2 (f32 elements): bit l of masks[g] is set
 // when element i = 8 g + l has symbols[i] <= kSymbolZero and base bits 0
 // (+0.0). masks holds (n + 7) / 8 bytes. REQUIRES: LogSimdAvailable().

@@ -324,6 +324,79 @@ CKPTFS_LOG_AVX512 __m512i FloorDivEstimate(__m512i q, __m512d inv_k) {
 
 }  // namespace
 
+__attribute__((target("avx512f,avx512bw,avx512vl"))) bool KeepPredictedLevelsF32Avx512(
+    const LogGrid& grid, const LogFractionTable& table, const std::byte* values, const int32_t* base_index,
+    int64_t origin, int32_t shift, double bound, uint64_t n, int32_t* index, std::byte* recon, const uint8_t* masks) {
+  const uint32_t per_octave = grid.per_octave();
+  alignas(64) uint32_t level_bits[64] = {};
+  for (uint32_t j = 0; j < per_octave; ++j) level_bits[j] = table.level_bits[j];
+  const Table64 levels = LoadTable(level_bits);
+  const __m512i k = _mm512_set1_epi32(static_cast<int>(per_octave));
+  const __m512d inv_k = _mm512_set1_pd(1.0 / static_cast<double>(per_octave));
+  const __m512i shift_v = _mm512_set1_epi32(shift);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512d bound_v = _mm512_set1_pd(bound);
+  bool changed = false;
+  auto scalar_group = [&](uint64_t i, uint32_t m) {
+    for (; m != 0; m &= m - 1) {
+      const uint64_t at = i + static_cast<uint64_t>(std::countr_zero(m));
+      if (at < n) changed |= KeepPredictedLevel<F32Elem>(grid, values, base_index, origin, shift, bound, at, index, recon);
+    }
+  };
+  const uint64_t mask_bytes = (n + 7) / 8;
+  for (uint64_t g = 0; g < mask_bytes; g += 2) {
+    const uint32_t m = masks[g] | (g + 1 < mask_bytes ? uint32_t{masks[g + 1]} << 8 : 0u);
+    if (m == 0) continue;
+    const uint64_t i = g * 8;
+    if (i + 16 > n) {
+      scalar_group(i, m);
+      continue;
+    }
+    const __mmask16 marked = static_cast<__mmask16>(m);
+    const __m512i b = _mm512_loadu_si512(base_index + i);
+    // A marked lane's base has an index (MovedLevelMasksAvx2); beyond 2^30
+    // the sum below may wrap (real ones are below 2^24): the scalar element.
+    const __mmask16 far = _mm512_cmpgt_epi32_mask(_mm512_abs_epi32(b), _mm512_set1_epi32(1 << 30));
+    const __m512i p = _mm512_add_epi32(b, shift_v);
+    // FloatValue(p) as in the delta decode: e = floor(p / K) corrected by
+    // one either way, j = p - e K, the level's bits plus e in the exponent.
+    __m512i e = FloorDivEstimate(p, inv_k);
+    __m512i j = _mm512_sub_epi32(p, _mm512_mullo_epi32(e, k));
+    const __mmask16 low = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
+    e = _mm512_mask_sub_epi32(e, low, e, one);
+    j = _mm512_mask_add_epi32(j, low, j, k);
+    const __mmask16 high = _mm512_cmpge_epi32_mask(j, k);
+    e = _mm512_mask_add_epi32(e, high, e, one);
+    j = _mm512_mask_sub_epi32(j, high, j, k);
+    const __mmask16 abnormal = _mm512_cmpgt_epi32_mask(_mm512_abs_epi32(e), _mm512_set1_epi32(126));
+    if ((marked & (far | abnormal)) != 0) {
+      scalar_group(i, m);
+      continue;
+    }
+    // Unmarked lanes (any base index, even kNoIndex) look up garbage that
+    // is neither compared nor stored.
+    const __m512i y = _mm512_add_epi32(Lookup(levels, j, _mm512_test_epi32_mask(j, _mm512_set1_epi32(32))),
+                                       _mm512_slli_epi32(e, 23));
+    // |y - x| <= bound * x in doubles, as KeepPredictedLevel (y > 0 holds
+    // for a normal level; the check is false for NaN).
+    const __m512i v = _mm512_loadu_si512(values + 4 * i);
+    const __m512d x0 = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castsi512_ps(v)));
+    const __m512d x1 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(v, 1)));
+    const __m512d y0 = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castsi512_ps(y)));
+    const __m512d y1 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(y, 1)));
+    const __mmask8 in0 = _mm512_cmp_pd_mask(_mm512_abs_pd(_mm512_sub_pd(y0, x0)), _mm512_mul_pd(bound_v, x0),
+                                            _CMP_LE_OQ);
+    const __mmask8 in1 = _mm512_cmp_pd_mask(_mm512_abs_pd(_mm512_sub_pd(y1, x1)), _mm512_mul_pd(bound_v, x1),
+                                            _CMP_LE_OQ);
+    const __mmask16 take = marked & static_cast<__mmask16>(in0 | (in1 << 8));
+    if (take == 0) continue;
+    _mm512_mask_storeu_epi32(index + i, take, p);
+    _mm512_mask_storeu_epi32(recon + 4 * i, take, y);
+    changed = true;
+  }
+  return changed;
+}
+
 bool LogVbmiAvailable() {
   static const bool vbmi = LogAvx512Available() && __builtin_cpu_supports("avx512vbmi");
   return vbmi;
@@ -427,6 +500,10 @@ CKPTFS_END_AVX512_CODE
 
 bool LogAvx512Available() { return false; }
 bool LogVbmiAvailable() { return false; }
+bool KeepPredictedLevelsF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, const int32_t*, int64_t,
+                                  int32_t, double, uint64_t, int32_t*, std::byte*, const uint8_t*) {
+  return false;
+}
 void UnpackSymbolGroupsAvx512(const std::byte*, uint32_t, uint64_t, uint32_t*, bool) {}
 void IndexPassF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, const std::byte*, double, uint64_t,
                         int32_t*, int32_t*, std::byte*, LogIndexSums*) {}

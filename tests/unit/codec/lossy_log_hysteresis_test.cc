@@ -33,6 +33,7 @@ float AnyPositive(std::mt19937& rng, bool tame) {
 TEST(LossyLogHysteresis, Avx2KeepsTheLevelsTheScalarElementKeeps) {
   if (!LogSimdAvailable()) GTEST_SKIP() << "no AVX2";
   std::mt19937 rng(5);
+  int wide_cases = 0;  // cases the AVX-512 path ran
   for (double max_rel : {1e-3, 1e-2, 0.2, 1.0}) {
     Result<LogGrid> grid = LogGrid::FromRatio(LogGrid::RatioFor(max_rel));
     ASSERT_TRUE(grid.ok());
@@ -87,12 +88,26 @@ TEST(LossyLogHysteresis, Avx2KeepsTheLevelsTheScalarElementKeeps) {
         EXPECT_EQ(got_changed, want_changed);
         EXPECT_EQ(got_index, want_index);
         EXPECT_EQ(got_recon, want_recon);
+        if (LogAvx512Available() && table->has_small) {
+          ++wide_cases;
+          std::vector<int32_t> wide_index = index;
+          std::vector<uint32_t> wide_recon = recon;
+          const bool wide_changed = KeepPredictedLevelsF32Avx512(
+              *grid, *table, values, base_index.data(), 0, shift, bound, n, wide_index.data(),
+              reinterpret_cast<std::byte*>(wide_recon.data()), masks.data());
+          EXPECT_EQ(wide_changed, want_changed);
+          EXPECT_EQ(wide_index, want_index);
+          EXPECT_EQ(wide_recon, want_recon);
+        }
         if (n >= 4096) {
           EXPECT_TRUE(want_changed) << "the test should move some levels";
           EXPECT_NE(want_index, index);
         }
       }
     }
+  }
+  if (LogAvx512Available()) {
+    EXPECT_GT(wide_cases, 0) << "no grid with small tables: the AVX-512 path went untested";
   }
 }
 
