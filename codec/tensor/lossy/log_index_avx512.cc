@@ -45,6 +45,7 @@ CKPTFS_LOG_AVX512 __m512i Lookup(const Table64& t, __m512i bucket, __mmask16 upp
 
 struct Located512 {
   __m512i q, value;
+  __m512i e, r;  // q = e K + r
 };
 struct Tables512 {
   Table64 level, offset, low_bits, high_bits;
@@ -60,6 +61,8 @@ CKPTFS_LOG_AVX512 Located512 LocateLanes512(const Tables512& t, __m512i k, __m51
   const __m512i first_level = Lookup(t.level, bucket, upper);
   const __m512i r = _mm512_mask_add_epi32(first_level, up, first_level, _mm512_set1_epi32(1));
   Located512 out;
+  out.e = e;
+  out.r = r;
   out.q = _mm512_add_epi32(_mm512_mullo_epi32(e, k), r);
   if (want_value) {
     const __m512i bits =
@@ -457,19 +460,35 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
     const __m512i dz = _mm512_xor_si512(_mm512_srli_epi32(z, 1), _mm512_sub_epi32(_mm512_setzero_si512(),
                                                                                   _mm512_and_si512(z, one)));
     const __mmask16 is_zero = _mm512_cmpeq_epi32_mask(sym, one);
-    const __m512i qb = LocateLanes512(t, k, b, false).q;
-    const __m512i predicted = _mm512_mask_add_epi32(origin_v, base_on_grid, qb, shift_v);
-    const __m512i q = _mm512_mask_add_epi32(predicted, _mm512_test_epi32_mask(sym, sym), predicted, dz);
-    // FloatValue(q): e = floor(q / K), j = q - e K, then the level's bits
-    // with e added to the exponent field when e is in [-126, 126].
-    __m512i e = FloorDivEstimate(q, inv_k);
-    __m512i j = _mm512_sub_epi32(q, _mm512_mullo_epi32(e, k));
-    const __mmask16 low = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
+    const Located512 lb = LocateLanes512(t, k, b, false);
+    const __m512i moved = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(sym, sym), dz);
+    // FloatValue(q) of q = predicted + moved: e = floor(q / K), j = q - e K,
+    // then the level's bits with e added to the exponent field when e is in
+    // [-126, 126]. Over a base on the grid q = e_b K + (r_b + shift + moved),
+    // which nearly always stays within an octave of the base's: e and j
+    // follow from e_b by one step either way, without dividing.
+    __m512i e = lb.e;
+    __m512i j = _mm512_add_epi32(lb.r, _mm512_add_epi32(shift_v, moved));
+    __mmask16 low = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
     e = _mm512_mask_sub_epi32(e, low, e, one);
     j = _mm512_mask_add_epi32(j, low, j, k);
-    const __mmask16 high = _mm512_cmpge_epi32_mask(j, k);
+    __mmask16 high = _mm512_cmpge_epi32_mask(j, k);
     e = _mm512_mask_add_epi32(e, high, e, one);
     j = _mm512_mask_sub_epi32(j, high, j, k);
+    const __mmask16 within = _mm512_cmplt_epu32_mask(j, k);  // j in [0, K)
+    if (static_cast<__mmask16>(~is_zero & ~(base_on_grid & within)) != 0) {
+      // A lane predicted from the origin, or moved further: divide.
+      const __m512i predicted = _mm512_mask_add_epi32(origin_v, base_on_grid, lb.q, shift_v);
+      const __m512i q = _mm512_add_epi32(predicted, moved);
+      e = FloorDivEstimate(q, inv_k);
+      j = _mm512_sub_epi32(q, _mm512_mullo_epi32(e, k));
+      low = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
+      e = _mm512_mask_sub_epi32(e, low, e, one);
+      j = _mm512_mask_add_epi32(j, low, j, k);
+      high = _mm512_cmpge_epi32_mask(j, k);
+      e = _mm512_mask_add_epi32(e, high, e, one);
+      j = _mm512_mask_sub_epi32(j, high, j, k);
+    }
     const __mmask16 normal = _mm512_cmple_epi32_mask(_mm512_abs_epi32(e), _mm512_set1_epi32(126));
     slow |= static_cast<__mmask16>(~is_zero & ~normal) != 0;
     if (slow) {
