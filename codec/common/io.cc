@@ -124,6 +124,16 @@ Status WriteAll(int fd, ByteSpan data, const std::string& path) {
   return Status::Ok();
 }
 
+Status WriteAllAt(int fd, uint64_t offset, ByteSpan data, const std::string& path) {
+  for (size_t done = 0; done < data.size();) {
+    const ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Io(errno, "write " + path);
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
 Status WriteWholeFile(const std::string& path, ByteSpan data) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Io(errno, "create " + path);

@@ -119,5 +119,7 @@ Status WriteWholeFile(const std::string& path, ByteSpan data);
 // Writes all of `data` to `fd` (retrying short writes and EINTR); errors
 // name `path`.
 Status WriteAll(int fd, ByteSpan data, const std::string& path);
+// All of `data` at `offset` (pwrite, retried on short writes and EINTR).
+Status WriteAllAt(int fd, uint64_t offset, ByteSpan data, const std::string& path);
 
 }  // namespace ckptfs

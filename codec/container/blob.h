@@ -52,6 +52,15 @@ class ByteSink {
  public:
   virtual ~ByteSink() = default;
   virtual Status Append(ByteSpan data) = 0;
+  // A sink that is a file may also take bytes at their offsets, from
+  // several threads at once (DecodeToSink's threads then write their own
+  // pieces, instead of one thread appending every byte); a sink takes
+  // either appends or WriteAt, not both.
+  virtual bool writes_at() const { return false; }
+  // REQUIRES: writes_at(). Thread-safe.
+  virtual Status WriteAt(uint64_t /*offset*/, ByteSpan /*data*/) {
+    return Status::Internal("this sink takes appends only");
+  }
 };
 
 // Collects the blob in memory.

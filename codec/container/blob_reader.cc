@@ -671,46 +671,61 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
   // thread, whole chunks still), so that the threads finish together.
   if (threads > 1) piece_bytes = std::min(piece_bytes, reader.logical_size() / (4 * uint64_t{threads}));
   const auto pieces = ChunkPieces(reader.chunks(), std::max<uint64_t>(1, piece_bytes));
+  // A sink that takes bytes at their offsets (a new file) gets the decoded
+  // chunks' own memory from the thread that decoded them; this thread
+  // only hashes them in order. Otherwise this thread appends every byte
+  // (the kernel's copy into the file was a third thread on two cores).
+  const bool at = sink->writes_at();
   Checksum64Stream hash;
-  auto append = [&](ByteSpan piece) {
-    hash.Update(piece);
-    return sink->Append(piece);
-  };
   // Read as pieces of the decoded chunks (ReadPieces): with a chunk cache
   // a chunk leaves it once all its bytes were taken, so the cache holds
   // only the chunks other chunks need (a prediction's optimizer state, a
   // step-space moment's second moment) until their turn, instead of
   // filling with the whole file and pushing out the bases' chunks.
+  auto emit = [&](uint64_t begin, const std::vector<BlobReader::Piece>& parts) -> Status {
+    for (const BlobReader::Piece& part : parts) {
+      RETURN_IF_ERROR(at ? sink->WriteAt(begin, part.data) : sink->Append(part.data));
+      begin += part.data.size();
+    }
+    return Status::Ok();
+  };
   if (threads == 1 || pieces.size() <= 1) {
     std::vector<BlobReader::Piece> parts;
     for (auto [begin, end] : pieces) {
       parts.clear();
       RETURN_IF_ERROR(reader.ReadPieces(begin, end - begin, &parts));
-      for (const BlobReader::Piece& part : parts) RETURN_IF_ERROR(append(part.data));
+      for (const BlobReader::Piece& part : parts) hash.Update(part.data);
+      RETURN_IF_ERROR(emit(begin, parts));
     }
     return CheckFileChecksum(reader, hash.Digest());
   }
-  auto read_into = [&reader](uint64_t begin, MutableByteSpan out) {
-    std::vector<BlobReader::Piece> parts;
-    RETURN_IF_ERROR(reader.ReadPieces(begin, out.size(), &parts));
-    uint64_t at = 0;
-    for (const BlobReader::Piece& part : parts) {
-      std::memcpy(out.data() + at, part.data.data(), part.data.size());
-      at += part.data.size();
-    }
-    return Status::Ok();
-  };
   // `threads` decoders fill a ring of 2 slots per thread in file order
-  // while this thread hashes and appends the finished pieces in order, so
-  // the output's copy overlaps the decode of the next pieces.
+  // while this thread hashes (and, without `at`, appends) the finished
+  // pieces in order, so that work overlaps the decode of the next pieces.
+  // A slot holds the piece's decoded chunks (`at`) or a copy of them.
   const size_t slots = 2 * size_t{threads};
-  std::vector<ScratchBuffer> buffers(slots);
+  std::vector<ScratchBuffer> buffers(at ? 0 : slots);
+  std::vector<std::vector<BlobReader::Piece>> held(slots);
   std::mutex mu;
   std::condition_variable cv;
   size_t next_to_take = 0, next_to_append = 0;
   std::vector<char> done(pieces.size(), 0);
   Status failure;
   bool stop = false;
+  auto decode_piece = [&](size_t i) -> Status {
+    auto [begin, end] = pieces[i];
+    std::vector<BlobReader::Piece>& parts = held[i % slots];
+    parts.clear();
+    RETURN_IF_ERROR(reader.ReadPieces(begin, end - begin, &parts));
+    if (at) return emit(begin, parts);
+    std::byte* out = buffers[i % slots].Reserve(end - begin);
+    for (const BlobReader::Piece& part : parts) {
+      std::memcpy(out, part.data.data(), part.data.size());
+      out += part.data.size();
+    }
+    parts.clear();
+    return Status::Ok();
+  };
   auto decoder = [&] {
     for (;;) {
       size_t i;
@@ -720,8 +735,7 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
         if (stop || next_to_take >= pieces.size()) return;
         i = next_to_take++;
       }
-      auto [begin, end] = pieces[i];
-      Status s = read_into(begin, MutableByteSpan(buffers[i % slots].Reserve(end - begin), end - begin));
+      Status s = decode_piece(i);
       std::lock_guard lock(mu);
       if (!s.ok() && failure.ok()) failure = std::move(s), stop = true;
       done[i] = 1;
@@ -739,7 +753,14 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
         if (stop) break;
       }
       auto [begin, end] = pieces[k];
-      appended = append(ByteSpan(buffers[k % slots].data(), end - begin));
+      if (at) {
+        for (const BlobReader::Piece& part : held[k % slots]) hash.Update(part.data);
+        held[k % slots].clear();  // the chunks go back to the cache's idle buffers
+      } else {
+        const ByteSpan piece(buffers[k % slots].data(), end - begin);
+        hash.Update(piece);
+        appended = sink->Append(piece);
+      }
       std::lock_guard lock(mu);
       next_to_append = k + 1;
       if (!appended.ok()) stop = true;
