@@ -271,8 +271,13 @@ class CpuKernels final : public LossyKernels {
       done_groups = std::min<uint64_t>(n / kPackGroup, (packed.size() - 8) / bits + 1);
       for (uint32_t s = 1; s < 256; ++s) lookup_->symbol_values[s] = levels[s - 1];
       lookup_->symbol_values[0] = 0.0f;
-      DequantizeSimd(type, *lookup_, bits, reinterpret_cast<const uint8_t*>(packed.data()), BaseOrNull(base), 0,
-                     done_groups, out.data(), &simd_max);
+      if (use_avx512_ && type == ElementType::kF32) {
+        DequantizeF32Avx512(*lookup_, bits, reinterpret_cast<const uint8_t*>(packed.data()), BaseOrNull(base),
+                            done_groups, out.data(), &simd_max);
+      } else {
+        DequantizeSimd(type, *lookup_, bits, reinterpret_cast<const uint8_t*>(packed.data()), BaseOrNull(base), 0,
+                       done_groups, out.data(), &simd_max);
+      }
     }
     const uint64_t first = done_groups * kPackGroup;
     WithElement(type, [&]<typename E>() {

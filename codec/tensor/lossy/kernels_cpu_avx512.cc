@@ -6,6 +6,7 @@
 // rule (a NaN error never replaces the running max), so every output equals
 // the scalar reference bit for bit.
 #include <algorithm>
+#include <cstring>
 
 #include "codec/common/simd_level.h"
 #include "codec/tensor/lossy/kernels_cpu_simd.h"
@@ -144,9 +145,57 @@ void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, cons
   return run(QuantizeF32Avx512<kProbe>);
 }
 
+// Eight `bits`-wide symbols of the group at `p` (one little-endian word)
+// as the low eight 32-bit lanes.
+CKPTFS_Q512 __m256i GroupSymbols(const uint8_t* p, __m512i shifts, __m512i mask) {
+  uint64_t word;
+  std::memcpy(&word, p, 8);
+  const __m512i w = _mm512_set1_epi64(static_cast<int64_t>(word));
+  return _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srlv_epi64(w, shifts), mask));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeF32Avx512(
+    const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const void* base_bits, uint64_t groups,
+    void* out_bits, uint32_t* max_symbol) {
+  const auto* base = static_cast<const uint32_t*>(base_bits);
+  auto* out = static_cast<uint32_t*>(out_bits);
+  const int64_t b = bits;
+  const __m512i shifts = _mm512_setr_epi64(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
+  const __m512i mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  // Up to 64 symbol values: two register permutes instead of a gather.
+  const bool small = bits <= 6;
+  const __m512 t0 = _mm512_load_ps(lut.symbol_values), t1 = _mm512_load_ps(lut.symbol_values + 16);
+  const __m512 t2 = _mm512_load_ps(lut.symbol_values + 32), t3 = _mm512_load_ps(lut.symbol_values + 48);
+  __m512i vmax = _mm512_setzero_si512();
+  uint64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    const __m512i sym = _mm512_inserti64x4(_mm512_castsi256_si512(GroupSymbols(packed + g * bits, shifts, mask)),
+                                           GroupSymbols(packed + (g + 1) * bits, shifts, mask), 1);
+    vmax = _mm512_max_epu32(vmax, sym);
+    __m512 vals;
+    if (small) {
+      const __m512 low = _mm512_permutex2var_ps(t0, sym, t1);
+      const __m512 high = _mm512_permutex2var_ps(t2, sym, t3);
+      vals = _mm512_mask_blend_ps(_mm512_test_epi32_mask(sym, _mm512_set1_epi32(32)), low, high);
+    } else {
+      vals = _mm512_i32gather_ps(sym, lut.symbol_values, 4);
+    }
+    const uint64_t at = g * kPackGroup;
+    const __m512i bb = base ? _mm512_loadu_si512(base + at) : _mm512_setzero_si512();
+    const __m512i q = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(bb), vals));
+    _mm512_storeu_si512(out + at, _mm512_mask_blend_epi32(_mm512_testn_epi32_mask(sym, sym), q, bb));
+  }
+  uint32_t mx = std::max(*max_symbol, _mm512_reduce_max_epu32(vmax));
+  *max_symbol = mx;
+  if (g < groups) {  // the last odd group by the AVX2 path
+    DequantizeSimd(ElementType::kF32, lut, bits, packed, base_bits, g, groups - g, out_bits, max_symbol);
+  }
+}
+
 #else  // not x86-64
 
 bool QuantizeAvx512Available() { return false; }
+void DequantizeF32Avx512(const LevelLookup&, uint32_t, const uint8_t*, const void*, uint64_t, void*, uint32_t*) {}
 void QuantizeBlockF32Avx512(const QuantizeTable&, const LevelLookup&, const void*, const void*, uint64_t, uint64_t,
                             const float*, uint8_t*, void*, double*, double*, uint64_t*, uint64_t*) {}
 

@@ -60,6 +60,13 @@ void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, cons
                             uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, void* recon,
                             double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact);
 
+// DequantizeSimd for f32 with AVX-512: groups [0, groups), sixteen lanes,
+// the symbols' values by register permutes for up to 6-bit symbols (a
+// gather otherwise); the same bits. REQUIRES: QuantizeAvx512Available(),
+// as DequantizeSimd.
+void DequantizeF32Avx512(const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const void* base,
+                         uint64_t groups, void* out, uint32_t* max_symbol);
+
 // Residual and norm lanes of elements [start, end) of one reduction block
 // (start a multiple of kReduceBlock): residual[i] = x[i] - base[i] (or x[i]),
 // lanes[i % 32] += x[i]^2 for finite x[i]. REQUIRES: SimdAvailable().
