@@ -29,6 +29,8 @@ inline uint64_t RowColumnBlockSize(uint64_t rows, uint64_t columns) { return 4 +
 // read off the float's bits, piecewise linear: the same on every machine).
 // nullopt when no element is finite and positive.
 std::optional<std::vector<std::byte>> FitRowColumnBase(ByteSpan values, uint64_t columns);
+// The same without the vector kernel (same bytes; tests compare the two).
+std::optional<std::vector<std::byte>> FitRowColumnBasePortable(ByteSpan values, uint64_t columns);
 
 // Writes the base of `block` into `out` (f32, rows * columns elements):
 // element (i, j) is 2^(e / 8) for e = G + R_i + C_j clamped to

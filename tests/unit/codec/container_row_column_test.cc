@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "adam_run_test_util.h"
@@ -94,6 +95,39 @@ TEST(RowColumnBase, VectorSynthesisMatchesThePortableCode) {
       EXPECT_EQ(fast, portable) << "global " << global << " columns " << columns;
     }
   }
+}
+
+// The vector fit gives the portable fit's block byte for byte: outer
+// products with noise, widths that are no multiple of 8, and elements the
+// fit skips or scales (zeros, negatives, infinities, NaN, denormals).
+TEST(RowColumnBase, VectorFitMatchesThePortableCode) {
+  std::mt19937 rng(5);
+  for (uint64_t columns : {uint64_t{1}, uint64_t{7}, uint64_t{8}, uint64_t{37}, uint64_t{1024}}) {
+    for (double noise : {0.1, 3.0}) {
+      const uint64_t rows = columns == 1024 ? 64 : 41;
+      std::vector<float> v = OuterProduct(rows, columns, noise, static_cast<uint32_t>(columns));
+      for (float& x : v) {
+        switch (rng() % 40) {
+          case 0: x = 0.0f; break;
+          case 1: x = -x; break;
+          case 2: x = std::numeric_limits<float>::infinity(); break;
+          case 3: x = std::numeric_limits<float>::quiet_NaN(); break;
+          case 4: x = std::numeric_limits<float>::denorm_min() * static_cast<float>(1 + rng() % 100000); break;
+          default: break;
+        }
+      }
+      const ByteSpan bytes(reinterpret_cast<const std::byte*>(v.data()), v.size() * 4);
+      auto fast = lossy::FitRowColumnBase(bytes, columns);
+      auto portable = lossy::FitRowColumnBasePortable(bytes, columns);
+      ASSERT_TRUE(fast && portable);
+      EXPECT_EQ(*fast, *portable) << "columns " << columns << " noise " << noise;
+    }
+  }
+  // Nothing finite and positive: no block either way.
+  std::vector<float> none(64, -1.0f);
+  const ByteSpan bytes(reinterpret_cast<const std::byte*>(none.data()), none.size() * 4);
+  EXPECT_FALSE(lossy::FitRowColumnBase(bytes, 8));
+  EXPECT_FALSE(lossy::FitRowColumnBasePortable(bytes, 8));
 }
 
 TEST(RowColumnBase, FitRecoversAnOuterProduct) {
