@@ -272,6 +272,48 @@ TEST(RowColumn, AnOuterProductSecondMomentCostsLessAndStaysWithinItsBound) {
   EXPECT_LE(max_rel, 0.4 + 1e-6) << "denominator_budget, twice opt_budget 0.2";
 }
 
+// A version far from its base (a second moment early in training: each
+// element moves by more than its row and column explain), whose base's
+// chunks were coded against their row-column fit: its band decides first
+// and the chunks are coded against their own fit, within the bound.
+TEST(RowColumn, AFarVersionOfARowColumnChunkIsCodedAgainstItsOwnFit) {
+  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
+  const EncodeOptions options = DefaultLossy(policy, true);
+  MapResolver resolver;
+  std::vector<ObjectId> ids;
+  std::vector<std::vector<std::byte>> blobs;
+  std::shared_ptr<const BlobReader> previous;
+  double max_rel = 0;
+  for (int version = 0; version < 3; ++version) {
+    // Other row and column scales each version, and each element's own
+    // deviation from them drawn anew.
+    const std::vector<float> v = OuterProduct(375, 64, 0.3, 11 + static_cast<uint32_t>(version));
+    const FileBuilder f = SecondMomentFile(v, true);
+    std::optional<std::vector<std::byte>> got = AppendVersion(f, options, version, &resolver, &ids, &previous, &blobs);
+    ASSERT_TRUE(got.has_value());
+    const Segment& vs = f.layout.segments[3];
+    for (size_t i = 0; i < v.size(); ++i)
+      max_rel = std::max(max_rel, std::fabs(static_cast<double>(F32At(ByteSpan(*got).subspan(vs.offset), i)) / v[i] - 1.0));
+    const VChunks chunks = SecondMomentChunks(*previous, vs);
+    EXPECT_EQ(chunks.row_column, chunks.total) << "version " << version;
+    if (version > 0) {
+      // Only the winner was encoded whole: no plain stream first for the
+      // second moment's chunks (the plain encodes count the others).
+      const BaseRef base{ids[ids.size() - 2], *resolver.OpenBlob(ids[ids.size() - 2])};
+      EncodeStats stats;
+      EXPECT_EQ(Encode(f.bytes, f.layout, options, &base, &stats), blobs.back());
+      EXPECT_EQ(stats.stages[EncodeStage::kRowColumn].calls, chunks.total);
+      EXPECT_EQ(stats.stages[EncodeStage::kRowColumn].kept, chunks.total);
+      EncodeStats key_stats;
+      Encode(f.bytes, f.layout, options, nullptr, &key_stats);
+      EXPECT_EQ(stats.stages[EncodeStage::kLossy].calls, key_stats.stages[EncodeStage::kLossy].calls)
+          << "the delta frame encoded as many plain streams as the key frame";
+    }
+  }
+  ExpectCachedReadOfNewest(&resolver, ids, blobs);
+  EXPECT_LE(max_rel, 0.4 + 1e-6) << "denominator_budget, twice opt_budget 0.2";
+}
+
 TEST(RowColumn, ABlockThatDoesNotFitIsRejectedAtOpen) {
   const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
   const std::vector<std::byte> blob =
