@@ -325,19 +325,43 @@ CKPTFS_LOG_AVX512 __m512i FloorDivEstimate(__m512i q, __m512d inv_k) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(e_lo), e_hi, 1);
 }
 
+// e and j of q = e K + j moved by one octave either way so that j lies in
+// [0, K) (for j within one octave of that range on entry).
+CKPTFS_LOG_AVX512 void StepIntoOctave(__m512i k, __m512i* e, __m512i* j) {
+  const __m512i one = _mm512_set1_epi32(1);
+  const __mmask16 low = _mm512_cmplt_epi32_mask(*j, _mm512_setzero_si512());
+  *e = _mm512_mask_sub_epi32(*e, low, *e, one);
+  *j = _mm512_mask_add_epi32(*j, low, *j, k);
+  const __mmask16 high = _mm512_cmpge_epi32_mask(*j, k);
+  *e = _mm512_mask_add_epi32(*e, high, *e, one);
+  *j = _mm512_mask_sub_epi32(*j, high, *j, k);
+}
+
+// FloatValue's split of q: e = floor(q / K) and j = q - e K, from the
+// double quotient corrected by one step.
+CKPTFS_LOG_AVX512 void SplitOctave(__m512i q, __m512i k, __m512d inv_k, __m512i* e, __m512i* j) {
+  *e = FloorDivEstimate(q, inv_k);
+  *j = _mm512_sub_epi32(q, _mm512_mullo_epi32(*e, k));
+  StepIntoOctave(k, e, j);
+}
+
+// The bits of the grid's levels 0..K-1 at exponent 0 (K < 64), for Lookup.
+CKPTFS_LOG_AVX512 Table64 LevelTable(const LogGrid& grid, const LogFractionTable& table) {
+  alignas(64) uint32_t level_bits[64] = {};
+  for (uint32_t j = 0; j < grid.per_octave(); ++j) level_bits[j] = table.level_bits[j];
+  return LoadTable(level_bits);
+}
+
 }  // namespace
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) bool KeepPredictedLevelsF32Avx512(
     const LogGrid& grid, const LogFractionTable& table, const std::byte* values, const int32_t* base_index,
     int64_t origin, int32_t shift, double bound, uint64_t n, int32_t* index, std::byte* recon, const uint8_t* masks) {
   const uint32_t per_octave = grid.per_octave();
-  alignas(64) uint32_t level_bits[64] = {};
-  for (uint32_t j = 0; j < per_octave; ++j) level_bits[j] = table.level_bits[j];
-  const Table64 levels = LoadTable(level_bits);
+  const Table64 levels = LevelTable(grid, table);
   const __m512i k = _mm512_set1_epi32(static_cast<int>(per_octave));
   const __m512d inv_k = _mm512_set1_pd(1.0 / static_cast<double>(per_octave));
   const __m512i shift_v = _mm512_set1_epi32(shift);
-  const __m512i one = _mm512_set1_epi32(1);
   const __m512d bound_v = _mm512_set1_pd(bound);
   bool changed = false;
   auto scalar_group = [&](uint64_t i, uint32_t m) {
@@ -363,14 +387,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) bool KeepPredictedLevelsF32
     const __m512i p = _mm512_add_epi32(b, shift_v);
     // FloatValue(p) as in the delta decode: e = floor(p / K) corrected by
     // one either way, j = p - e K, the level's bits plus e in the exponent.
-    __m512i e = FloorDivEstimate(p, inv_k);
-    __m512i j = _mm512_sub_epi32(p, _mm512_mullo_epi32(e, k));
-    const __mmask16 low = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
-    e = _mm512_mask_sub_epi32(e, low, e, one);
-    j = _mm512_mask_add_epi32(j, low, j, k);
-    const __mmask16 high = _mm512_cmpge_epi32_mask(j, k);
-    e = _mm512_mask_add_epi32(e, high, e, one);
-    j = _mm512_mask_sub_epi32(j, high, j, k);
+    __m512i e, j;
+    SplitOctave(p, k, inv_k, &e, &j);
     const __mmask16 abnormal = _mm512_cmpgt_epi32_mask(_mm512_abs_epi32(e), _mm512_set1_epi32(126));
     if ((marked & (far | abnormal)) != 0) {
       scalar_group(i, m);
@@ -433,11 +451,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
   Tables512 t;
   t.level = LoadTable(table.small_level);
   t.offset = LoadTable(table.small_offset);
-  // Bits of the levels 0..K-1 at exponent 0 (K < 64).
   const uint32_t per_octave = grid.per_octave();
-  alignas(64) uint32_t level_bits[64] = {};
-  for (uint32_t j = 0; j < per_octave; ++j) level_bits[j] = table.level_bits[j];
-  const Table64 levels = LoadTable(level_bits);
+  const Table64 levels = LevelTable(grid, table);
   const __m512i k = _mm512_set1_epi32(static_cast<int>(per_octave));
   const __m512d inv_k = _mm512_set1_pd(1.0 / static_cast<double>(per_octave));
   const __m512i origin_v = _mm512_set1_epi32(static_cast<int32_t>(origin));
@@ -469,25 +484,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeDeltaF32Avx512(
     // follow from e_b by one step either way, without dividing.
     __m512i e = lb.e;
     __m512i j = _mm512_add_epi32(lb.r, _mm512_add_epi32(shift_v, moved));
-    __mmask16 low = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
-    e = _mm512_mask_sub_epi32(e, low, e, one);
-    j = _mm512_mask_add_epi32(j, low, j, k);
-    __mmask16 high = _mm512_cmpge_epi32_mask(j, k);
-    e = _mm512_mask_add_epi32(e, high, e, one);
-    j = _mm512_mask_sub_epi32(j, high, j, k);
+    StepIntoOctave(k, &e, &j);
     const __mmask16 within = _mm512_cmplt_epu32_mask(j, k);  // j in [0, K)
     if (static_cast<__mmask16>(~is_zero & ~(base_on_grid & within)) != 0) {
       // A lane predicted from the origin, or moved further: divide.
       const __m512i predicted = _mm512_mask_add_epi32(origin_v, base_on_grid, lb.q, shift_v);
-      const __m512i q = _mm512_add_epi32(predicted, moved);
-      e = FloorDivEstimate(q, inv_k);
-      j = _mm512_sub_epi32(q, _mm512_mullo_epi32(e, k));
-      low = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
-      e = _mm512_mask_sub_epi32(e, low, e, one);
-      j = _mm512_mask_add_epi32(j, low, j, k);
-      high = _mm512_cmpge_epi32_mask(j, k);
-      e = _mm512_mask_add_epi32(e, high, e, one);
-      j = _mm512_mask_sub_epi32(j, high, j, k);
+      SplitOctave(_mm512_add_epi32(predicted, moved), k, inv_k, &e, &j);
     }
     const __mmask16 normal = _mm512_cmple_epi32_mask(_mm512_abs_epi32(e), _mm512_set1_epi32(126));
     slow |= static_cast<__mmask16>(~is_zero & ~normal) != 0;

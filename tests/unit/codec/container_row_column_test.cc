@@ -234,42 +234,54 @@ VChunks SecondMomentChunks(const BlobReader& reader, const Segment& vs) {
   return out;
 }
 
+// A chain of versions of SecondMomentFile (a matrix), each read back.
+struct SecondMomentChain {
+  explicit SecondMomentChain(const EncodeOptions& o) : options(o) {}
+  // Appends the version holding second moment `v`; the second moment's
+  // chunks of its blob (nullopt on a failure, reported).
+  std::optional<VChunks> Append(const std::vector<float>& v) {
+    const FileBuilder f = SecondMomentFile(v, true);
+    const int version = static_cast<int>(ids.size());
+    std::optional<std::vector<std::byte>> got = AppendVersion(f, options, version, &resolver, &ids, &previous, &blobs);
+    if (!got) return std::nullopt;
+    const Segment& vs = f.layout.segments[3];
+    for (size_t i = 0; i < v.size(); ++i)
+      max_rel = std::max(max_rel, std::fabs(static_cast<double>(F32At(ByteSpan(*got).subspan(vs.offset), i)) / v[i] - 1.0));
+    return SecondMomentChunks(*previous, vs);
+  }
+  const EncodeOptions& options;
+  MapResolver resolver;
+  std::vector<ObjectId> ids;
+  std::vector<std::vector<std::byte>> blobs;
+  std::shared_ptr<const BlobReader> previous;
+  double max_rel = 0;  // the largest relative error read back
+};
+
 TEST(RowColumn, AnOuterProductSecondMomentCostsLessAndStaysWithinItsBound) {
   const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
   const EncodeOptions options = DefaultLossy(policy, true);
   std::vector<float> v = OuterProduct(375, 64, 0.3, 9);
-  double max_rel = 0;
-  {
-    CachedBlob flat(SecondMomentFile(v, false), options);
-    ASSERT_TRUE(flat.reader);
-    const VChunks flat_v = SecondMomentChunks(*flat.reader, SecondMomentFile(v, false).layout.segments[3]);
-    EXPECT_EQ(flat_v.row_column, 0u) << "a vector has no rows";
-    MapResolver resolver;
-    std::vector<ObjectId> ids;
-    std::vector<std::vector<std::byte>> blobs;
-    std::shared_ptr<const BlobReader> previous;
-    std::mt19937 rng(10);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (int version = 0; version < 3; ++version) {
-      if (version > 0)
-        for (float& x : v) x *= 0.97f * std::exp2(0.1f * normal(rng));
-      const FileBuilder f = SecondMomentFile(v, true);
-      std::optional<std::vector<std::byte>> got = AppendVersion(f, options, version, &resolver, &ids, &previous, &blobs);
-      ASSERT_TRUE(got.has_value());
-      const Segment& vs = f.layout.segments[3];
-      for (size_t i = 0; i < v.size(); ++i)
-        max_rel = std::max(max_rel, std::fabs(static_cast<double>(F32At(ByteSpan(*got).subspan(vs.offset), i)) / v[i] - 1.0));
-      const VChunks chunks = SecondMomentChunks(*previous, vs);
-      if (version == 0) {
-        EXPECT_EQ(chunks.row_column, chunks.total) << "every chunk of the key frame";
-        EXPECT_LT(chunks.stored, 0.85 * flat_v.stored) << "the same values as a vector";
-      } else {
-        EXPECT_EQ(chunks.row_column, 0u) << "a near version predicts better (version " << version << ")";
-      }
+  CachedBlob flat(SecondMomentFile(v, false), options);
+  ASSERT_TRUE(flat.reader);
+  const VChunks flat_v = SecondMomentChunks(*flat.reader, SecondMomentFile(v, false).layout.segments[3]);
+  EXPECT_EQ(flat_v.row_column, 0u) << "a vector has no rows";
+  SecondMomentChain chain(options);
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int version = 0; version < 3; ++version) {
+    if (version > 0)
+      for (float& x : v) x *= 0.97f * std::exp2(0.1f * normal(rng));
+    const std::optional<VChunks> chunks = chain.Append(v);
+    ASSERT_TRUE(chunks.has_value());
+    if (version == 0) {
+      EXPECT_EQ(chunks->row_column, chunks->total) << "every chunk of the key frame";
+      EXPECT_LT(chunks->stored, 0.85 * flat_v.stored) << "the same values as a vector";
+    } else {
+      EXPECT_EQ(chunks->row_column, 0u) << "a near version predicts better (version " << version << ")";
     }
-    ExpectCachedReadOfNewest(&resolver, ids, blobs);
   }
-  EXPECT_LE(max_rel, 0.4 + 1e-6) << "denominator_budget, twice opt_budget 0.2";
+  ExpectCachedReadOfNewest(&chain.resolver, chain.ids, chain.blobs);
+  EXPECT_LE(chain.max_rel, 0.4 + 1e-6) << "denominator_budget, twice opt_budget 0.2";
 }
 
 // A version far from its base (a second moment early in training: each
@@ -279,39 +291,32 @@ TEST(RowColumn, AnOuterProductSecondMomentCostsLessAndStaysWithinItsBound) {
 TEST(RowColumn, AFarVersionOfARowColumnChunkIsCodedAgainstItsOwnFit) {
   const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
   const EncodeOptions options = DefaultLossy(policy, true);
-  MapResolver resolver;
-  std::vector<ObjectId> ids;
-  std::vector<std::vector<std::byte>> blobs;
-  std::shared_ptr<const BlobReader> previous;
-  double max_rel = 0;
+  SecondMomentChain chain(options);
   for (int version = 0; version < 3; ++version) {
     // Other row and column scales each version, and each element's own
     // deviation from them drawn anew.
     const std::vector<float> v = OuterProduct(375, 64, 0.3, 11 + static_cast<uint32_t>(version));
-    const FileBuilder f = SecondMomentFile(v, true);
-    std::optional<std::vector<std::byte>> got = AppendVersion(f, options, version, &resolver, &ids, &previous, &blobs);
-    ASSERT_TRUE(got.has_value());
-    const Segment& vs = f.layout.segments[3];
-    for (size_t i = 0; i < v.size(); ++i)
-      max_rel = std::max(max_rel, std::fabs(static_cast<double>(F32At(ByteSpan(*got).subspan(vs.offset), i)) / v[i] - 1.0));
-    const VChunks chunks = SecondMomentChunks(*previous, vs);
-    EXPECT_EQ(chunks.row_column, chunks.total) << "version " << version;
+    const std::optional<VChunks> chunks = chain.Append(v);
+    ASSERT_TRUE(chunks.has_value());
+    EXPECT_EQ(chunks->row_column, chunks->total) << "version " << version;
     if (version > 0) {
       // Only the winner was encoded whole: no plain stream first for the
       // second moment's chunks (the plain encodes count the others).
-      const BaseRef base{ids[ids.size() - 2], *resolver.OpenBlob(ids[ids.size() - 2])};
+      const FileBuilder f = SecondMomentFile(v, true);
+      const ObjectId& base_id = chain.ids[chain.ids.size() - 2];
+      const BaseRef base{base_id, *chain.resolver.OpenBlob(base_id)};
       EncodeStats stats;
-      EXPECT_EQ(Encode(f.bytes, f.layout, options, &base, &stats), blobs.back());
-      EXPECT_EQ(stats.stages[EncodeStage::kRowColumn].calls, chunks.total);
-      EXPECT_EQ(stats.stages[EncodeStage::kRowColumn].kept, chunks.total);
+      EXPECT_EQ(Encode(f.bytes, f.layout, options, &base, &stats), chain.blobs.back());
+      EXPECT_EQ(stats.stages[EncodeStage::kRowColumn].calls, chunks->total);
+      EXPECT_EQ(stats.stages[EncodeStage::kRowColumn].kept, chunks->total);
       EncodeStats key_stats;
       Encode(f.bytes, f.layout, options, nullptr, &key_stats);
       EXPECT_EQ(stats.stages[EncodeStage::kLossy].calls, key_stats.stages[EncodeStage::kLossy].calls)
           << "the delta frame encoded as many plain streams as the key frame";
     }
   }
-  ExpectCachedReadOfNewest(&resolver, ids, blobs);
-  EXPECT_LE(max_rel, 0.4 + 1e-6) << "denominator_budget, twice opt_budget 0.2";
+  ExpectCachedReadOfNewest(&chain.resolver, chain.ids, chain.blobs);
+  EXPECT_LE(chain.max_rel, 0.4 + 1e-6) << "denominator_budget, twice opt_budget 0.2";
 }
 
 TEST(RowColumn, ABlockThatDoesNotFitIsRejectedAtOpen) {
