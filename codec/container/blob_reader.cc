@@ -705,7 +705,7 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
   // A slot holds the piece's decoded chunks (`at`) or a copy of them.
   const size_t slots = 2 * size_t{threads};
   std::vector<ScratchBuffer> buffers(at ? 0 : slots);
-  std::vector<std::vector<BlobReader::Piece>> held(slots);
+  std::vector<std::vector<BlobReader::Piece>> held(at ? slots : 0);
   std::mutex mu;
   std::condition_variable cv;
   size_t next_to_take = 0, next_to_append = 0;
@@ -714,16 +714,19 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
   bool stop = false;
   auto decode_piece = [&](size_t i) -> Status {
     auto [begin, end] = pieces[i];
-    std::vector<BlobReader::Piece>& parts = held[i % slots];
-    parts.clear();
+    if (at) {
+      std::vector<BlobReader::Piece>& parts = held[i % slots];  // emptied by the hashing thread
+      parts.clear();
+      RETURN_IF_ERROR(reader.ReadPieces(begin, end - begin, &parts));
+      return emit(begin, parts);
+    }
+    std::vector<BlobReader::Piece> parts;
     RETURN_IF_ERROR(reader.ReadPieces(begin, end - begin, &parts));
-    if (at) return emit(begin, parts);
     std::byte* out = buffers[i % slots].Reserve(end - begin);
     for (const BlobReader::Piece& part : parts) {
       std::memcpy(out, part.data.data(), part.data.size());
       out += part.data.size();
     }
-    parts.clear();
     return Status::Ok();
   };
   auto decoder = [&] {

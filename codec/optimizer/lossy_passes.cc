@@ -228,10 +228,9 @@ Status EncodeWithRowColumnBase(ByteSpan file, const PlannedChunk& plan, uint64_t
 
 // Whether the base's chunk at `plan`'s base range was coded against a
 // row-column base. A delta frame's second moment then nearly always is
-// too (a second moment early in training, or of a layer whose gradients
-// fade, moves by more than its row and column scales explain; measured:
-// 76 of 76 chunks of such a delta frame and 16 of 16 of another): the
-// band decides first and only the winner is encoded whole, instead of the
+// too (early in training, or where gradients fade, it moves by more than
+// its row and column scales explain; docs/bench.md, 2026-12-06): the band
+// decides first and only the winner is encoded whole, instead of the
 // plain stream first and then the band and the candidate (two whole
 // encodes). Elsewhere the plain stream comes first, as most second
 // moments against a near version cost under kRowColumnFromBits.

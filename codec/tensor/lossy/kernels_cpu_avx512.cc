@@ -185,8 +185,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeF32Avx512(
     const __m512i q = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(bb), vals));
     _mm512_storeu_si512(out + at, _mm512_mask_blend_epi32(_mm512_testn_epi32_mask(sym, sym), q, bb));
   }
-  uint32_t mx = std::max(*max_symbol, _mm512_reduce_max_epu32(vmax));
-  *max_symbol = mx;
+  *max_symbol = std::max(*max_symbol, _mm512_reduce_max_epu32(vmax));
   if (g < groups) {  // the last odd group by the AVX2 path
     DequantizeSimd(ElementType::kF32, lut, bits, packed, base_bits, g, groups - g, out_bits, max_symbol);
   }
