@@ -440,6 +440,7 @@ Status RunDaemon(const MountOptions& options) {
     return Status::Io(errno, "open log file " + options.log_file);
   StoreOptions store_options;
   store_options.chunk_cache_bytes = SplitMemory(options).cache_mib << 20;
+  store_options.chunk_cache_awaited_bytes = SplitMemory(options).awaited_mib << 20;
   // Two chunk buffers per decoding thread (read-ahead workers, and the
   // request thread beside them) stay idle even when the cache is full: a
   // torch.load fills the cache with second moments it reads much later

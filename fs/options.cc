@@ -163,9 +163,9 @@ Status ParseOptionItems(std::string_view list, MountOptions* o) {
 }  // namespace
 
 MemorySplit SplitMemory(const MountOptions& o) {
-  if (o.mem_mib == 0) return {o.cache_mib, 0};
+  if (o.mem_mib == 0) return {o.cache_mib, 0, kAwaitedPerCache * o.cache_mib};
   uint64_t cache = std::min(o.cache_mib, o.mem_mib / 2);
-  return {cache, std::max<uint64_t>(1, o.mem_mib - cache)};
+  return {cache, std::max<uint64_t>(1, o.mem_mib - cache), 0};
 }
 
 Result<std::shared_ptr<const policy::Policy>> BuildLossyPolicy(const MountOptions& o) {

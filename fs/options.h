@@ -18,10 +18,15 @@ namespace ckptfs::fs {
 
 // What mem= leaves to each consumer (MiB): the chunk cache gets half of
 // the bound (at most cache=), encodes the rest. Without mem=: cache= and
-// no encode bound (0).
+// no encode bound (0), and room for awaited chunks (ChunkCache: a
+// stream's optimizer state decoded ahead of it as its weights' inputs)
+// of kAwaitedPerCache times cache= beside it, held only while such a file
+// is being read; with mem= none (the bound is kept as it was set).
+inline constexpr uint64_t kAwaitedPerCache = 4;
 struct MemorySplit {
   uint64_t cache_mib = 0;
   uint64_t encode_mib = 0;
+  uint64_t awaited_mib = 0;
 };
 
 // keyframe=N at most. A version's chain (chain_depth, its bases) is

@@ -60,14 +60,17 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
   const uint32_t last = ChunkIndexAt(chunks, offset + length - 1);
   std::vector<Job> fresh;
   std::vector<uint32_t> drop;
+  std::shared_ptr<const BlobReader> left;  // the blob the stream read before, closed outside the lock
   // Decodes queued now skip chunks the reader finishes with from here on.
   const uint64_t ticket = blob->prefetch_ticket();
   {
     std::lock_guard<std::mutex> lock(stream.mu);
-    if (stream.blob != blob.get()) {
+    if (stream.blob != blob) {
       DropPredictionLocked(stream);
       RestartLocked(stream, first);
-      stream.blob = blob.get();
+      left = std::move(stream.blob);
+      blob->OpenStream();
+      stream.blob = blob;
     }
     // The kernel sends the reads of one stretch from several threads, and
     // its read-ahead runs ahead of the reader's own reads: any read within
@@ -114,6 +117,7 @@ void ReadAhead::OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& 
     if (was_seen && stream.run_tensor_segment >= 0 && at_tensor_end && ahead < window_bytes_)
       QueueNextTensorLocked(stream, blob, ahead, ticket, &fresh);
   }
+  if (left) left->CloseStream();
   for (uint32_t k : drop) blob->DropCached(k);
   if (fresh.empty()) return;
   {
@@ -153,9 +157,14 @@ void ReadAhead::QueueNextTensorLocked(Stream& stream, const std::shared_ptr<cons
 }
 
 void ReadAhead::Close(Stream& stream) {
-  std::lock_guard<std::mutex> lock(stream.mu);
-  stream.cancelled->store(true, std::memory_order_relaxed);
-  DropPredictionLocked(stream);
+  std::shared_ptr<const BlobReader> left;
+  {
+    std::lock_guard<std::mutex> lock(stream.mu);
+    stream.cancelled->store(true, std::memory_order_relaxed);
+    DropPredictionLocked(stream);
+    left = std::move(stream.blob);
+  }
+  if (left) left->CloseStream();
 }
 
 void ReadAhead::Work() {

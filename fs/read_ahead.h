@@ -52,7 +52,9 @@ class ReadAhead {
    private:
     friend class ReadAhead;
     std::mutex mu;
-    const BlobReader* blob = nullptr;  // identity only: what the positions below refer to
+    // What the positions below refer to; a stream of it is open
+    // (BlobReader::OpenStream) until the file is closed or reads another.
+    std::shared_ptr<const BlobReader> blob;
     bool seen = false;                 // a read of `blob` came before
     uint32_t last_chunk = 0;           // furthest chunk read so far
     uint64_t furthest_end = 0;         // end offset of the furthest read of the run
@@ -101,7 +103,8 @@ class ReadAhead {
   // faults on first touch); short runs and random reads keep theirs.
   // REQUIRES: length > 0, within the blob's logical size.
   void OnRead(Stream& stream, const std::shared_ptr<const BlobReader>& blob, uint64_t offset, uint64_t length);
-  // The file was closed: its queued decodes are skipped.
+  // The file was closed: its queued decodes are skipped, and its stream
+  // of the blob is closed.
   void Close(Stream& stream);
 
   // Decodes started by workers so far (tests, logs).

@@ -85,7 +85,7 @@ constexpr std::string_view kFormatPrefix = "ckptfs-store ";
 }  // namespace
 
 Store::Store(std::string backing, int backing_fd, const StoreOptions& options)
-    : backing_(std::move(backing)), backing_fd_(backing_fd), options_(options), cache_(options.chunk_cache_bytes, options.chunk_cache_idle_reserve) {}
+    : backing_(std::move(backing)), backing_fd_(backing_fd), options_(options), cache_(options.chunk_cache_bytes, options.chunk_cache_idle_reserve, options.chunk_cache_awaited_bytes) {}
 
 Store::~Store() {
   cache_.SetSpill(nullptr);

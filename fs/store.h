@@ -79,6 +79,8 @@ struct StoreOptions {
   uint64_t chunk_cache_bytes = 256ull << 20;
   // Idle chunk buffers kept beyond chunk_cache_bytes (ChunkCache).
   uint64_t chunk_cache_idle_reserve = 0;
+  // Awaited chunks kept beyond chunk_cache_bytes (ChunkCache).
+  uint64_t chunk_cache_awaited_bytes = 0;
   size_t max_open_readers = 256;   // BlobReaders kept open by id
   // Where this daemon's staging area lives: empty for BACKING/.ckptfs/
   // staging, else a directory outside the store (a node-local disk when

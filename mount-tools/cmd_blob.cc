@@ -60,7 +60,9 @@ class FileListResolver final : public BlobResolver {
   }
 
  private:
-  ChunkCache cache_{256ull << 20};
+  // A mount's default sizes (fs/options.h): 256 MiB of LRU, four times
+  // that for the chunks a decode takes ahead of itself as inputs.
+  ChunkCache cache_{256ull << 20, 0, 1024ull << 20};
   std::mutex mu_;
   std::map<ObjectId, std::shared_ptr<const RandomAccessFile>> files_;
   std::map<ObjectId, std::shared_ptr<const BlobReader>> readers_;

@@ -22,6 +22,7 @@
 #include "fs/commit_pipeline.h"
 #include "fs/gc.h"
 #include "fs/manifest.h"
+#include "fs/options.h"
 #include "fs/store.h"
 #include "mount-tools/blob_report.h"
 #include "mount-tools/commands.h"
@@ -50,6 +51,9 @@ Result<std::unique_ptr<fs::Store>> OpenStoreAt(const std::string& backing) {
   fs::StoreOptions options;
   options.create = false;
   options.chunk_cache_bytes = 64ull << 20;
+  // A restore of a step-predicted file decodes its optimizer state ahead
+  // of itself, for the weights: as much room for it as a default mount.
+  options.chunk_cache_awaited_bytes = fs::SplitMemory(fs::MountOptions{}).awaited_mib << 20;
   return fs::Store::Open(backing, options);
 }
 

@@ -297,6 +297,26 @@ class BlobReader {
   // of filling the cache with fresh memory that a stream never reads
   // again). A later read of the chunk decodes it again.
   virtual void DropCached(uint32_t index) const = 0;
+  // A reader streams this file (an open file read through the mount, a
+  // decode of the whole file) until the matching CloseStream. Meanwhile
+  // the chunks of this file decoded ahead of the reader, as inputs of an
+  // earlier chunk, are kept in the chunk cache until the reader takes them
+  // (ChunkCache's awaited chunks); once no stream is open they are cached
+  // like any other.
+  virtual void OpenStream() const = 0;
+  virtual void CloseStream() const = 0;
+};
+
+// OpenStream for a scope.
+class ReaderStream {
+ public:
+  explicit ReaderStream(const BlobReader& reader) : reader_(reader) { reader_.OpenStream(); }
+  ~ReaderStream() { reader_.CloseStream(); }
+  ReaderStream(const ReaderStream&) = delete;
+  ReaderStream& operator=(const ReaderStream&) = delete;
+
+ private:
+  const BlobReader& reader_;
 };
 
 // Decodes the whole file into memory and checks the whole-file checksum
@@ -330,17 +350,41 @@ class ChunkCache {
   // same time take each other's evicted buffers; without a reserve the
   // buffers let go meanwhile are freed (cached plus idle would pass the
   // capacity) and every decode at capacity touches fresh memory.
-  explicit ChunkCache(uint64_t capacity_bytes, uint64_t idle_reserve_bytes = 0);
+  //
+  // `awaited_capacity_bytes`: room, beyond the capacity, for chunks of a
+  // file decoded ahead of the reader that streams it (Put with `awaited`):
+  // the weights of a step-predicted version read its optimizer state,
+  // which the file holds after them, and an LRU of a few hundred MiB had
+  // evicted most of that state by the time the reader got there (a 957 MB
+  // file decoded 64 % more second-moment elements than it holds). An
+  // awaited chunk is not evicted by the LRU: it leaves once the reader
+  // has read all of it (NoteRead) or went past it (Drop), joins the LRU
+  // when released (Get with `release_awaited`), or when ReleaseAwaited
+  // says the reader is gone. Past the room, awaited chunks are cached like
+  // any other.
+  explicit ChunkCache(uint64_t capacity_bytes, uint64_t idle_reserve_bytes = 0, uint64_t awaited_capacity_bytes = 0);
   // Buffers still held elsewhere stay valid (they are freed, not recycled,
   // when let go).
   ~ChunkCache();
   ChunkCache(const ChunkCache&) = delete;
   ChunkCache& operator=(const ChunkCache&) = delete;
 
-  std::shared_ptr<const ChunkBuffer> Get(const ObjectId& blob, uint32_t chunk);
-  void Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const ChunkBuffer> data);
-  uint64_t size_bytes() const;
+  // `release_awaited`: the reader an awaited chunk was kept for is done
+  // with it, but others may still read it: it becomes an ordinary entry
+  // (most recently used).
+  std::shared_ptr<const ChunkBuffer> Get(const ObjectId& blob, uint32_t chunk, bool release_awaited = false);
+  // `awaited`: kept for a reader that will take it later (above).
+  void Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const ChunkBuffer> data, bool awaited = false);
+  // The awaited chunks of `blob` become ordinary entries (its reader
+  // closed the file or went elsewhere), and the LRU evicts down to the
+  // capacity.
+  void ReleaseAwaited(const ObjectId& blob);
+  uint64_t size_bytes() const;  // every cached chunk, awaited ones included
   uint64_t capacity_bytes() const;
+  uint64_t awaited_bytes() const;
+  uint64_t awaited_capacity_bytes() const;
+  // Whether an awaited chunk of `bytes` would be kept now.
+  bool HasAwaitedRoom(uint64_t bytes) const;
   // Bytes of idle buffers kept for AcquireBuffer (tests, stats).
   uint64_t idle_bytes() const;
   // A buffer of exactly `size` bytes (contents unspecified) to decode a
@@ -351,10 +395,11 @@ class ChunkCache {
   void Drop(const ObjectId& blob, uint32_t chunk);
   // A reader has taken `bytes` more of (blob, chunk)'s bytes; once the
   // total reaches the chunk's size the chunk is dropped (a sequential
-  // reader is done with it). Overlapping reads count twice: the chunk then
+  // reader is done with it), or with `keep` (other chunks still read it)
+  // released into the LRU. Overlapping reads count twice: the chunk then
   // only leaves early and is decoded again if asked for.
-  // Returns whether the chunk left the cache.
-  bool NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes);
+  // Returns whether the total reached the chunk's size.
+  bool NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes, bool keep = false);
   // Working memory of the decodes that fill this cache, shared by all
   // readers that use it.
   CodecScratchPool& scratch_pool();

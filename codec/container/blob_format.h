@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "codec/common/bytes.h"
@@ -119,13 +120,20 @@ struct BlobIndex {
   std::vector<uint32_t> step_predicted_before;
   // The same for the chunks coded in step space (FORMAT.md "Step space").
   std::vector<uint32_t> step_space_before;
-  // [c] = 1 when a later chunk of this file reads chunk c while it is
+  // The later chunks of this file that read chunk c while they are
   // decoded (a step prediction's optimizer state, a step-space moment's
-  // second moment): a sequential reader keeps c cached past its own turn
-  // (a hint only; ranges over more than kMaxMarkedChunks chunks are not
-  // marked).
-  std::vector<uint8_t> needed_later;
+  // second moment), in order: later_readers[later_reader_start[c] ..
+  // later_reader_start[c + 1]). A sequential reader keeps c cached past
+  // its own turn, and a stream decodes them once it has c (a hint only;
+  // ranges over more than kMaxMarkedChunks chunks are not marked).
+  std::vector<uint32_t> later_reader_start;
+  std::vector<uint32_t> later_readers;
   static constexpr uint32_t kMaxMarkedChunks = 64;
+  std::span<const uint32_t> LaterReaders(uint32_t c) const {
+    if (c + size_t{1} >= later_reader_start.size()) return {};
+    return std::span<const uint32_t>(later_readers).subspan(later_reader_start[c],
+                                                             later_reader_start[c + 1] - later_reader_start[c]);
+  }
 
   // Whether [offset, offset + length) covers a chunk with a step term.
   // REQUIRES: a decoded index, the range inside the logical size, length > 0.

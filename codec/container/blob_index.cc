@@ -142,13 +142,14 @@ Status ValidateStepPredictions(BlobIndex& index) {
     index.step_space_before[c + 1] = index.step_space_before[c] + (spaces[c] ? 1 : 0);
   }
   const uint64_t size = index.header.logical_size;
-  index.needed_later.assign(count, 0);
+  // (chunk, a later chunk that reads it)
+  std::vector<std::pair<uint32_t, uint32_t>> read_later;
   // Chunk `reader` reads [offset, +length) (checked to lie in the file).
   auto mark = [&](size_t reader, uint64_t offset, uint64_t length) {
     const uint32_t first = ChunkIndexAt(index.chunks, offset);
     const uint32_t last = ChunkIndexAt(index.chunks, offset + length - 1);
     if (last - first >= BlobIndex::kMaxMarkedChunks) return;
-    for (uint32_t k = first; k <= last && k < reader; ++k) index.needed_later[k] = 1;
+    for (uint32_t k = first; k <= last && k < reader; ++k) read_later.emplace_back(k, static_cast<uint32_t>(reader));
   };
   // A step-space chunk reads its second moment from this file: f32 like the
   // chunk, and a range of plain chunks (neither step-predicted nor in step
@@ -199,6 +200,16 @@ Status ValidateStepPredictions(BlobIndex& index) {
       if (steps[c]->has_v) mark(c, steps[c]->v_offset, length);
     }
   }
+  std::sort(read_later.begin(), read_later.end());
+  read_later.erase(std::unique(read_later.begin(), read_later.end()), read_later.end());
+  index.later_reader_start.assign(count + 1, 0);
+  index.later_readers.clear();
+  index.later_readers.reserve(read_later.size());
+  for (auto [chunk, reader] : read_later) {
+    ++index.later_reader_start[chunk + 1];
+    index.later_readers.push_back(reader);
+  }
+  for (size_t c = 0; c < count; ++c) index.later_reader_start[c + 1] += index.later_reader_start[c];
   return Status::Ok();
 }
 

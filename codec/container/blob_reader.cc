@@ -60,7 +60,9 @@ class BlobReaderImpl final : public BlobReader {
     return index_.CoversStepPredicted(offset, length);
   }
 
-  Status ReadAt(uint64_t offset, MutableByteSpan out) const override { return ReadAtDepth(offset, out, 0); }
+  Status ReadAt(uint64_t offset, MutableByteSpan out) const override {
+    return ReadAtDepth(offset, out, 0, ChunkUse::kNow);
+  }
 
   Status VerifyChunk(uint32_t index) const override {
     if (index >= index_.chunks.size())
@@ -77,7 +79,7 @@ class BlobReaderImpl final : public BlobReader {
       return Status::InvalidArgument(fmt::format("prefetch: chunk {} of {}", index, index_.chunks.size()));
     if (cache_ == nullptr || !id_) return Status::Ok();
     if (finished_at_[index].load(std::memory_order_relaxed) > ticket) return Status::Ok();
-    return CachedChunk(index, 0).status();
+    return CachedChunk(index, 0, ChunkUse::kAhead).status();
   }
 
   uint64_t prefetch_ticket() const override { return finished_.load(std::memory_order_relaxed); }
@@ -88,16 +90,45 @@ class BlobReaderImpl final : public BlobReader {
     MarkFinished(index);
   }
 
+  void OpenStream() const override { streams_.fetch_add(1, std::memory_order_relaxed); }
+  void CloseStream() const override {
+    if (streams_.fetch_sub(1, std::memory_order_acq_rel) == 1 && cache_ != nullptr && id_)
+      cache_->ReleaseAwaited(*id_);
+  }
+
+  // Why a chunk is decoded (CachedChunk): for the caller now, or for the
+  // reader of the file being read (depth 0): its own read (ReadPieces),
+  // as an input of another of its chunks, by Prefetch, or as a chunk that
+  // reads one the reader has (DecodeLaterReaders). While a stream is open, a chunk decoded
+  // ahead that the reader has not finished with is kept as an awaited
+  // chunk: it leaves the cache once the reader has read all of it (or
+  // went past it), or joins the LRU when it is kept for later chunks.
+  enum class ChunkUse { kNow, kAhead };
+
   // ReadAt at delta-chain level `depth` (0 for the caller's blob).
-  Status ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth) const;
+  Status ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth, ChunkUse use) const;
   // [offset, +buffer.size()) at level `depth`, without a copy where it can:
   // a view into the cached chunk (held by *hold) when the reader has a
   // cache and the range lies in one chunk at an address aligned to 4 bytes
   // (the kernels load whole elements), else read into `buffer`.
   Result<ByteSpan> ViewAtDepth(uint64_t offset, MutableByteSpan buffer, uint32_t depth,
-                               std::shared_ptr<const ChunkBuffer>* hold) const;
+                               std::shared_ptr<const ChunkBuffer>* hold, ChunkUse use = ChunkUse::kNow) const;
 
  private:
+  // A stream has taken a chunk that `later` chunks of this file read: they
+  // are decoded now, while it and its bases' chunks are cached, and wait
+  // for the reader as awaited chunks (without this, a later chunk far
+  // down the file decoded the chunk's whole chain column again). Skips
+  // those the reader is done with, and everything once the awaited room
+  // is full; a failure is left for the reader's own read to report.
+  void DecodeLaterReaders(std::span<const uint32_t> later) const {
+    if (streams_.load(std::memory_order_relaxed) == 0) return;
+    for (uint32_t r : later) {
+      if (finished_at_[r].load(std::memory_order_relaxed) != 0) continue;
+      if (!cache_->HasAwaitedRoom(index_.chunks[r].logical_length)) return;
+      (void)CachedChunk(r, 0, ChunkUse::kAhead);
+    }
+  }
   // A reader is done with chunk `c` (read it all, or went past it).
   void MarkFinished(uint32_t c) const {
     finished_at_[c].store(finished_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -135,7 +166,11 @@ class BlobReaderImpl final : public BlobReader {
   // callers for the same chunk wait for one decode (the kernel's read-ahead
   // sends several reads of one 4 MiB chunk at once; without this each of
   // them decoded the whole chunk). REQUIRES: cache_ && id_.
-  Result<std::shared_ptr<const ChunkBuffer>> CachedChunk(uint32_t c, uint32_t depth) const;
+  Result<std::shared_ptr<const ChunkBuffer>> CachedChunk(uint32_t c, uint32_t depth, ChunkUse use) const;
+  // How a chunk at `depth` reads other chunks of its file: at the top,
+  // ahead of the reader (CachedChunk keeps only those the reader has not
+  // finished with).
+  static ChunkUse InputUse(uint32_t depth) { return depth == 0 ? ChunkUse::kAhead : ChunkUse::kNow; }
 
   // One decode in flight, shared by the readers that wait for it.
   struct InFlight {
@@ -168,6 +203,7 @@ class BlobReaderImpl final : public BlobReader {
   // decoding.
   mutable std::mutex inflight_mu_;  // guards inflight_
   mutable std::unordered_map<uint32_t, std::shared_ptr<InFlight>> inflight_;
+  mutable std::atomic<int> streams_{0};  // OpenStream calls not yet closed
 };
 
 namespace {
@@ -189,7 +225,8 @@ struct DecodingMark {
 constexpr std::chrono::seconds kLinkedWait{5};
 }  // namespace
 
-Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t c, uint32_t depth) const {
+Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t c, uint32_t depth,
+                                                                      ChunkUse use) const {
   if (auto hit = cache_->Get(*id_, c)) return hit;
   for (const auto& [reader, chunk] : tls_decoding)
     if (reader == this && chunk == c)
@@ -227,7 +264,9 @@ Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t 
     if (!ReadSpilledChunk(c, fresh->mutable_span())) status = DecodeChunk(c, fresh->mutable_span(), depth);
     if (status.ok()) {
       data = fresh;
-      cache_->Put(*id_, c, data);
+      const bool awaited = use == ChunkUse::kAhead && streams_.load(std::memory_order_relaxed) > 0 &&
+                           finished_at_[c].load(std::memory_order_relaxed) == 0;
+      cache_->Put(*id_, c, data, awaited);
     }
   }
   {
@@ -306,7 +345,7 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
     // (the depth limit bounds a hostile loop of refs).
     Result<ByteSpan> r = from_base ? ViewLinkRange(c, Link::kBase, offset, buffer, depth, &holds[slot])
                          : step.ref ? ViewLinkRange(c, Link::kRef, offset, buffer, depth, &holds[slot])
-                                    : ViewAtDepth(offset, buffer, depth, &holds[slot]);
+                                    : ViewAtDepth(offset, buffer, depth, &holds[slot], InputUse(depth));
     if (!r.ok())
       return r.status().WithContext(
           fmt::format("blob: chunk {} at logical offset {}: step prediction input", c, chunk.logical_offset));
@@ -437,7 +476,9 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   std::shared_ptr<const ChunkBuffer> v_hold, base_hold;
   if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
     std::byte* s_out = scratch.step_inputs[1].Reserve(out.size());
-    Result<ByteSpan> v = ViewAtDepth(params->step_space->v_offset, MutableByteSpan(s_out, out.size()), depth, &v_hold);
+    const uint64_t v_offset = params->step_space->v_offset;
+    Result<ByteSpan> v =
+        ViewAtDepth(v_offset, MutableByteSpan(s_out, out.size()), depth, &v_hold, InputUse(depth));
     if (!v.ok())
       return v.status().WithContext(fmt::format("blob: chunk {} at logical offset {}: step-space second moment", c,
                                                 chunk.logical_offset));
@@ -522,7 +563,10 @@ Status BlobReaderImpl::ReadPieces(uint64_t offset, uint64_t length, std::vector<
     const bool cached = cache_ != nullptr && id_;
     std::shared_ptr<const ChunkBuffer> data;
     if (cached) {
-      ASSIGN_OR_RETURN(data, CachedChunk(c, 0));
+      // Awaited until the reader has all of it: a reader may take a
+      // chunk's last page first (torch.load reads the zip header after a
+      // record, which shares that page) and the rest much later.
+      ASSIGN_OR_RETURN(data, CachedChunk(c, 0, ChunkUse::kAhead));
     } else {
       auto fresh = std::make_shared<ChunkBuffer>();
       fresh->Resize(chunk.logical_length);
@@ -531,15 +575,17 @@ Status BlobReaderImpl::ReadPieces(uint64_t offset, uint64_t length, std::vector<
     }
     ByteSpan piece(data->data() + from, n);
     pieces->push_back(Piece{std::move(data), piece});
-    // A chunk a later chunk reads stays cached for it (not dropped once read).
-    const bool needed_later = c < index_.needed_later.size() && index_.needed_later[c] != 0;
-    if (cached && !needed_later && cache_->NoteRead(*id_, c, n)) MarkFinished(c);  // after the piece holds the buffer
+    // A chunk later chunks read stays cached for them (in the LRU once
+    // read), and they are decoded now, while it and its bases are cached.
+    const std::span<const uint32_t> later = index_.LaterReaders(c);
+    if (cached && !later.empty()) DecodeLaterReaders(later);
+    if (cached && cache_->NoteRead(*id_, c, n, !later.empty())) MarkFinished(c);  // after the piece holds the buffer
     at += n;
   }
   return Status::Ok();
 }
 
-Status BlobReaderImpl::ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth) const {
+Status BlobReaderImpl::ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth, ChunkUse use) const {
   const uint64_t size = index_.header.logical_size;
   if (offset > size || out.size() > size - offset)
     return Status::InvalidArgument(fmt::format("blob read: [{}, +{}) past the logical size {}", offset, out.size(), size));
@@ -554,7 +600,7 @@ Status BlobReaderImpl::ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_
     const uint64_t n = std::min(end, chunk.logical_offset + chunk.logical_length) - at;
     MutableByteSpan target = out.subspan(at - offset, n);
     if (cache_ != nullptr && id_) {
-      ASSIGN_OR_RETURN(std::shared_ptr<const ChunkBuffer> data, CachedChunk(c, depth));
+      ASSIGN_OR_RETURN(std::shared_ptr<const ChunkBuffer> data, CachedChunk(c, depth, use));
       std::memcpy(target.data(), data->data() + from, n);
     } else if (n == chunk.logical_length) {
       RETURN_IF_ERROR(DecodeChunk(c, target, depth));  // the whole chunk: straight into `out`
@@ -636,14 +682,14 @@ Status CheckFileChecksum(const BlobReader& reader, uint64_t have) {
 }
 
 Result<ByteSpan> BlobReaderImpl::ViewAtDepth(uint64_t offset, MutableByteSpan buffer, uint32_t depth,
-                                             std::shared_ptr<const ChunkBuffer>* hold) const {
+                                             std::shared_ptr<const ChunkBuffer>* hold, ChunkUse use) const {
   const uint64_t size = index_.header.logical_size;
   if (cache_ != nullptr && id_ && !buffer.empty() && offset <= size && buffer.size() <= size - offset) {
     const uint32_t c = ChunkIndexAt(index_.chunks, offset);
     const ChunkInfo& chunk = index_.chunks[c];
     const uint64_t from = offset - chunk.logical_offset;
     if (buffer.size() <= chunk.logical_length - from) {
-      ASSIGN_OR_RETURN(std::shared_ptr<const ChunkBuffer> data, CachedChunk(c, depth));
+      ASSIGN_OR_RETURN(std::shared_ptr<const ChunkBuffer> data, CachedChunk(c, depth, use));
       const std::byte* at = data->data() + from;
       if (reinterpret_cast<uintptr_t>(at) % 4 == 0) {
         *hold = std::move(data);
@@ -651,7 +697,7 @@ Result<ByteSpan> BlobReaderImpl::ViewAtDepth(uint64_t offset, MutableByteSpan bu
       }
     }
   }
-  RETURN_IF_ERROR(ReadAtDepth(offset, buffer, depth));
+  RETURN_IF_ERROR(ReadAtDepth(offset, buffer, depth, use));
   return ByteSpan(buffer);
 }
 
@@ -681,7 +727,9 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
   // a chunk leaves it once all its bytes were taken, so the cache holds
   // only the chunks other chunks need (a prediction's optimizer state, a
   // step-space moment's second moment) until their turn, instead of
-  // filling with the whole file and pushing out the bases' chunks.
+  // filling with the whole file and pushing out the bases' chunks; as a
+  // stream, the ones decoded ahead of it wait for it outside the LRU.
+  const ReaderStream stream(reader);
   auto emit = [&](uint64_t begin, const std::vector<BlobReader::Piece>& parts) -> Status {
     for (const BlobReader::Piece& part : parts) {
       RETURN_IF_ERROR(at ? sink->WriteAt(begin, part.data) : sink->Append(part.data));

@@ -106,8 +106,10 @@ struct ChunkCache::Impl {
     CacheKey key;
     std::shared_ptr<const ChunkBuffer> data;
     uint64_t read = 0;  // bytes NoteRead counted
+    bool awaited = false;  // in `awaited`, not in `lru`
   };
   uint64_t capacity = 0;
+  uint64_t awaited_capacity = 0;
   std::shared_ptr<IdleBuffers> idle;
   // The memory of the chunk buffers under 4 MiB (huge pages), at most
   // what the cache holds with its idle buffers (made by the constructor).
@@ -119,28 +121,47 @@ struct ChunkCache::Impl {
   // Lock order: mu before the idle list's lock (a buffer let go under mu
   // returns to the idle list).
   mutable std::mutex mu;  // guards everything below
-  uint64_t bytes = 0;
-  std::list<Entry> lru;  // front = most recently used
+  uint64_t bytes = 0;          // of the entries in `lru`
+  uint64_t awaited_bytes = 0;  // of the entries in `awaited`
+  std::list<Entry> lru;        // front = most recently used
+  std::list<Entry> awaited;    // chunks kept for their reader, in no order that matters
   std::unordered_map<CacheKey, std::list<Entry>::iterator, CacheKeyHash> map;
 
-  // Unlinks `it` from the map and the list; its buffer returns to the idle
+  // Unlinks `it` from the map and its list; its buffer returns to the idle
   // list when nobody else holds it.
   void Remove(std::list<Entry>::iterator it) {
     std::shared_ptr<const ChunkBuffer> data = std::move(it->data);  // let go last, after the bookkeeping
+    map.erase(it->key);
+    if (it->awaited) {
+      awaited_bytes -= data->size();
+      awaited.erase(it);
+      return;
+    }
     bytes -= data->size();
     idle->SetCached(bytes);
-    map.erase(it->key);
     lru.erase(it);
+  }
+  // An awaited entry joins the LRU as its most recently used entry.
+  void Release(std::list<Entry>::iterator it) {
+    it->awaited = false;
+    awaited_bytes -= it->data->size();
+    bytes += it->data->size();
+    lru.splice(lru.begin(), awaited, it);
   }
   void EvictToFit() {
     while (bytes > capacity && !lru.empty()) Remove(std::prev(lru.end()));
+    idle->SetCached(bytes);
   }
 };
 
-ChunkCache::ChunkCache(uint64_t capacity_bytes, uint64_t idle_reserve_bytes) : impl_(std::make_unique<Impl>()) {
+// Idle buffers count against the LRU's capacity only: awaited chunks are
+// bounded by their own room, and the arena holds all three.
+ChunkCache::ChunkCache(uint64_t capacity_bytes, uint64_t idle_reserve_bytes, uint64_t awaited_capacity_bytes)
+    : impl_(std::make_unique<Impl>()) {
   impl_->capacity = capacity_bytes;
+  impl_->awaited_capacity = awaited_capacity_bytes;
   impl_->idle = std::make_shared<IdleBuffers>(capacity_bytes, idle_reserve_bytes);
-  impl_->arena = std::make_shared<ChunkArena>(capacity_bytes + idle_reserve_bytes);
+  impl_->arena = std::make_shared<ChunkArena>(capacity_bytes + idle_reserve_bytes + awaited_capacity_bytes);
 }
 
 ChunkCache::~ChunkCache() {
@@ -148,32 +169,57 @@ ChunkCache::~ChunkCache() {
     std::lock_guard lock(impl_->mu);
     impl_->map.clear();
     impl_->lru.clear();
+    impl_->awaited.clear();
     impl_->bytes = 0;
+    impl_->awaited_bytes = 0;
   }
   impl_->idle->Close();
 }
 
-std::shared_ptr<const ChunkBuffer> ChunkCache::Get(const ObjectId& blob, uint32_t chunk) {
+std::shared_ptr<const ChunkBuffer> ChunkCache::Get(const ObjectId& blob, uint32_t chunk, bool release_awaited) {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->map.find(CacheKey{blob, chunk});
   if (it == impl_->map.end()) return nullptr;
-  impl_->lru.splice(impl_->lru.begin(), impl_->lru, it->second);
-  return it->second->data;
+  auto entry = it->second;
+  if (!entry->awaited) {
+    impl_->lru.splice(impl_->lru.begin(), impl_->lru, entry);
+  } else if (release_awaited) {
+    impl_->Release(entry);
+    impl_->EvictToFit();
+  }
+  return entry->data;
 }
 
-void ChunkCache::Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const ChunkBuffer> data) {
+void ChunkCache::Put(const ObjectId& blob, uint32_t chunk, std::shared_ptr<const ChunkBuffer> data, bool awaited) {
   if (data == nullptr) return;
   std::lock_guard lock(impl_->mu);
-  // An entry larger than the whole cache would only evict everything else.
-  if (data->size() > impl_->capacity) return;
   CacheKey key{blob, chunk};
   auto it = impl_->map.find(key);
   if (it != impl_->map.end()) impl_->Remove(it->second);
-  impl_->bytes += data->size();
+  const uint64_t size = data->size();
+  if (awaited && impl_->awaited_bytes + size <= impl_->awaited_capacity) {
+    impl_->awaited_bytes += size;
+    impl_->awaited.push_front(Impl::Entry{key, std::move(data), 0, true});
+    impl_->map.emplace(key, impl_->awaited.begin());
+    return;
+  }
+  // An entry larger than the whole cache would only evict everything else.
+  if (size > impl_->capacity) return;
+  impl_->bytes += size;
   impl_->lru.push_front(Impl::Entry{key, std::move(data)});
   impl_->map.emplace(key, impl_->lru.begin());
   impl_->EvictToFit();
-  impl_->idle->SetCached(impl_->bytes);
+}
+
+void ChunkCache::ReleaseAwaited(const ObjectId& blob) {
+  std::lock_guard lock(impl_->mu);
+  if (impl_->awaited.empty()) return;
+  for (auto it = impl_->awaited.begin(); it != impl_->awaited.end();) {
+    auto next = std::next(it);
+    if (it->key.blob == blob) impl_->Release(it);
+    it = next;
+  }
+  impl_->EvictToFit();
 }
 
 std::shared_ptr<ChunkBuffer> ChunkCache::AcquireBuffer(size_t size) {
@@ -202,15 +248,23 @@ void ChunkCache::Drop(const ObjectId& blob, uint32_t chunk) {
   impl_->Remove(it->second);
 }
 
-bool ChunkCache::NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes) {
+bool ChunkCache::NoteRead(const ObjectId& blob, uint32_t chunk, uint64_t bytes, bool keep) {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->map.find(CacheKey{blob, chunk});
   if (it == impl_->map.end()) return false;
   Impl::Entry& e = *it->second;
+  const bool done_before = e.read >= e.data->size();
   e.read += bytes;
   if (e.read < e.data->size()) return false;
-  impl_->Remove(it->second);
-  return true;
+  if (!keep) {
+    impl_->Remove(it->second);
+    return true;
+  }
+  if (e.awaited) {
+    impl_->Release(it->second);
+    impl_->EvictToFit();
+  }
+  return !done_before;
 }
 
 CodecScratchPool& ChunkCache::scratch_pool() { return impl_->scratch; }
@@ -223,7 +277,19 @@ uint64_t ChunkCache::capacity_bytes() const { return impl_->capacity; }
 
 uint64_t ChunkCache::size_bytes() const {
   std::lock_guard lock(impl_->mu);
-  return impl_->bytes;
+  return impl_->bytes + impl_->awaited_bytes;
+}
+
+uint64_t ChunkCache::awaited_bytes() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->awaited_bytes;
+}
+
+uint64_t ChunkCache::awaited_capacity_bytes() const { return impl_->awaited_capacity; }
+
+bool ChunkCache::HasAwaitedRoom(uint64_t bytes) const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->awaited_bytes + bytes <= impl_->awaited_capacity;
 }
 
 uint64_t ChunkCache::idle_bytes() const { return impl_->idle->bytes(); }

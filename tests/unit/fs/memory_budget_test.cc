@@ -55,6 +55,9 @@ TEST(MemoryBudgetTest, MemOptionSplitsBetweenCacheAndEncodes) {
   MountOptions unbounded;
   EXPECT_EQ(SplitMemory(unbounded).cache_mib, 256u);
   EXPECT_EQ(SplitMemory(unbounded).encode_mib, 0u);
+  // Room for a stream's awaited chunks beside the cache, only without mem=.
+  EXPECT_EQ(SplitMemory(unbounded).awaited_mib, kAwaitedPerCache * 256u);
+  EXPECT_EQ(SplitMemory(o).awaited_mib, 0u);
   EXPECT_EQ(ParseMountOptionList("mem=x", &o).code(), StatusCode::kInvalidArgument);
 }
 

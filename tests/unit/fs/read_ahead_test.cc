@@ -6,7 +6,9 @@
 #include <string>
 #include <thread>
 
+#include "codec/policy/policy.h"
 #include "fs/next_tensor.h"
+#include "tests/unit/codec/adam_run_test_util.h"
 #include "tests/unit/codec/blob_test_util.h"
 
 namespace ckptfs::fs {
@@ -163,6 +165,46 @@ TEST(ReadAheadTest, DropsChunksByBytesBehindTheReaderNotByChunkCount) {
   read(2 * kChunk + 16 * 64 + kChunk / 2, 2 * kChunk);
   EXPECT_EQ(cache.Get(id, 1), nullptr);
   ahead.Close(stream);
+}
+
+TEST(ReadAheadTest, AnOpenFileKeepsTheStateItsWeightsDecodedAheadUntilClosed) {
+  // Two versions of a small Adam run: the second's weights are predicted
+  // from its optimizer state, which the file holds after them.
+  using namespace ckptfs::testing;  // NOLINT(google-build-using-namespace)
+  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
+  const EncodeOptions options = DefaultLossy(policy, /*predict=*/true);
+  AdamRun run;
+  MapResolver resolver;
+  std::vector<ObjectId> ids;
+  std::vector<std::vector<std::byte>> blobs;
+  std::shared_ptr<const BlobReader> previous;
+  ASSERT_TRUE(AppendVersion(run.File(), options, 0, &resolver, &ids, &previous, &blobs).has_value());
+  run.Steps(5);
+  ASSERT_TRUE(AppendVersion(run.File(), options, 1, &resolver, &ids, &previous, &blobs).has_value());
+
+  ChunkCache cache(32 << 10, 0, 4 << 20);
+  Result<std::shared_ptr<const BlobReader>> opened = OpenBytes(blobs.back(), ids.back(), &resolver, &cache);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  const std::shared_ptr<const BlobReader>& reader = *opened;
+  ReadAhead ahead(1, 0, 8 << 20);
+  ReadAhead::Stream stream;
+  // The reader's first read of the weights (as the mount does: OnRead,
+  // then the read itself) decodes state ahead of it, which waits.
+  const uint64_t first = reader->segments()[1].offset;
+  ahead.OnRead(stream, reader, first, 4096);
+  std::vector<BlobReader::Piece> pieces;
+  ASSERT_TRUE(reader->ReadPieces(first, 4096, &pieces).ok());
+  EXPECT_GT(cache.awaited_bytes(), 0u);
+  // The same read without an open stream (no OnRead) keeps nothing aside.
+  ChunkCache other(32 << 10, 0, 4 << 20);
+  Result<std::shared_ptr<const BlobReader>> plain = OpenBytes(blobs.back(), ids.back(), &resolver, &other);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE((*plain)->ReadPieces(first, 4096, &pieces).ok());
+  EXPECT_EQ(other.awaited_bytes(), 0u);
+  // Closing the file lets them go to the LRU, which evicts to its size.
+  ahead.Close(stream);
+  EXPECT_EQ(cache.awaited_bytes(), 0u);
+  EXPECT_LE(cache.size_bytes(), 32u << 10);
 }
 
 }  // namespace

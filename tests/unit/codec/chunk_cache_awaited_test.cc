@@ -1,0 +1,201 @@
+// The chunk cache's awaited chunks: a file's chunks decoded ahead of its
+// reader, as inputs of earlier chunks (a step-predicted version's weights
+// read its optimizer state, which comes after them), wait for the reader
+// outside the LRU instead of being evicted and decoded a second time.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+
+#include "adam_run_test_util.h"
+#include "blob_test_util.h"
+#include "codec/container/blob.h"
+#include "codec/policy/policy.h"
+
+namespace ckptfs {
+namespace {
+
+using namespace testing;  // NOLINT(google-build-using-namespace)
+
+std::shared_ptr<const ChunkBuffer> Filled(size_t n, uint8_t v) {
+  auto buffer = std::make_shared<ChunkBuffer>();
+  buffer->Resize(n);
+  std::fill_n(buffer->data(), n, std::byte{v});
+  return buffer;
+}
+
+TEST(ChunkCacheAwaited, AwaitedChunksOutlastTheLruUntilTaken) {
+  ChunkCache cache(/*capacity=*/200, /*idle_reserve=*/0, /*awaited=*/250);
+  const ObjectId a = ObjectId::Of(AsBytes("a")), b = ObjectId::Of(AsBytes("b"));
+  cache.Put(a, 5, Filled(100, 5), /*awaited=*/true);
+  cache.Put(a, 6, Filled(100, 6), /*awaited=*/true);
+  cache.Put(a, 7, Filled(100, 7), /*awaited=*/true);  // past the room: an ordinary entry
+  EXPECT_EQ(cache.awaited_bytes(), 200u);
+  for (uint32_t c = 0; c < 4; ++c) cache.Put(b, c, Filled(100, 1));  // LRU pressure
+  EXPECT_EQ(cache.Get(a, 7), nullptr) << "the entry past the room is evicted like any other";
+  ASSERT_NE(cache.Get(a, 5), nullptr);
+  ASSERT_NE(cache.Get(a, 6), nullptr);
+  EXPECT_EQ(cache.size_bytes(), 400u);  // 200 of LRU, 200 awaited
+
+  // Released (the reader is done with a/5): it joins the LRU, pushing out its oldest.
+  ASSERT_EQ(cache.Get(a, 5, /*release_awaited=*/true)->data()[0], std::byte{5});
+  EXPECT_EQ(cache.awaited_bytes(), 100u);
+  EXPECT_EQ(cache.size_bytes(), 300u);
+  EXPECT_EQ(cache.Get(b, 2), nullptr);
+  for (uint32_t c = 10; c < 12; ++c) cache.Put(b, c, Filled(100, 1));
+  EXPECT_EQ(cache.Get(a, 5), nullptr) << "released: evicted by the LRU";
+  ASSERT_NE(cache.Get(a, 6), nullptr);
+
+  // A read to its end drops an awaited chunk like any other.
+  EXPECT_TRUE(cache.NoteRead(a, 6, 100));
+  EXPECT_EQ(cache.awaited_bytes(), 0u);
+  EXPECT_EQ(cache.size_bytes(), 200u);
+}
+
+TEST(ChunkCacheAwaited, AChunkOthersStillReadJoinsTheLruOnceReadWhole) {
+  ChunkCache cache(100, 0, 1000);
+  const ObjectId a = ObjectId::Of(AsBytes("a")), b = ObjectId::Of(AsBytes("b"));
+  cache.Put(a, 0, Filled(100, 1), true);
+  EXPECT_FALSE(cache.NoteRead(a, 0, 60, /*keep=*/true));
+  EXPECT_EQ(cache.awaited_bytes(), 100u);
+  EXPECT_TRUE(cache.NoteRead(a, 0, 40, true));  // read whole: kept, as an ordinary entry
+  EXPECT_FALSE(cache.NoteRead(a, 0, 10, true)) << "reported once";
+  EXPECT_EQ(cache.awaited_bytes(), 0u);
+  ASSERT_NE(cache.Get(a, 0), nullptr);
+  cache.Put(b, 0, Filled(100, 2));
+  EXPECT_EQ(cache.Get(a, 0), nullptr) << "in the LRU now";
+}
+
+TEST(ChunkCacheAwaited, ReleasingABlobLetsTheLruEvictItsChunks) {
+  ChunkCache cache(100, 0, 1000);
+  const ObjectId a = ObjectId::Of(AsBytes("a")), b = ObjectId::Of(AsBytes("b"));
+  for (uint32_t c = 0; c < 3; ++c) cache.Put(a, c, Filled(100, 1), true);
+  cache.Put(b, 0, Filled(100, 2), true);
+  EXPECT_EQ(cache.awaited_bytes(), 400u);
+  cache.ReleaseAwaited(a);  // a's reader is gone: a's chunks go, down to the capacity
+  EXPECT_EQ(cache.awaited_bytes(), 100u);
+  EXPECT_LE(cache.size_bytes() - cache.awaited_bytes(), 100u);
+  EXPECT_NE(cache.Get(b, 0), nullptr);
+  // Without room nothing is kept awaited.
+  ChunkCache plain(100);
+  plain.Put(a, 0, Filled(100, 1), true);
+  EXPECT_EQ(plain.awaited_bytes(), 0u);
+  EXPECT_NE(plain.Get(a, 0), nullptr);
+}
+
+// Counts the decodes of each chunk of one blob: every decode views its
+// stored bytes once.
+class CountingFile final : public RandomAccessFile {
+ public:
+  explicit CountingFile(std::vector<std::byte> bytes) : file_(std::move(bytes)) {}
+  uint64_t Size() const override { return file_.Size(); }
+  Status ReadAt(uint64_t offset, MutableByteSpan out) const override {
+    Count(offset);
+    return file_.ReadAt(offset, out);
+  }
+  ByteSpan Contiguous() const override { return {}; }  // every read goes through View or ReadAt
+  ByteSpan View(uint64_t offset, uint64_t length) const override {
+    Count(offset);
+    ByteSpan whole = file_.Contiguous();
+    return whole.subspan(offset, length);
+  }
+  int reads_at(uint64_t offset) const {
+    std::lock_guard lock(mu_);
+    auto it = reads_.find(offset);
+    return it == reads_.end() ? 0 : it->second;
+  }
+
+ private:
+  void Count(uint64_t offset) const {
+    std::lock_guard lock(mu_);
+    ++reads_[offset];
+  }
+  MemoryFile file_;
+  mutable std::mutex mu_;
+  mutable std::map<uint64_t, int> reads_;
+};
+
+struct Chain {
+  MapResolver resolver;
+  std::vector<ObjectId> ids;
+  std::vector<std::vector<std::byte>> blobs;
+  std::vector<std::byte> newest;  // its decoded bytes
+};
+
+// Three versions of a small Adam run, the later ones step-predicted: their
+// weights read the optimizer state listed after them.
+void BuildChain(Chain* chain) {
+  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
+  const EncodeOptions options = DefaultLossy(policy, /*predict=*/true);
+  AdamRun run;
+  std::shared_ptr<const BlobReader> previous;
+  for (int version = 0; version < 3; ++version) {
+    if (version > 0) run.Steps(5);
+    auto got = AppendVersion(run.File(), options, version, &chain->resolver, &chain->ids, &previous, &chain->blobs);
+    ASSERT_TRUE(got.has_value());
+    chain->newest = std::move(*got);
+  }
+}
+
+// Reads the newest version as a stream, piece by piece from the start,
+// through a cache whose LRU holds two chunks; returns how many chunks of
+// the newest blob were decoded more than once.
+int ChunksDecodedTwice(Chain& chain, uint64_t awaited_room, uint64_t* awaited_seen) {
+  auto file = std::make_shared<CountingFile>(chain.blobs.back());
+  ChunkCache cache(/*capacity=*/64 << 10, 0, awaited_room);
+  auto reader = BlobReader::Open(file, chain.ids.back(), &chain.resolver, &cache);
+  EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+  if (!reader.ok()) return -1;
+  std::vector<std::byte> got;
+  {
+    const ReaderStream stream(**reader);
+    const uint64_t size = (*reader)->logical_size();
+    for (uint64_t at = 0; at < size; at += 8192) {
+      std::vector<BlobReader::Piece> pieces;
+      EXPECT_TRUE((*reader)->ReadPieces(at, std::min<uint64_t>(8192, size - at), &pieces).ok());
+      for (const BlobReader::Piece& p : pieces) got.insert(got.end(), p.data.begin(), p.data.end());
+      *awaited_seen = std::max(*awaited_seen, cache.awaited_bytes());
+    }
+  }
+  EXPECT_TRUE(got == chain.newest);
+  EXPECT_EQ(cache.awaited_bytes(), 0u) << "the stream closed: nothing is awaited";
+  int twice = 0;
+  for (const ChunkInfo& c : (*reader)->chunks())
+    if (c.stored_length > 0 && file->reads_at(c.stored_offset) > 1) ++twice;
+  return twice;
+}
+
+TEST(ChunkCacheAwaited, AStreamDecodesEachChunkOfAPredictedVersionOnce) {
+  Chain chain;
+  BuildChain(&chain);
+  ASSERT_EQ(chain.blobs.size(), 3u);
+  uint64_t awaited = 0;
+  EXPECT_EQ(ChunksDecodedTwice(chain, 4 << 20, &awaited), 0);
+  EXPECT_GT(awaited, 64u << 10) << "the weights read state that did not fit the LRU";
+  // The same read without the room decodes state again (what the room is for).
+  uint64_t none = 0;
+  EXPECT_GT(ChunksDecodedTwice(chain, 0, &none), 0);
+  EXPECT_EQ(none, 0u);
+}
+
+TEST(ChunkCacheAwaited, DecodeToSinkIsAStream) {
+  Chain chain;
+  BuildChain(&chain);
+  for (unsigned threads : {1u, 2u}) {
+    auto file = std::make_shared<CountingFile>(chain.blobs.back());
+    ChunkCache cache(64 << 10, 0, 4 << 20);
+    auto reader = BlobReader::Open(file, chain.ids.back(), &chain.resolver, &cache);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    OffsetSink sink(chain.newest.size());
+    ASSERT_TRUE(DecodeToSink(**reader, &sink, threads, 64 << 10).ok());
+    EXPECT_TRUE(sink.bytes == chain.newest);
+    EXPECT_EQ(cache.awaited_bytes(), 0u);
+    int twice = 0;
+    for (const ChunkInfo& c : (*reader)->chunks())
+      if (c.stored_length > 0 && file->reads_at(c.stored_offset) > 1) ++twice;
+    EXPECT_EQ(twice, 0) << threads << " thread(s)";
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs
