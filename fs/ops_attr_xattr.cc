@@ -105,6 +105,8 @@ Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_vie
     if (key == "pending")
       return std::to_string((queue_ ? queue_->pending() : 0) + closing_handles_.load() + fsync_commits_.load());
     if (key == "pid") return std::to_string(::getpid());
+    // Chunks this daemon has decoded for reads and encodes since it started.
+    if (key == "decoded_chunks") return std::to_string(store_->chunk_cache()->decodes());
     if (key == "level") return options_.level;  // the preset the mount's options started from
   }
   if (!inode.is_reg()) return Status::Io(ENODATA, "no such attribute");

@@ -385,6 +385,10 @@ class ChunkCache {
   uint64_t awaited_capacity_bytes() const;
   // Whether an awaited chunk of `bytes` would be kept now.
   bool HasAwaitedRoom(uint64_t bytes) const;
+  // Chunks decoded for this cache's readers so far (a decode that misses
+  // the cache, counted by the reader: stats, tests).
+  void NoteDecode();
+  uint64_t decodes() const;
   // Bytes of idle buffers kept for AcquireBuffer (tests, stats).
   uint64_t idle_bytes() const;
   // A buffer of exactly `size` bytes (contents unspecified) to decode a

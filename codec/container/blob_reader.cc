@@ -250,6 +250,7 @@ Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t 
       lock.unlock();
       std::shared_ptr<ChunkBuffer> own = cache_->AcquireBuffer(index_.chunks[c].logical_length);
       const DecodingMark mark(this, c);
+      cache_->NoteDecode();
       RETURN_IF_ERROR(DecodeChunk(c, own->mutable_span(), depth));
       return std::shared_ptr<const ChunkBuffer>(std::move(own));
     }
@@ -261,7 +262,10 @@ Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t 
   if (!data) {
     std::shared_ptr<ChunkBuffer> fresh = cache_->AcquireBuffer(index_.chunks[c].logical_length);
     const DecodingMark mark(this, c);
-    if (!ReadSpilledChunk(c, fresh->mutable_span())) status = DecodeChunk(c, fresh->mutable_span(), depth);
+    if (!ReadSpilledChunk(c, fresh->mutable_span())) {
+      cache_->NoteDecode();
+      status = DecodeChunk(c, fresh->mutable_span(), depth);
+    }
     if (status.ok()) {
       data = fresh;
       const bool awaited = use == ChunkUse::kAhead && streams_.load(std::memory_order_relaxed) > 0 &&

@@ -118,6 +118,7 @@ struct ChunkCache::Impl {
   // delta chain a few levels deep (one scratch per level).
   CodecScratchPool scratch{12};
   std::atomic<ChunkSpill*> spill{nullptr};
+  std::atomic<uint64_t> decodes{0};
   // Lock order: mu before the idle list's lock (a buffer let go under mu
   // returns to the idle list).
   mutable std::mutex mu;  // guards everything below
@@ -286,6 +287,10 @@ uint64_t ChunkCache::awaited_bytes() const {
 }
 
 uint64_t ChunkCache::awaited_capacity_bytes() const { return impl_->awaited_capacity; }
+
+void ChunkCache::NoteDecode() { impl_->decodes.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t ChunkCache::decodes() const { return impl_->decodes.load(std::memory_order_relaxed); }
 
 bool ChunkCache::HasAwaitedRoom(uint64_t bytes) const {
   std::lock_guard lock(impl_->mu);
