@@ -79,7 +79,7 @@ class BlobReaderImpl final : public BlobReader {
       return Status::InvalidArgument(fmt::format("prefetch: chunk {} of {}", index, index_.chunks.size()));
     if (cache_ == nullptr || !id_) return Status::Ok();
     if (finished_at_[index].load(std::memory_order_relaxed) > ticket) return Status::Ok();
-    return CachedChunk(index, 0, ChunkUse::kAhead).status();
+    return CachedChunk(index, 0, ChunkUse::kForStream).status();
   }
 
   uint64_t prefetch_ticket() const override { return finished_.load(std::memory_order_relaxed); }
@@ -96,14 +96,14 @@ class BlobReaderImpl final : public BlobReader {
       cache_->ReleaseAwaited(*id_);
   }
 
-  // Why a chunk is decoded (CachedChunk): for the caller now, or for the
-  // reader of the file being read (depth 0): its own read (ReadPieces),
-  // as an input of another of its chunks, by Prefetch, or as a chunk that
-  // reads one the reader has (DecodeLaterReaders). While a stream is open, a chunk decoded
-  // ahead that the reader has not finished with is kept as an awaited
-  // chunk: it leaves the cache once the reader has read all of it (or
-  // went past it), or joins the LRU when it is kept for later chunks.
-  enum class ChunkUse { kNow, kAhead };
+  // Why a chunk is decoded (CachedChunk): for a caller now, or for the
+  // reader that streams this file (depth 0): its own reads (ReadPieces),
+  // an input of another chunk of the file, Prefetch, or a chunk that reads
+  // one the reader has (DecodeLaterReaders). While a stream is open, a
+  // chunk decoded for it that the reader has not finished with is kept as
+  // an awaited chunk: it leaves the cache once the reader has read all of
+  // it (or went past it), or joins the LRU when later chunks still read it.
+  enum class ChunkUse { kNow, kForStream };
 
   // ReadAt at delta-chain level `depth` (0 for the caller's blob).
   Status ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth, ChunkUse use) const;
@@ -115,9 +115,9 @@ class BlobReaderImpl final : public BlobReader {
                                std::shared_ptr<const ChunkBuffer>* hold, ChunkUse use = ChunkUse::kNow) const;
 
  private:
-  // A stream has taken a chunk that `later` chunks of this file read: they
-  // are decoded now, while it and its bases' chunks are cached, and wait
-  // for the reader as awaited chunks (without this, a later chunk far
+  // The stream's reader has (part of) a chunk that `later` chunks of this
+  // file read: they are decoded now, while it and its bases' chunks are
+  // cached, and wait for the reader as awaited chunks (without this, a later chunk far
   // down the file decoded the chunk's whole chain column again). Skips
   // those the reader is done with, and everything once the awaited room
   // is full; a failure is left for the reader's own read to report.
@@ -126,7 +126,7 @@ class BlobReaderImpl final : public BlobReader {
     for (uint32_t r : later) {
       if (finished_at_[r].load(std::memory_order_relaxed) != 0) continue;
       if (!cache_->HasAwaitedRoom(index_.chunks[r].logical_length)) return;
-      (void)CachedChunk(r, 0, ChunkUse::kAhead);
+      (void)CachedChunk(r, 0, ChunkUse::kForStream);
     }
   }
   // A reader is done with chunk `c` (read it all, or went past it).
@@ -168,9 +168,9 @@ class BlobReaderImpl final : public BlobReader {
   // them decoded the whole chunk). REQUIRES: cache_ && id_.
   Result<std::shared_ptr<const ChunkBuffer>> CachedChunk(uint32_t c, uint32_t depth, ChunkUse use) const;
   // How a chunk at `depth` reads other chunks of its file: at the top,
-  // ahead of the reader (CachedChunk keeps only those the reader has not
+  // for the stream (CachedChunk keeps only those the reader has not
   // finished with).
-  static ChunkUse InputUse(uint32_t depth) { return depth == 0 ? ChunkUse::kAhead : ChunkUse::kNow; }
+  static ChunkUse InputUse(uint32_t depth) { return depth == 0 ? ChunkUse::kForStream : ChunkUse::kNow; }
 
   // One decode in flight, shared by the readers that wait for it.
   struct InFlight {
@@ -268,7 +268,7 @@ Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t 
     }
     if (status.ok()) {
       data = fresh;
-      const bool awaited = use == ChunkUse::kAhead && streams_.load(std::memory_order_relaxed) > 0 &&
+      const bool awaited = use == ChunkUse::kForStream && streams_.load(std::memory_order_relaxed) > 0 &&
                            finished_at_[c].load(std::memory_order_relaxed) == 0;
       cache_->Put(*id_, c, data, awaited);
     }
@@ -570,7 +570,7 @@ Status BlobReaderImpl::ReadPieces(uint64_t offset, uint64_t length, std::vector<
       // Awaited until the reader has all of it: a reader may take a
       // chunk's last page first (torch.load reads the zip header after a
       // record, which shares that page) and the rest much later.
-      ASSIGN_OR_RETURN(data, CachedChunk(c, 0, ChunkUse::kAhead));
+      ASSIGN_OR_RETURN(data, CachedChunk(c, 0, ChunkUse::kForStream));
     } else {
       auto fresh = std::make_shared<ChunkBuffer>();
       fresh->Resize(chunk.logical_length);
