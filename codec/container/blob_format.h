@@ -125,10 +125,13 @@ struct BlobIndex {
   // second moment), in order: later_readers[later_reader_start[c] ..
   // later_reader_start[c + 1]). A sequential reader keeps c cached past
   // its own turn, and a stream decodes them once it has c (a hint only;
-  // ranges over more than kMaxMarkedChunks chunks are not marked).
+  // ranges over more than kMaxMarkedChunks chunks are not marked, and
+  // marks past kMaxLaterReadersPerChunk times the chunk count are not
+  // kept; a file's own ranges mark 1-3 chunks each, two per chunk).
   std::vector<uint32_t> later_reader_start;
   std::vector<uint32_t> later_readers;
   static constexpr uint32_t kMaxMarkedChunks = 64;
+  static constexpr uint32_t kMaxLaterReadersPerChunk = 8;
   std::span<const uint32_t> LaterReaders(uint32_t c) const {
     if (c + size_t{1} >= later_reader_start.size()) return {};
     return std::span<const uint32_t>(later_readers).subspan(later_reader_start[c],

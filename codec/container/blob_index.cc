@@ -142,14 +142,18 @@ Status ValidateStepPredictions(BlobIndex& index) {
     index.step_space_before[c + 1] = index.step_space_before[c] + (spaces[c] ? 1 : 0);
   }
   const uint64_t size = index.header.logical_size;
-  // (chunk, a later chunk that reads it)
+  // (chunk, a later chunk that reads it), at most kMaxLaterReadersPerChunk
+  // per chunk of the file on average: a hostile index of millions of
+  // chunks, each marking 64, would otherwise take gigabytes for a hint.
   std::vector<std::pair<uint32_t, uint32_t>> read_later;
+  const uint64_t max_pairs = uint64_t{BlobIndex::kMaxLaterReadersPerChunk} * count;
   // Chunk `reader` reads [offset, +length) (checked to lie in the file).
   auto mark = [&](size_t reader, uint64_t offset, uint64_t length) {
     const uint32_t first = ChunkIndexAt(index.chunks, offset);
     const uint32_t last = ChunkIndexAt(index.chunks, offset + length - 1);
     if (last - first >= BlobIndex::kMaxMarkedChunks) return;
-    for (uint32_t k = first; k <= last && k < reader; ++k) read_later.emplace_back(k, static_cast<uint32_t>(reader));
+    for (uint32_t k = first; k <= last && k < reader && read_later.size() < max_pairs; ++k)
+      read_later.emplace_back(k, static_cast<uint32_t>(reader));
   };
   // A step-space chunk reads its second moment from this file: f32 like the
   // chunk, and a range of plain chunks (neither step-predicted nor in step
