@@ -24,6 +24,7 @@
 #include "codec/format/layout.h"
 #include "codec/policy/policy.h"
 #include "codec/tensor/lossy/schedule.h"
+#include "fs/options.h"
 #include "mount-tools/blob_report.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/output_sink.h"
@@ -60,9 +61,10 @@ class FileListResolver final : public BlobResolver {
   }
 
  private:
-  // A mount's default sizes (fs/options.h): 256 MiB of LRU, four times
-  // that for the chunks a decode takes ahead of itself as inputs.
-  ChunkCache cache_{256ull << 20, 0, 1024ull << 20};
+  // A default mount's sizes (fs/options.h): the LRU, and the room for the
+  // chunks a decode takes ahead of itself.
+  ChunkCache cache_{fs::SplitMemory(fs::MountOptions{}).cache_mib << 20, 0,
+                    fs::SplitMemory(fs::MountOptions{}).awaited_mib << 20};
   std::mutex mu_;
   std::map<ObjectId, std::shared_ptr<const RandomAccessFile>> files_;
   std::map<ObjectId, std::shared_ptr<const BlobReader>> readers_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <utility>
 
 namespace ckptfs {
@@ -114,24 +115,26 @@ Result<std::vector<std::byte>> ReadWholeFile(const std::string& path) {
   return data;
 }
 
-Status WriteAll(int fd, ByteSpan data, const std::string& path) {
+namespace {
+// write(2) at the file position, or pwrite(2) at `offset`, until all of
+// `data` is written.
+Status WriteAllFrom(int fd, std::optional<uint64_t> offset, ByteSpan data, const std::string& path) {
   for (size_t done = 0; done < data.size();) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    const std::byte* from = data.data() + done;
+    const size_t left = data.size() - done;
+    const ssize_t n = offset ? ::pwrite(fd, from, left, static_cast<off_t>(*offset + done)) : ::write(fd, from, left);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::Io(errno, "write " + path);
     done += static_cast<size_t>(n);
   }
   return Status::Ok();
 }
+}  // namespace
+
+Status WriteAll(int fd, ByteSpan data, const std::string& path) { return WriteAllFrom(fd, std::nullopt, data, path); }
 
 Status WriteAllAt(int fd, uint64_t offset, ByteSpan data, const std::string& path) {
-  for (size_t done = 0; done < data.size();) {
-    const ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::Io(errno, "write " + path);
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
+  return WriteAllFrom(fd, offset, data, path);
 }
 
 Status WriteWholeFile(const std::string& path, ByteSpan data) {

@@ -117,10 +117,13 @@ class BlobReaderImpl final : public BlobReader {
  private:
   // The stream's reader has (part of) a chunk that `later` chunks of this
   // file read: they are decoded now, while it and its bases' chunks are
-  // cached, and wait for the reader as awaited chunks (without this, a later chunk far
-  // down the file decoded the chunk's whole chain column again). Skips
-  // those the reader is done with, and everything once the awaited room
-  // is full; a failure is left for the reader's own read to report.
+  // cached, and wait for the reader as awaited chunks (without this, a
+  // later chunk far down the file decoded the chunk's whole chain column
+  // again). Skips those the reader is done with, and everything once the
+  // awaited room is full; a failure is left for the reader's own read to
+  // report. Runs in the reader's thread (a mount's request thread: that
+  // reply waits for these decodes, which the read-ahead workers could
+  // take instead).
   void DecodeLaterReaders(std::span<const uint32_t> later) const {
     if (streams_.load(std::memory_order_relaxed) == 0) return;
     for (uint32_t r : later) {
