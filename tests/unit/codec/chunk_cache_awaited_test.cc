@@ -137,32 +137,46 @@ void BuildChain(Chain* chain) {
   }
 }
 
-// Reads the newest version as a stream, piece by piece from the start,
-// through a cache whose LRU holds two chunks; returns how many chunks of
-// the newest blob were decoded more than once.
+// The newest blob of a chain opened through a cache whose LRU holds two
+// chunks, with `awaited_room`, counting the decodes of its chunks.
+struct CountedNewest {
+  CountedNewest(Chain& chain, uint64_t awaited_room)
+      : file(std::make_shared<CountingFile>(chain.blobs.back())), cache(/*capacity=*/64 << 10, 0, awaited_room) {
+    auto opened = BlobReader::Open(file, chain.ids.back(), &chain.resolver, &cache);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (opened.ok()) reader = *opened;
+  }
+  // How many chunks were decoded more than once so far.
+  int ChunksTwice() const {
+    int twice = 0;
+    for (const ChunkInfo& c : reader->chunks())
+      if (c.stored_length > 0 && file->reads_at(c.stored_offset) > 1) ++twice;
+    return twice;
+  }
+  std::shared_ptr<CountingFile> file;
+  ChunkCache cache;
+  std::shared_ptr<const BlobReader> reader;  // after `cache`: let go first
+};
+
+// Reads the newest version as a stream, piece by piece from the start;
+// returns how many of its chunks were decoded more than once.
 int ChunksDecodedTwice(Chain& chain, uint64_t awaited_room, uint64_t* awaited_seen) {
-  auto file = std::make_shared<CountingFile>(chain.blobs.back());
-  ChunkCache cache(/*capacity=*/64 << 10, 0, awaited_room);
-  auto reader = BlobReader::Open(file, chain.ids.back(), &chain.resolver, &cache);
-  EXPECT_TRUE(reader.ok()) << reader.status().ToString();
-  if (!reader.ok()) return -1;
+  CountedNewest n(chain, awaited_room);
+  if (!n.reader) return -1;
   std::vector<std::byte> got;
   {
-    const ReaderStream stream(**reader);
-    const uint64_t size = (*reader)->logical_size();
+    const ReaderStream stream(*n.reader);
+    const uint64_t size = n.reader->logical_size();
     for (uint64_t at = 0; at < size; at += 8192) {
       std::vector<BlobReader::Piece> pieces;
-      EXPECT_TRUE((*reader)->ReadPieces(at, std::min<uint64_t>(8192, size - at), &pieces).ok());
+      EXPECT_TRUE(n.reader->ReadPieces(at, std::min<uint64_t>(8192, size - at), &pieces).ok());
       for (const BlobReader::Piece& p : pieces) got.insert(got.end(), p.data.begin(), p.data.end());
-      *awaited_seen = std::max(*awaited_seen, cache.awaited_bytes());
+      *awaited_seen = std::max(*awaited_seen, n.cache.awaited_bytes());
     }
   }
   EXPECT_TRUE(got == chain.newest);
-  EXPECT_EQ(cache.awaited_bytes(), 0u) << "the stream closed: nothing is awaited";
-  int twice = 0;
-  for (const ChunkInfo& c : (*reader)->chunks())
-    if (c.stored_length > 0 && file->reads_at(c.stored_offset) > 1) ++twice;
-  return twice;
+  EXPECT_EQ(n.cache.awaited_bytes(), 0u) << "the stream closed: nothing is awaited";
+  return n.ChunksTwice();
 }
 
 TEST(ChunkCacheAwaited, AStreamDecodesEachChunkOfAPredictedVersionOnce) {
@@ -181,19 +195,13 @@ TEST(ChunkCacheAwaited, AStreamDecodesEachChunkOfAPredictedVersionOnce) {
 // Chunks of the newest version decoded more than once by DecodeToSink on
 // `threads` threads through a 64 KiB LRU and `awaited_room`.
 int DecodedTwiceBySink(Chain& chain, unsigned threads, uint64_t awaited_room) {
-  auto file = std::make_shared<CountingFile>(chain.blobs.back());
-  ChunkCache cache(64 << 10, 0, awaited_room);
-  auto reader = BlobReader::Open(file, chain.ids.back(), &chain.resolver, &cache);
-  EXPECT_TRUE(reader.ok()) << reader.status().ToString();
-  if (!reader.ok()) return -1;
+  CountedNewest n(chain, awaited_room);
+  if (!n.reader) return -1;
   OffsetSink sink(chain.newest.size());
-  EXPECT_TRUE(DecodeToSink(**reader, &sink, threads, 64 << 10).ok());
+  EXPECT_TRUE(DecodeToSink(*n.reader, &sink, threads, 64 << 10).ok());
   EXPECT_TRUE(sink.bytes == chain.newest);
-  EXPECT_EQ(cache.awaited_bytes(), 0u);
-  int twice = 0;
-  for (const ChunkInfo& c : (*reader)->chunks())
-    if (c.stored_length > 0 && file->reads_at(c.stored_offset) > 1) ++twice;
-  return twice;
+  EXPECT_EQ(n.cache.awaited_bytes(), 0u);
+  return n.ChunksTwice();
 }
 
 TEST(ChunkCacheAwaited, DecodeToSinkIsAStream) {
