@@ -341,8 +341,8 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads =
 // reply that was written), and the next AcquireBuffer reuses it, so that a
 // long read touches fresh memory (page faults, the kernel's zeroing) only
 // for the chunks in flight. Cached plus idle bytes stay within the
-// capacity plus the idle reserve; buffers still held by readers after
-// eviction are outside it.
+// capacity plus the idle reserve, and while a stream is open the awaited
+// room; buffers still held by readers after eviction are outside it.
 class ChunkCache {
  public:
   // `idle_reserve_bytes`: idle buffers kept beyond the capacity. A full
@@ -379,6 +379,12 @@ class ChunkCache {
   // closed the file or went elsewhere), and the LRU evicts down to the
   // capacity.
   void ReleaseAwaited(const ObjectId& blob);
+  // A reader streams one of this cache's blobs (BlobReader::OpenStream)
+  // or no longer does. While any stream is open, idle buffers may take the
+  // part of the awaited room that awaited chunks leave free; once none is,
+  // idle buffers beyond the capacity (and the idle reserve) are freed.
+  void StreamOpened();
+  void StreamClosed();
   uint64_t size_bytes() const;  // every cached chunk, awaited ones included
   uint64_t capacity_bytes() const;
   uint64_t awaited_bytes() const;

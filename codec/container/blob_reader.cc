@@ -90,10 +90,14 @@ class BlobReaderImpl final : public BlobReader {
     MarkFinished(index);
   }
 
-  void OpenStream() const override { streams_.fetch_add(1, std::memory_order_relaxed); }
+  void OpenStream() const override {
+    streams_.fetch_add(1, std::memory_order_relaxed);
+    if (cache_ != nullptr) cache_->StreamOpened();
+  }
   void CloseStream() const override {
     if (streams_.fetch_sub(1, std::memory_order_acq_rel) == 1 && cache_ != nullptr && id_)
       cache_->ReleaseAwaited(*id_);
+    if (cache_ != nullptr) cache_->StreamClosed();
   }
 
   // Why a chunk is decoded (CachedChunk): for a caller now, or for the

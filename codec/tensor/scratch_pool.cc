@@ -27,4 +27,20 @@ void CodecScratchPool::GiveBack(std::unique_ptr<CodecScratch> scratch) {
   scratch.reset();
 }
 
+void CodecScratchPool::Trim(size_t keep) {
+  std::vector<std::unique_ptr<CodecScratch>> freed;  // freed outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_.size() <= keep) return;
+    const auto cut = idle_.begin() + static_cast<std::ptrdiff_t>(idle_.size() - keep);
+    freed.assign(std::make_move_iterator(idle_.begin()), std::make_move_iterator(cut));
+    idle_.erase(idle_.begin(), cut);
+  }
+}
+
+size_t CodecScratchPool::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return idle_.size();
+}
+
 }  // namespace ckptfs

@@ -44,11 +44,18 @@ class CodecScratchPool {
   // or a new one.
   Lease Acquire();
 
+  // Frees idle scratches beyond `keep` (the least recently used first):
+  // an idle reader keeps little of the memory its busiest moment needed.
+  void Trim(size_t keep);
+
+  // Idle scratches kept now (tests).
+  size_t idle() const;
+
  private:
   void GiveBack(std::unique_ptr<CodecScratch> scratch);
 
   const size_t max_idle_;
-  std::mutex mu_;  // leaf lock; guards idle_
+  mutable std::mutex mu_;  // leaf lock; guards idle_
   std::vector<std::unique_ptr<CodecScratch>> idle_;
 };
 
