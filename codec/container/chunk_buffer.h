@@ -4,6 +4,7 @@
 // faults in) was a visible share of a cold read.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <utility>
@@ -27,6 +28,7 @@ class ChunkBuffer {
   // Sets the size to `size`. Contents are unspecified afterwards: the
   // memory is kept when it is large enough, else replaced (nothing copied).
   void Resize(size_t size) {
+    set_verified(true);
     if (size > capacity_) {
       Release();
       if (arena_ != nullptr && size < ChunkArena::kLargest) data_ = arena_->Allocate(size);
@@ -39,6 +41,13 @@ class ChunkBuffer {
     }
     size_ = size;
   }
+
+  // Whether the bytes were checked against the chunk's decoded checksum.
+  // A chunk decoded as an input of a newer version in its delta chain is
+  // not: the newer version's own checksum covers what the input gave it,
+  // and the input is checked if and when it is read for itself.
+  bool verified() const { return verified_.load(std::memory_order_acquire); }
+  void set_verified(bool verified) const { verified_.store(verified, std::memory_order_release); }
 
   std::byte* data() { return data_; }
   const std::byte* data() const { return data_; }
@@ -61,6 +70,7 @@ class ChunkBuffer {
   bool from_arena_ = false;
   size_t size_ = 0;
   size_t capacity_ = 0;
+  mutable std::atomic<bool> verified_{true};  // reset by the decoder of an unchecked input
 };
 
 }  // namespace ckptfs
