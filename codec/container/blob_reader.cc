@@ -504,15 +504,17 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
                       LossyChunkParams::kFlagRowColumn)) != 0) {
     ASSIGN_OR_RETURN(params, LossyChunkParams::DecodeFrom(index_.params[c]));
   }
+  std::optional<lossy::RowColumnBaseSlices> row_column;
   if (params && params->row_column) {
     // The stream is a delta frame against the base its block describes
-    // (the block leads the stored bytes, its size checked at Open).
+    // (the block leads the stored bytes, its size checked at Open), made
+    // by the decoder slice by slice.
     const RowColumnTerm& t = *params->row_column;
-    std::byte* base = scratch.base.Reserve(out.size());
-    if (!lossy::SynthesizeRowColumnBase(stored.first(t.block_bytes), t.columns, MutableByteSpan(base, out.size())))
+    row_column = lossy::RowColumnBaseSlices::Open(stored.first(t.block_bytes), t.columns, out.size() / 4);
+    if (!row_column || out.size() % 4 != 0)
       return ChunkError(StatusCode::kCorruption, c, "row-column block does not fit the chunk");
     stored = stored.subspan(t.block_bytes);
-    ctx.base = ByteSpan(base, out.size());
+    ctx.base_slices = &*row_column;
   }
   // Cached chunks that the views below (v, the base) point into.
   std::shared_ptr<const ChunkBuffer> v_hold, base_hold;
@@ -531,7 +533,9 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   }
   if (chunk.codec == ChunkCodec::kBytePlaneXorZstd || chunk.codec == ChunkCodec::kZstdWithBase || lossy_delta) {
     // The base bytes get their own buffer: the base read below leases its
-    // own scratch, never this one.
+    // own scratch, never this one. (A base version replaces a row-column
+    // base, as the encoder never writes both.)
+    ctx.base_slices = nullptr;
     std::byte* base = scratch.base.Reserve(out.size());
     if (params && params->copy()) {
       // A copy's prediction reads no base version (its scale is 0).

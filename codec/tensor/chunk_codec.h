@@ -14,6 +14,7 @@
 #include "codec/common/status.h"
 #include "codec/container/blob.h"
 #include "codec/format/layout.h"
+#include "codec/tensor/lossy/base_slices.h"
 #include "codec/tensor/rans_context.h"
 #include "codec/tensor/scratch.h"
 
@@ -29,6 +30,9 @@ struct ChunkContext {
   // Decode only: the symbol contexts a lossy chunk was encoded with (a
   // dithered first moment's, codec/tensor/lossy/dither.h); empty: none.
   ByteContexts symbol_contexts;
+  // Decode only, lossy: a base made on demand instead of `base` (which is
+  // then empty), read a slice at a time where the decoder can.
+  const lossy::BaseSlices* base_slices = nullptr;
 };
 
 // Thread safety: codecs are immutable; Encode/Decode may run concurrently

@@ -330,10 +330,11 @@ Status LossyChunkCodec::DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx
     base = ByteSpan(copy, base.size());
   }
   if (!misaligned(out.data()))
-    return lossy::DecodeChunk(type, stored, base, out, &scratch.lossy(), nullptr, checksum, ctx.symbol_contexts);
+    return lossy::DecodeChunk(type, stored, base, out, &scratch.lossy(), nullptr, checksum, ctx.symbol_contexts,
+                              ctx.base_slices);
   MutableByteSpan aligned(scratch.planes.Reserve(out.size()), out.size());
-  RETURN_IF_ERROR(
-      lossy::DecodeChunk(type, stored, base, aligned, &scratch.lossy(), nullptr, checksum, ctx.symbol_contexts));
+  RETURN_IF_ERROR(lossy::DecodeChunk(type, stored, base, aligned, &scratch.lossy(), nullptr, checksum,
+                                     ctx.symbol_contexts, ctx.base_slices));
   std::copy(aligned.begin(), aligned.end(), out.begin());
   return Status::Ok();
 }

@@ -25,7 +25,8 @@ Status Corrupt(const std::string& what, uint64_t want, uint64_t have) {
 }  // namespace
 
 Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
-                   LossyKernels* kernels, std::optional<uint64_t>* checksum, ByteContexts contexts) {
+                   LossyKernels* kernels, std::optional<uint64_t>* checksum, ByteContexts contexts,
+                   const BaseSlices* base_slices) {
   if (checksum != nullptr) checksum->reset();
   const size_t width = ElementSize(type);
   if (encoded.size() < StreamHeader::kFixedPrefix + kTrailerSize)
@@ -43,11 +44,26 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   // A chunk encoded against a base may still be a key frame (when that was
   // smaller); its decoder then ignores the base.
   const bool delta = (h.flags & kFlagDelta) != 0;
-  if (delta && base.size() != out.size()) return Corrupt("delta frame base size", out.size(), base.size());
-  if (!delta) base = {};
+  if (base_slices != nullptr && (!base.empty() || type != ElementType::kF32))
+    return Status::InvalidArgument("lossy decode: a sliced base is of f32 elements, and alone");
+  if (delta && base_slices != nullptr && base_slices->elements() * 4 != out.size())
+    return Corrupt("delta frame base size", out.size(), base_slices->elements() * 4);
+  if (delta && base_slices == nullptr && base.size() != out.size())
+    return Corrupt("delta frame base size", out.size(), base.size());
+  if (!delta) {
+    base = {};
+    base_slices = nullptr;
+  }
   const uint64_t n = h.element_count;
 
   Scratch::Buffers& s = scratch->buffers();
+  if (base_slices != nullptr && (h.mode != StreamMode::kLog || kernels != nullptr)) {
+    // Only the log decoder reads a base in slices: made whole for the others.
+    EnsureSize(&s.base_whole, out.size());
+    base_slices->Fill(0, n, s.base_whole.data());
+    base = ByteSpan(s.base_whole.data(), out.size());
+    base_slices = nullptr;
+  }
   if (!s.dctx) s.dctx.reset(ZSTD_createDCtx());
   if (!s.dctx) return Status::NoMemory("lossy decode: zstd context");
   if (!s.cpu_kernels) s.cpu_kernels = MakeCpuKernels();
@@ -59,7 +75,7 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   if (checksum != nullptr && kernels == nullptr && h.mode != StreamMode::kLossless) hash.emplace();
   if (h.mode == StreamMode::kLog) {
     RETURN_IF_ERROR(DecodeLogBody(type, h, encoded.subspan(h.size), base, out, s,
-                                  SimdLevel::kAvx512, hash ? &*hash : nullptr));
+                                  SimdLevel::kAvx512, hash ? &*hash : nullptr, base_slices));
     if (hash) *checksum = hash->Digest();
     return Status::Ok();
   }

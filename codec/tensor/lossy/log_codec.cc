@@ -398,13 +398,16 @@ template <typename E>
 class LogSliceDecoder {
  public:
   using Bits = typename E::Bits;
+  // `sliced_base`: the base comes with each slice (Slice's `base_slice`),
+  // `base` is empty.
   LogSliceDecoder(const LogGrid& grid, uint32_t bits, int64_t origin, int64_t shift, bool zero_carry, ByteSpan packed,
-                  ByteSpan base, MutableByteSpan out, bool avx512, bool avx2, const LogFractionTable* vector_table)
+                  ByteSpan base, bool sliced_base, MutableByteSpan out, bool avx512, bool avx2,
+                  const LogFractionTable* vector_table)
       : grid_(grid), bits_(bits), mask_((1u << bits) - 1), origin_(origin), shift_(shift), zero_carry_(zero_carry),
         packed_(packed),
         base_(base), out_(out), avx512_(avx512), avx2_(avx2), vector_table_(vector_table) {
     const uint64_t n = out.size() / sizeof(Bits);
-    if (base.empty() && bits <= kMaxTableBits && (uint64_t{1} << bits) <= n) {
+    if (base.empty() && !sliced_base && bits <= kMaxTableBits && (uint64_t{1} << bits) <= n) {
       // A key frame predicts every element from the origin, so a symbol alone
       // names the element: decode through a table of all 2^bits of them.
       table_.resize(size_t{1} << bits);
@@ -414,7 +417,9 @@ class LogSliceDecoder {
   }
 
   // REQUIRES: first is a multiple of 8 (the slice's symbols start on a byte).
-  Status Slice(uint64_t first, uint64_t n) {
+  // `base_slice`: the base's elements [first, first + n), when it comes in
+  // slices.
+  Status Slice(uint64_t first, uint64_t n, const std::byte* base_slice = nullptr) {
     const std::byte* p = packed_.data() + first * bits_ / 8;
     std::byte* out = out_.data() + first * sizeof(Bits);
     if (!table_.empty()) {
@@ -431,7 +436,9 @@ class LogSliceDecoder {
       for (uint64_t i = 0; i < n; ++i) StoreLogBits<E>(out, i, table_[SymbolAt(p, i, bits_, mask_)]);
       return Status::Ok();
     }
-    const std::byte* b = base_.empty() ? nullptr : base_.data() + first * sizeof(Bits);
+    const std::byte* b = base_slice != nullptr ? base_slice
+                         : base_.empty()         ? nullptr
+                                                 : base_.data() + first * sizeof(Bits);
     if constexpr (std::is_same_v<E, F32Elem>) {
       if (vector_table_ != nullptr && b != nullptr) {
         if (avx512_ && vector_table_->has_small)
@@ -537,7 +544,7 @@ Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan va
 }
 
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
-                     Scratch::Buffers& s, SimdLevel max_simd, Checksum64Stream* hash) {
+                     Scratch::Buffers& s, SimdLevel max_simd, Checksum64Stream* hash, const BaseSlices* base_slices) {
   ByteReader r(body, "lossy log chunk");
   const double ratio = std::bit_cast<double>(r.U64());
   const int64_t origin = static_cast<int32_t>(r.U32());
@@ -548,6 +555,9 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
   if (r.remaining() != 0) return Status::Corruption("lossy log chunk: " + std::to_string(r.remaining()) + " trailing bytes");
   const bool delta = (h.flags & kFlagDelta) != 0;
   if (!delta && shift != 0) return Status::Corruption("lossy log chunk: a key frame with a delta shift");
+  if (!delta) base_slices = nullptr;
+  if (base_slices != nullptr && (type != ElementType::kF32 || !base.empty() || base_slices->elements() != h.element_count))
+    return Status::InvalidArgument("lossy log chunk: a sliced base of f32 elements as many as the chunk's, alone");
   if (shift < -kMaxShift || shift > kMaxShift)
     return Status::Corruption("lossy log chunk: delta shift " + std::to_string(shift) + ", want |shift| <= 64");
   Result<LogGrid> grid = LogGrid::FromRatio(ratio);
@@ -577,11 +587,21 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
   }
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list));
   auto run = [&]<typename E>(bool vector_ok) {
-    LogSliceDecoder<E> decoder(*grid, h.bits, origin, shift, (h.flags & kFlagZeroCarry) != 0, packed, base, out,
-                               vector_ok && avx512, vector_ok && avx2,
+    LogSliceDecoder<E> decoder(*grid, h.bits, origin, shift, (h.flags & kFlagZeroCarry) != 0, packed, base,
+                               base_slices != nullptr, out, vector_ok && avx512, vector_ok && avx2,
                                vector_ok ? vector_table : nullptr);
-    return DecodeInSlices(n, sizeof(typename E::Bits), exact, hash, out,
-                          [&](uint64_t first, uint64_t count) { return decoder.Slice(first, count); });
+    if (base_slices == nullptr)
+      return DecodeInSlices(n, sizeof(typename E::Bits), exact, hash, out,
+                            [&](uint64_t first, uint64_t count) { return decoder.Slice(first, count); });
+    // The base made a slice at a time, in cache, just before its slice.
+    EnsureSize(&s.base_slice, kDecodeSliceElements * sizeof(typename E::Bits));
+    return DecodeInSlices(
+        n, sizeof(typename E::Bits), exact, hash, out,
+        [&](uint64_t first, uint64_t count) {
+          base_slices->Fill(first, count, s.base_slice.data());
+          return decoder.Slice(first, count, s.base_slice.data());
+        },
+        /*sliced=*/true);
   };
   switch (type) {
     case ElementType::kF32: return run.template operator()<F32Elem>(true);

@@ -18,6 +18,7 @@
 #include "codec/common/bytes.h"
 #include "codec/common/simd_level.h"
 #include "codec/common/status.h"
+#include "codec/tensor/lossy/base_slices.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/scratch.h"
 #include "codec/tensor/lossy/stream.h"
@@ -146,10 +147,13 @@ Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan va
 
 // Decodes the body of a log-mode stream (everything after the header, the
 // checksum already removed and verified). `base` is empty unless h is a
-// delta frame, then out.size() bytes. max_simd caps the vector path (the
-// output is the same at every level). With `hash`, the output is written,
-// patched and hashed in slices (DecodeInSlices) while each is in cache.
+// delta frame, then out.size() bytes; or, for an f32 delta frame, the base
+// comes from `base_slices` (base empty), filled a slice at a time. max_simd
+// caps the vector path (the output is the same at every level). With
+// `hash`, the output is written, patched and hashed in slices
+// (DecodeInSlices) while each is in cache.
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
-                     Scratch::Buffers& s, SimdLevel max_simd = SimdLevel::kAvx512, Checksum64Stream* hash = nullptr);
+                     Scratch::Buffers& s, SimdLevel max_simd = SimdLevel::kAvx512, Checksum64Stream* hash = nullptr,
+                     const BaseSlices* base_slices = nullptr);
 
 }  // namespace ckptfs::lossy

@@ -19,6 +19,7 @@
 #include "codec/common/bytes.h"
 #include "codec/common/status.h"
 #include "codec/format/layout.h"
+#include "codec/tensor/lossy/base_slices.h"
 #include "codec/tensor/rans_context.h"
 
 namespace ckptfs::lossy {
@@ -180,8 +181,10 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
 // Thread safety: reentrant; concurrent calls need distinct scratch/kernels.
 // `contexts`: the EncodeOptions::symbol_contexts the chunk was encoded with
 // (a stream in version 4 without them is Corruption).
+// `base_slices`: an f32 base made on demand (base empty): a log-mode delta
+// frame reads it a slice at a time, other modes have it made whole first.
 Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
                    LossyKernels* kernels = nullptr, std::optional<uint64_t>* checksum = nullptr,
-                   ByteContexts contexts = {});
+                   ByteContexts contexts = {}, const BaseSlices* base_slices = nullptr);
 
 }  // namespace ckptfs::lossy

@@ -253,27 +253,50 @@ __attribute__((target("avx2"))) uint64_t SynthesizeRowAvx2(int32_t sum, const in
 }
 #endif
 
-bool Synthesize(ByteSpan block, uint64_t columns, MutableByteSpan out, bool vector) {
-  const uint64_t n = out.size() / 4;
-  if (columns == 0 || n % columns != 0 || block.size() != RowColumnBlockSize(n / columns, columns)) return false;
-  const uint64_t rows = n / columns;
+}  // namespace
+
+std::optional<RowColumnBaseSlices> RowColumnBaseSlices::Open(ByteSpan block, uint64_t columns, uint64_t elements,
+                                                             bool vector) {
+  if (columns == 0 || elements % columns != 0 || block.size() != RowColumnBlockSize(elements / columns, columns))
+    return std::nullopt;
+  const uint64_t rows = elements / columns;
   // Clamped first (row and column add at most 256 in size): the sums below
   // stay in int32 and clamp to the same e as unbounded ones would.
   const int32_t global =
       static_cast<int32_t>(std::clamp<int64_t>(static_cast<int32_t>(LoadLE32(block.data())), kLowest - 512, kHighest + 512));
   const auto* row = reinterpret_cast<const int8_t*>(block.data() + 4);
-  const auto* column = row + rows;
-  for (uint64_t r = 0; r < rows; ++r) {
-    std::byte* at = out.data() + 4 * r * columns;
-    const int32_t sum = global + row[r];
-    uint64_t from = 0;
 #if defined(__x86_64__)
-    if (vector) from = SynthesizeRowAvx2(sum, column, columns, at);
+  static const bool avx2 = CpuHasSimd(SimdLevel::kAvx2);
+  vector = vector && avx2;
 #else
-    (void)vector;
+  vector = false;
 #endif
-    SynthesizeRowPortable(sum, column, from, columns, at);
+  return RowColumnBaseSlices(global, row, row + rows, columns, elements, vector);
+}
+
+void RowColumnBaseSlices::Fill(uint64_t first, uint64_t count, std::byte* out) const {
+  // Row by row; a slice may start and end inside a row.
+  for (uint64_t at = first; at < first + count;) {
+    const uint64_t r = at / columns_;
+    const uint64_t from = at % columns_;
+    const uint64_t n = std::min(columns_ - from, first + count - at);
+    const int32_t sum = global_ + row_[r];
+    std::byte* dst = out + 4 * (at - first);
+    uint64_t done = 0;
+#if defined(__x86_64__)
+    if (vector_) done = SynthesizeRowAvx2(sum, column_ + from, n, dst);
+#endif
+    SynthesizeRowPortable(sum, column_ + from, done, n, dst);
+    at += n;
   }
+}
+
+namespace {
+
+bool Synthesize(ByteSpan block, uint64_t columns, MutableByteSpan out, bool vector) {
+  const std::optional<RowColumnBaseSlices> base = RowColumnBaseSlices::Open(block, columns, out.size() / 4, vector);
+  if (!base || out.size() % 4 != 0) return false;
+  base->Fill(0, base->elements(), out.data());
   return true;
 }
 

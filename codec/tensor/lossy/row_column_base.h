@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codec/common/bytes.h"
+#include "codec/tensor/lossy/base_slices.h"
 
 namespace ckptfs::lossy {
 
@@ -31,6 +32,29 @@ inline uint64_t RowColumnBlockSize(uint64_t rows, uint64_t columns) { return 4 +
 std::optional<std::vector<std::byte>> FitRowColumnBase(ByteSpan values, uint64_t columns);
 // The same without the vector kernel (same bytes; tests compare the two).
 std::optional<std::vector<std::byte>> FitRowColumnBasePortable(ByteSpan values, uint64_t columns);
+
+// The base of `block` for a chunk of `elements` f32 elements in rows of
+// `columns`, computed slice by slice (BaseSlices) by the same kernel as
+// SynthesizeRowColumnBase: the same bits.
+class RowColumnBaseSlices final : public BaseSlices {
+ public:
+  // Nothing when the sizes disagree. `block` must outlive the object.
+  static std::optional<RowColumnBaseSlices> Open(ByteSpan block, uint64_t columns, uint64_t elements,
+                                                 bool vector = true);
+  uint64_t elements() const override { return elements_; }
+  void Fill(uint64_t first, uint64_t count, std::byte* out) const override;
+
+ private:
+  RowColumnBaseSlices(int32_t global, const int8_t* row, const int8_t* column, uint64_t columns, uint64_t elements,
+                      bool vector)
+      : global_(global), row_(row), column_(column), columns_(columns), elements_(elements), vector_(vector) {}
+  int32_t global_;
+  const int8_t* row_;
+  const int8_t* column_;
+  uint64_t columns_;
+  uint64_t elements_;
+  bool vector_;  // the AVX2 kernel where the CPU has it
+};
 
 // Writes the base of `block` into `out` (f32, rows * columns elements):
 // element (i, j) is 2^(e / 8) for e = G + R_i + C_j clamped to

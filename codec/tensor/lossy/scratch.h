@@ -32,6 +32,8 @@ struct Scratch::Buffers {
   std::vector<uint32_t> histogram;
   std::vector<uint32_t> histogram_alt;
   std::vector<std::byte> packed;
+  std::vector<std::byte> base_slice;  // a slice of a base made slice by slice (base_slices.h)
+  std::vector<std::byte> base_whole;  // such a base made whole, for a decoder that reads it whole
   std::vector<uint32_t> exact_positions;
   std::vector<std::byte> exact_raw;
   std::vector<std::byte> exact_list;

@@ -120,8 +120,36 @@ inline NaiveError Measure(ElementType type, const std::vector<std::byte>& orig, 
 // same status and bytes, and the second the chunk checksum of those bytes
 // (always for the quantized and log modes, the byte after the version).
 // Returns the plain decode's status; `out` holds its bytes.
+// A base handed out slice by slice (BaseSlices) from bytes in memory.
+class SpanBaseSlices final : public BaseSlices {
+ public:
+  explicit SpanBaseSlices(ByteSpan base) : base_(base) {}
+  uint64_t elements() const override { return base_.size() / 4; }
+  void Fill(uint64_t first, uint64_t count, std::byte* out) const override {
+    std::memcpy(out, base_.data() + 4 * first, 4 * count);
+  }
+
+ private:
+  ByteSpan base_;
+};
+
+// Decodes `encoded` plainly into `out`, and compares: the sliced and hashed
+// decode; for an f32 base, the decode with the base given slice by slice
+// (log mode) or made whole from its slices (the others).
 inline Status DecodeBothWays(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch) {
   Status plain = DecodeChunk(type, encoded, base, out, scratch);
+  if (type == ElementType::kF32 && !base.empty()) {
+    const SpanBaseSlices slices(base);
+    std::vector<std::byte> from_slices(out.size(), std::byte{0x5a});
+    for (bool hash : {false, true}) {
+      std::optional<uint64_t> checksum;
+      Status s = DecodeChunk(type, encoded, {}, from_slices, scratch, nullptr, hash ? &checksum : nullptr, {}, &slices);
+      EXPECT_EQ(plain.code(), s.code()) << plain.ToString() << " / " << s.ToString();
+      if (plain.ok() && s.ok()) {
+        EXPECT_TRUE(std::equal(out.begin(), out.end(), from_slices.begin())) << "the decode from base slices differs";
+      }
+    }
+  }
   std::vector<std::byte> sliced(out.size(), std::byte{0xa5});
   std::optional<uint64_t> checksum;
   Status hashed = DecodeChunk(type, encoded, base, sliced, scratch, nullptr, &checksum);
