@@ -19,6 +19,7 @@
 #include "codec/container/blob_format.h"
 #include "codec/container/chunk_spill.h"
 #include "codec/optimizer/step_space.h"
+#include "codec/optimizer/step_space_slices.h"
 #include "codec/tensor/lossy/dither.h"
 #include "codec/tensor/lossy/low_rank.h"
 #include "codec/tensor/lossy/row_column_base.h"
@@ -241,6 +242,18 @@ struct DecodingMark {
 // decodes reach each other's chunk (a cycle across threads) go on instead
 // of waiting for each other.
 constexpr std::chrono::seconds kLinkedWait{5};
+
+// Whether a step-space chunk is decoded slice by slice (StepSpaceSlices):
+// a lossy first moment whose base in step space is used as it is or
+// scaled (the default); the rarer predictions (a low-rank term, a dither,
+// a step term) take the whole-chunk path.
+bool StepSpaceBySlices(const LossyChunkParams& params, uint8_t lossy_flags) {
+  if (params.row_column || params.low_rank || params.dither || params.copy()) return false;
+  if ((lossy_flags & LossyChunkParams::kFlagPredicted) == 0) return true;
+  if (!params.prediction) return false;
+  const StepPrediction& p = *params.prediction;
+  return !p.has_step && !p.has_v && !p.has_base_step && !p.copy && !p.ref;
+}
 }  // namespace
 
 Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t c, uint32_t depth,
@@ -518,7 +531,27 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   }
   // Cached chunks that the views below (v, the base) point into.
   std::shared_ptr<const ChunkBuffer> v_hold, base_hold;
-  if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
+  // A first moment in step space whose base (if any) is at most scaled:
+  // the decoder makes the base in step space and the output slice by
+  // slice (StepSpaceSlices). Otherwise over the whole chunk, below.
+  std::optional<StepSpaceSlices> step_slices;
+  if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0 && StepSpaceBySlices(*params, lossy_flags)) {
+    Result<ByteSpan> v = ViewAtDepth(params->step_space->v_offset,
+                                     MutableByteSpan(scratch.step_inputs[1].Reserve(out.size()), out.size()), depth,
+                                     &v_hold, InputUse(depth));
+    if (!v.ok())
+      return v.status().WithContext(fmt::format("blob: chunk {} at logical offset {}: step-space second moment", c,
+                                                chunk.logical_offset));
+    ByteSpan base_m;
+    if (lossy_delta) {
+      ASSIGN_OR_RETURN(base_m,
+                       ViewBase(c, MutableByteSpan(scratch.base.Reserve(out.size()), out.size()), depth, &base_hold));
+    }
+    const bool predicted = lossy_delta && (lossy_flags & LossyChunkParams::kFlagPredicted) != 0;
+    step_slices.emplace(*v, params->step_space->eps, base_m, predicted ? &params->prediction->predictor : nullptr);
+    if (lossy_delta) ctx.base_slices = &*step_slices;
+    ctx.finish = &*step_slices;
+  } else if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
     std::byte* s_out = scratch.step_inputs[1].Reserve(out.size());
     const uint64_t v_offset = params->step_space->v_offset;
     Result<ByteSpan> v =
@@ -531,7 +564,8 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     v_hold.reset();
     scales = s_out;
   }
-  if (chunk.codec == ChunkCodec::kBytePlaneXorZstd || chunk.codec == ChunkCodec::kZstdWithBase || lossy_delta) {
+  if (!step_slices &&
+      (chunk.codec == ChunkCodec::kBytePlaneXorZstd || chunk.codec == ChunkCodec::kZstdWithBase || lossy_delta)) {
     // The base bytes get their own buffer: the base read below leases its
     // own scratch, never this one. (A base version replaces a row-column
     // base, as the encoder never writes both.)
@@ -580,6 +614,8 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     if (decoded.code() != StatusCode::kCorruption) return decoded;
     return ChunkError(StatusCode::kCorruption, c, decoded.message());
   }
+  if (step_slices && !step_slices->scales_ok())
+    return ChunkError(StatusCode::kCorruption, c, "step-space second moment negative or not finite");
   if (scales != nullptr) {
     FromStepSpace(out, scales);
     decoded_checksum.reset();  // it hashed m / s

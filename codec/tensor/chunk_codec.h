@@ -31,8 +31,10 @@ struct ChunkContext {
   // dithered first moment's, codec/tensor/lossy/dither.h); empty: none.
   ByteContexts symbol_contexts;
   // Decode only, lossy: a base made on demand instead of `base` (which is
-  // then empty), read a slice at a time where the decoder can.
+  // then empty), read a slice at a time where the decoder can; and a last
+  // step on each decoded slice (lossy::DecodeChunk).
   const lossy::BaseSlices* base_slices = nullptr;
+  const lossy::SliceFinish* finish = nullptr;
 };
 
 // Thread safety: codecs are immutable; Encode/Decode may run concurrently

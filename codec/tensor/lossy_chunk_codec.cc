@@ -331,10 +331,10 @@ Status LossyChunkCodec::DoDecodeAndHash(ByteSpan stored, const ChunkContext& ctx
   }
   if (!misaligned(out.data()))
     return lossy::DecodeChunk(type, stored, base, out, &scratch.lossy(), nullptr, checksum, ctx.symbol_contexts,
-                              ctx.base_slices);
+                              ctx.base_slices, ctx.finish);
   MutableByteSpan aligned(scratch.planes.Reserve(out.size()), out.size());
   RETURN_IF_ERROR(lossy::DecodeChunk(type, stored, base, aligned, &scratch.lossy(), nullptr, checksum,
-                                     ctx.symbol_contexts, ctx.base_slices));
+                                     ctx.symbol_contexts, ctx.base_slices, ctx.finish));
   std::copy(aligned.begin(), aligned.end(), out.begin());
   return Status::Ok();
 }

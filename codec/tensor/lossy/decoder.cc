@@ -26,7 +26,7 @@ Status Corrupt(const std::string& what, uint64_t want, uint64_t have) {
 
 Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
                    LossyKernels* kernels, std::optional<uint64_t>* checksum, ByteContexts contexts,
-                   const BaseSlices* base_slices) {
+                   const BaseSlices* base_slices, const SliceFinish* finish) {
   if (checksum != nullptr) checksum->reset();
   const size_t width = ElementSize(type);
   if (encoded.size() < StreamHeader::kFixedPrefix + kTrailerSize)
@@ -44,8 +44,8 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   // A chunk encoded against a base may still be a key frame (when that was
   // smaller); its decoder then ignores the base.
   const bool delta = (h.flags & kFlagDelta) != 0;
-  if (base_slices != nullptr && (!base.empty() || type != ElementType::kF32))
-    return Status::InvalidArgument("lossy decode: a sliced base is of f32 elements, and alone");
+  if ((base_slices != nullptr && !base.empty()) || ((base_slices != nullptr || finish != nullptr) && type != ElementType::kF32))
+    return Status::InvalidArgument("lossy decode: a sliced base or a finish is of f32 elements, and a sliced base alone");
   if (delta && base_slices != nullptr && base_slices->elements() * 4 != out.size())
     return Corrupt("delta frame base size", out.size(), base_slices->elements() * 4);
   if (delta && base_slices == nullptr && base.size() != out.size())
@@ -57,13 +57,18 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   const uint64_t n = h.element_count;
 
   Scratch::Buffers& s = scratch->buffers();
-  if (base_slices != nullptr && (h.mode != StreamMode::kLog || kernels != nullptr)) {
-    // Only the log decoder reads a base in slices: made whole for the others.
+  // The log and quantized decoders on the CPU take a base and a finish
+  // slice by slice; the others (and a device backend, which decodes a
+  // chunk in one call) a whole base, and the finish after the chunk.
+  const bool by_slices = kernels == nullptr && (h.mode == StreamMode::kLog || h.mode == StreamMode::kQuantized);
+  if (base_slices != nullptr && !by_slices) {
     EnsureSize(&s.base_whole, out.size());
     base_slices->Fill(0, n, s.base_whole.data());
     base = ByteSpan(s.base_whole.data(), out.size());
     base_slices = nullptr;
   }
+  const SliceFinish* slice_finish = by_slices ? finish : nullptr;
+  const SliceFinish* whole_finish = by_slices ? nullptr : finish;
   if (!s.dctx) s.dctx.reset(ZSTD_createDCtx());
   if (!s.dctx) return Status::NoMemory("lossy decode: zstd context");
   if (!s.cpu_kernels) s.cpu_kernels = MakeCpuKernels();
@@ -71,17 +76,20 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
 
   // The CPU kernels decode in slices that are hashed while in cache; a
   // device backend decodes the chunk in one call (the caller hashes it).
+  // (Not where a finish comes after the whole chunk: it changes the bytes.)
   std::optional<Checksum64Stream> hash;
-  if (checksum != nullptr && kernels == nullptr && h.mode != StreamMode::kLossless) hash.emplace();
+  if (checksum != nullptr && kernels == nullptr && h.mode != StreamMode::kLossless && whole_finish == nullptr)
+    hash.emplace();
   if (h.mode == StreamMode::kLog) {
     RETURN_IF_ERROR(DecodeLogBody(type, h, encoded.subspan(h.size), base, out, s,
-                                  SimdLevel::kAvx512, hash ? &*hash : nullptr, base_slices));
+                                  SimdLevel::kAvx512, hash ? &*hash : nullptr, base_slices, slice_finish));
     if (hash) *checksum = hash->Digest();
     return Status::Ok();
   }
   if (h.mode == StreamMode::kTrellis) {
     RETURN_IF_ERROR(DecodeTrellisBody(type, h, encoded.subspan(h.size), base, out, s,
                                       hash ? &*hash : nullptr));
+    if (whole_finish != nullptr) whole_finish->Apply(0, n, out.data());
     if (hash) *checksum = hash->Digest();
     return Status::Ok();
   }
@@ -98,6 +106,7 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
     EnsureSize(&s.planes, out.size());
     RETURN_IF_ERROR(Unzstd(s.dctx.get(), main, s.planes.data(), out.size(), "planes"));
     JoinPlanes(ByteSpan(s.planes.data(), out.size()), base, width, out);
+    if (whole_finish != nullptr) whole_finish->Apply(0, n, out.data());
     return Status::Ok();
   }
 
@@ -137,17 +146,24 @@ Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByt
   }
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, width, &s.exact_list));
   uint32_t max_symbol = 0;
+  if (base_slices != nullptr) EnsureSize(&s.base_slice, kDecodeSliceElements * width);
   auto dequantize = [&](uint64_t first, uint64_t count) {
     // Every slice starts on a byte of the packed symbols (first is a multiple of 8).
     const uint64_t at = first * symbol_bits / 8;
     uint32_t slice_max = 0;
-    Status done = k.Dequantize(type, symbol_bits, levels, symbols.subspan(at),
-                               base.empty() ? base : base.subspan(first * width, count * width),
+    ByteSpan slice_base = base.empty() ? base : base.subspan(first * width, count * width);
+    if (base_slices != nullptr) {  // made here, in cache, just before its slice
+      base_slices->Fill(first, count, s.base_slice.data());
+      slice_base = ByteSpan(s.base_slice.data(), count * width);
+    }
+    Status done = k.Dequantize(type, symbol_bits, levels, symbols.subspan(at), slice_base,
                                out.subspan(first * width, count * width), &slice_max);
     max_symbol = std::max(max_symbol, slice_max);
     return done;
   };
-  RETURN_IF_ERROR(DecodeInSlices(n, width, exact, hash ? &*hash : nullptr, out, dequantize));
+  RETURN_IF_ERROR(DecodeInSlices(n, width, exact, hash ? &*hash : nullptr, out, dequantize,
+                                 /*sliced=*/base_slices != nullptr, slice_finish));
+  if (whole_finish != nullptr) whole_finish->Apply(0, n, out.data());
   if (max_symbol > h.num_levels) return Corrupt("symbols <= levels", h.num_levels, max_symbol);
   if (hash) *checksum = hash->Digest();
   return Status::Ok();

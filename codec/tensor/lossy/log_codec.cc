@@ -544,7 +544,8 @@ Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan va
 }
 
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
-                     Scratch::Buffers& s, SimdLevel max_simd, Checksum64Stream* hash, const BaseSlices* base_slices) {
+                     Scratch::Buffers& s, SimdLevel max_simd, Checksum64Stream* hash, const BaseSlices* base_slices,
+                     const SliceFinish* finish) {
   ByteReader r(body, "lossy log chunk");
   const double ratio = std::bit_cast<double>(r.U64());
   const int64_t origin = static_cast<int32_t>(r.U32());
@@ -591,8 +592,9 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
                                base_slices != nullptr, out, vector_ok && avx512, vector_ok && avx2,
                                vector_ok ? vector_table : nullptr);
     if (base_slices == nullptr)
-      return DecodeInSlices(n, sizeof(typename E::Bits), exact, hash, out,
-                            [&](uint64_t first, uint64_t count) { return decoder.Slice(first, count); });
+      return DecodeInSlices(
+          n, sizeof(typename E::Bits), exact, hash, out,
+          [&](uint64_t first, uint64_t count) { return decoder.Slice(first, count); }, false, finish);
     // The base made a slice at a time, in cache, just before its slice.
     EnsureSize(&s.base_slice, kDecodeSliceElements * sizeof(typename E::Bits));
     return DecodeInSlices(
@@ -601,7 +603,7 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
           base_slices->Fill(first, count, s.base_slice.data());
           return decoder.Slice(first, count, s.base_slice.data());
         },
-        /*sliced=*/true);
+        /*sliced=*/true, finish);
   };
   switch (type) {
     case ElementType::kF32: return run.template operator()<F32Elem>(true);

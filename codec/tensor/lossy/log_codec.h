@@ -154,6 +154,6 @@ Result<std::optional<EncodedChunk>> EncodeLogChunk(ElementType type, ByteSpan va
 // (DecodeInSlices) while each is in cache.
 Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, ByteSpan base, MutableByteSpan out,
                      Scratch::Buffers& s, SimdLevel max_simd = SimdLevel::kAvx512, Checksum64Stream* hash = nullptr,
-                     const BaseSlices* base_slices = nullptr);
+                     const BaseSlices* base_slices = nullptr, const SliceFinish* finish = nullptr);
 
 }  // namespace ckptfs::lossy

@@ -181,10 +181,14 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
 // Thread safety: reentrant; concurrent calls need distinct scratch/kernels.
 // `contexts`: the EncodeOptions::symbol_contexts the chunk was encoded with
 // (a stream in version 4 without them is Corruption).
-// `base_slices`: an f32 base made on demand (base empty): a log-mode delta
-// frame reads it a slice at a time, other modes have it made whole first.
+// `base_slices`: an f32 base made on demand (base empty): the log and
+// quantized modes on the CPU read it a slice at a time, the others have it
+// made whole first. `finish`: applied to each decoded slice of an f32
+// chunk (after its exact elements, before its hash), or to the whole chunk
+// where the decoder does not work in slices (the checksum is then empty).
 Status DecodeChunk(ElementType type, ByteSpan encoded, ByteSpan base, MutableByteSpan out, Scratch* scratch,
                    LossyKernels* kernels = nullptr, std::optional<uint64_t>* checksum = nullptr,
-                   ByteContexts contexts = {}, const BaseSlices* base_slices = nullptr);
+                   ByteContexts contexts = {}, const BaseSlices* base_slices = nullptr,
+                   const SliceFinish* finish = nullptr);
 
 }  // namespace ckptfs::lossy

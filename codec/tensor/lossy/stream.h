@@ -145,18 +145,21 @@ class ExactPatcher {
 inline constexpr uint64_t kDecodeSliceElements = 16384;
 
 // Runs decode_slice(first, count) over the n elements of `out`, writing each
-// slice's exact elements after it; then checks the exact list. With `hash`
-// (or `sliced`: the decoder reads a base made slice by slice), in slices of
-// kDecodeSliceElements, each hashed right after it is patched; else in one
-// slice.
+// slice's exact elements after it, then `finish` (base_slices.h) on it;
+// then checks the exact list. With `hash` (or `sliced`: the decoder reads a
+// base made slice by slice, or has a finish), in slices of
+// kDecodeSliceElements, each hashed right after it is patched and
+// finished; else in one slice.
 template <typename DecodeSlice>
 Status DecodeInSlices(uint64_t n, size_t width, ExactPatcher& exact, Checksum64Stream* hash, MutableByteSpan out,
-                      DecodeSlice&& decode_slice, bool sliced = false) {
-  const uint64_t slice = hash != nullptr || sliced ? kDecodeSliceElements : std::max<uint64_t>(n, 1);
+                      DecodeSlice&& decode_slice, bool sliced = false, const SliceFinish* finish = nullptr) {
+  const uint64_t slice =
+      hash != nullptr || sliced || finish != nullptr ? kDecodeSliceElements : std::max<uint64_t>(n, 1);
   for (uint64_t first = 0; first < n; first += slice) {
     const uint64_t count = std::min(slice, n - first);
     RETURN_IF_ERROR(decode_slice(first, count));
     RETURN_IF_ERROR(exact.PatchBelow(first + count, out));
+    if (finish != nullptr) finish->Apply(first, count, out.data() + first * width);
     if (hash != nullptr) hash->Update(ByteSpan(out.data() + first * width, count * width));
   }
   return exact.Finish(n);
