@@ -178,6 +178,11 @@ class BlobReaderImpl final : public BlobReader {
   // the base's weights `weight_base` (step_predictor.h).
   Status Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
                  MutableByteSpan out, uint32_t depth) const;
+  // Its inputs (checked), viewed in the cache (held by `holds`) or read
+  // into `scratch`.
+  Result<lossy::StepSources> PredictionSources(uint32_t c, const StepPrediction& step, ByteSpan weight_base,
+                                               CodecScratch& scratch, uint32_t depth,
+                                               std::shared_ptr<const ChunkBuffer> (&holds)[4]) const;
   Result<std::shared_ptr<const BlobReader>> OpenLink(Link link) const;
   Result<std::shared_ptr<const BlobReader>> OpenBase() const { return OpenLink(Link::kBase); }
   Status ChunkError(StatusCode code, uint32_t c, std::string_view why) const;
@@ -377,6 +382,16 @@ Result<ByteSpan> BlobReaderImpl::ViewBase(uint32_t c, MutableByteSpan buffer, ui
 
 Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
                                MutableByteSpan out, uint32_t depth) const {
+  std::shared_ptr<const ChunkBuffer> holds[4];  // cached chunks the sources point into
+  ASSIGN_OR_RETURN(const lossy::StepSources sources, PredictionSources(c, step, weight_base, scratch, depth, holds));
+  lossy::PredictWeights(step.predictor, sources, out);
+  return Status::Ok();
+}
+
+Result<lossy::StepSources> BlobReaderImpl::PredictionSources(uint32_t c, const StepPrediction& step,
+                                                             ByteSpan weight_base, CodecScratch& scratch,
+                                                             uint32_t depth,
+                                                             std::shared_ptr<const ChunkBuffer> (&holds)[4]) const {
   const ChunkInfo& chunk = index_.chunks[c];
   ASSIGN_OR_RETURN(lossy::ElementType weight_type,
                    lossy::ElementTypeOf(index_.tensors[index_.segments[chunk.segment].tensor].dtype));
@@ -385,7 +400,6 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
   sources.weight_type = weight_type;
   sources.weight_base = weight_base;
   sources.state_type = step.state_type;
-  std::shared_ptr<const ChunkBuffer> holds[4];  // cached chunks the views below point into
   auto read = [&](int slot, uint64_t offset, bool from_base) -> Result<ByteSpan> {
     // The base's ranges, like this file's (checked at Open), must cover no
     // chunk with a step term: one level down a prediction then reads plain
@@ -419,8 +433,7 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
     }
   }
   RETURN_IF_ERROR(lossy::CheckStepSources(sources));
-  lossy::PredictWeights(step.predictor, sources, out);
-  return Status::Ok();
+  return sources;
 }
 
 Status BlobReaderImpl::CheckRefRange(uint32_t c, uint64_t offset, uint64_t length) const {
@@ -535,6 +548,10 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   // the decoder makes the base in step space and the output slice by
   // slice (StepSpaceSlices). Otherwise over the whole chunk, below.
   std::optional<StepSpaceSlices> step_slices;
+  // Step-predicted f32 weights: their prediction made slice by slice.
+  std::shared_ptr<const ChunkBuffer> prediction_holds[4];
+  lossy::StepSources prediction_sources;
+  std::optional<lossy::PredictionSlices> prediction_slices;
   if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0 && StepSpaceBySlices(*params, lossy_flags)) {
     Result<ByteSpan> v = ViewAtDepth(params->step_space->v_offset,
                                      MutableByteSpan(scratch.step_inputs[1].Reserve(out.size()), out.size()), depth,
@@ -583,7 +600,17 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
       DivideByScales(ctx.base, scales, base_x);
       ctx.base = ByteSpan(base_x, out.size());
     }
-    if (lossy_delta && (lossy_flags & LossyChunkParams::kFlagPredicted) != 0) {
+    if (lossy_delta && (lossy_flags & LossyChunkParams::kFlagPredicted) != 0 && scales == nullptr &&
+        !params->low_rank && !params->dither && !params->copy() && ctx.dtype == DType::kF32) {
+      // f32 weights: the decoder makes the prediction slice by slice, in
+      // cache, where it reads it (the whole chunk's was written out and
+      // read back).
+      ASSIGN_OR_RETURN(prediction_sources,
+                       PredictionSources(c, *params->prediction, ctx.base, scratch, depth, prediction_holds));
+      prediction_slices.emplace(params->prediction->predictor, prediction_sources);
+      ctx.base = {};
+      ctx.base_slices = &*prediction_slices;
+    } else if (lossy_delta && (lossy_flags & LossyChunkParams::kFlagPredicted) != 0) {
       // A step-predicted chunk is a delta frame against its prediction.
       MutableByteSpan prediction(scratch.prediction.Reserve(out.size()), out.size());
       RETURN_IF_ERROR(Predict(c, *params->prediction, ctx.base, scratch, prediction, depth));

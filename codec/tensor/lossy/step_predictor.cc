@@ -733,4 +733,16 @@ double StepCorrelation(ByteSpan weights, const StepSources& s, double eps, uint6
   return dd > 0 && uu > 0 ? du / std::sqrt(dd * uu) : 0.0;
 }
 
+void PredictionSlices::Fill(uint64_t first, uint64_t count, std::byte* out) const {
+  const size_t state = ElementSize(sources_.state_type);
+  auto part = [&](ByteSpan whole, size_t width) { return whole.empty() ? whole : whole.subspan(first * width, count * width); };
+  StepSources slice = sources_;
+  slice.weight_base = part(sources_.weight_base, 4);
+  slice.m = part(sources_.m, state);
+  slice.v = part(sources_.v, state);
+  slice.m_base = part(sources_.m_base, state);
+  slice.v_base = part(sources_.v_base, state);
+  PredictWeights(predictor_, slice, MutableByteSpan(out, 4 * count));
+}
+
 }  // namespace ckptfs::lossy

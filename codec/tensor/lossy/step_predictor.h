@@ -78,6 +78,25 @@ void PredictWeights(const StepPredictor& predictor, const StepSources& sources, 
 // The same without the vector kernels (same bits; tests compare the two).
 void PredictWeightsPortable(const StepPredictor& predictor, const StepSources& sources, MutableByteSpan out);
 
+// PredictWeights of f32 weights as a decoder's base slices (base_slices.h):
+// the prediction of elements [first, +count) only, where the decoder reads
+// it, instead of the whole chunk's written out first (the same bits: each
+// element's prediction reads only that element's inputs).
+// Thread safety: Fill may be called concurrently.
+class PredictionSlices final : public BaseSlices {
+ public:
+  // REQUIRES: CheckStepSources(sources).ok(), sources.weight_type f32. The
+  // sources' bytes and the predictor must outlive the object.
+  PredictionSlices(const StepPredictor& predictor, const StepSources& sources)
+      : predictor_(predictor), sources_(sources) {}
+  uint64_t elements() const override { return sources_.weight_base.size() / 4; }
+  void Fill(uint64_t first, uint64_t count, std::byte* out) const override;
+
+ private:
+  const StepPredictor& predictor_;
+  StepSources sources_;
+};
+
 // The least-squares scale a of `values` ~ a * base (n elements of `type`,
 // finite elements only); nullopt when base has no energy.
 std::optional<double> FitScale(ElementType type, ByteSpan values, ByteSpan base);

@@ -1,6 +1,8 @@
-// A first moment's step space made slice by slice (StepSpaceSlices): the
-// same bits as the whole-chunk kernels, a scaled prediction included, and a
-// bad second moment reported.
+// What a decoder makes slice by slice instead of over the whole chunk: a
+// first moment's step space (StepSpaceSlices), with the same bits as the
+// whole-chunk kernels, a scaled prediction included, and a bad second
+// moment reported; and step-predicted weights (lossy::PredictionSlices),
+// with PredictWeights's bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 
 #include "codec/optimizer/step_space.h"
 #include "codec/optimizer/step_space_slices.h"
+#include "codec/tensor/lossy/step_predictor.h"
 
 namespace ckptfs {
 namespace {
@@ -91,6 +94,37 @@ TEST(StepSpaceSlices, ANegativeSecondMomentIsReported) {
   EXPECT_TRUE(slices.scales_ok()) << "not in this slice";
   slices.Fill(2048, 2048, out.data() + 4 * 2048);
   EXPECT_FALSE(slices.scales_ok());
+}
+
+TEST(PredictionSlices, SlicesGivePredictWeightsBits) {
+  const size_t n = 9001;
+  const Moments now = Make(n, 3), before = Make(n, 4);
+  const std::vector<std::byte> w = Make(n, 5).x;
+  for (bool f32_steps : {false, true}) {
+    SCOPED_TRACE(f32_steps);
+    lossy::StepPredictor predictor;
+    predictor.scale = 0.999;
+    predictor.step = -1e-3;
+    predictor.base_step = 2e-4;
+    predictor.f32_steps = f32_steps;
+    lossy::StepSources sources;
+    sources.weight_base = w;
+    sources.m = now.base_m;
+    sources.v = now.v;
+    sources.m_base = before.base_m;
+    sources.v_base = before.v;
+    ASSERT_TRUE(lossy::CheckStepSources(sources).ok());
+    std::vector<std::byte> whole(4 * n);
+    lossy::PredictWeights(predictor, sources, whole);
+    const lossy::PredictionSlices slices(predictor, sources);
+    EXPECT_EQ(slices.elements(), n);
+    for (uint64_t slice : {uint64_t{8}, uint64_t{777}, uint64_t{n}}) {
+      std::vector<std::byte> got(4 * n);
+      for (uint64_t first = 0; first < n; first += slice)
+        slices.Fill(first, std::min<uint64_t>(slice, n - first), got.data() + 4 * first);
+      EXPECT_EQ(got, whole) << "slice " << slice;
+    }
+  }
 }
 
 }  // namespace
