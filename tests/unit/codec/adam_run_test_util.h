@@ -187,4 +187,28 @@ inline std::optional<std::vector<std::byte>> AppendVersion(const FileBuilder& f,
   return std::move(*got);
 }
 
+// Versions of an AdamRun five steps apart, encoded with the default lossy
+// policy: a key frame, then step-predicted deltas (their weights read the
+// optimizer state listed after them).
+struct AdamChain {
+  MapResolver resolver;
+  std::vector<ObjectId> ids;
+  std::vector<std::vector<std::byte>> blobs;
+  std::vector<std::vector<std::byte>> decoded;  // each version's decoded bytes
+  const std::vector<std::byte>& newest() const { return decoded.back(); }
+};
+
+inline void BuildAdamChain(AdamChain* chain, int versions = 3) {
+  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
+  const EncodeOptions options = DefaultLossy(policy, /*predict=*/true);
+  AdamRun run;
+  std::shared_ptr<const BlobReader> previous;
+  for (int version = 0; version < versions; ++version) {
+    if (version > 0) run.Steps(5);
+    auto got = AppendVersion(run.File(), options, version, &chain->resolver, &chain->ids, &previous, &chain->blobs);
+    ASSERT_TRUE(got.has_value());
+    chain->decoded.push_back(std::move(*got));
+  }
+}
+
 }  // namespace ckptfs::testing

@@ -8,7 +8,6 @@
 #include "adam_run_test_util.h"
 #include "blob_test_util.h"
 #include "codec/container/blob.h"
-#include "codec/policy/policy.h"
 
 namespace ckptfs {
 namespace {
@@ -31,27 +30,6 @@ class CachedResolver final : public BlobResolver {
   std::map<ObjectId, std::vector<std::byte>> blobs_;
 };
 
-struct Chain {
-  MapResolver plain;
-  std::vector<ObjectId> ids;
-  std::vector<std::vector<std::byte>> blobs;
-  std::vector<std::vector<std::byte>> decoded;
-};
-
-// Three versions of a small Adam run, the later ones step-predicted deltas.
-void BuildChain(Chain* chain) {
-  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
-  const EncodeOptions options = DefaultLossy(policy, /*predict=*/true);
-  AdamRun run;
-  std::shared_ptr<const BlobReader> previous;
-  for (int version = 0; version < 3; ++version) {
-    if (version > 0) run.Steps(5);
-    auto got = AppendVersion(run.File(), options, version, &chain->plain, &chain->ids, &previous, &chain->blobs);
-    ASSERT_TRUE(got.has_value());
-    chain->decoded.push_back(std::move(*got));
-  }
-}
-
 Result<std::vector<std::byte>> ReadWhole(const BlobReader& reader) {
   std::vector<std::byte> out(reader.logical_size());
   RETURN_IF_ERROR(reader.ReadAt(0, out));
@@ -63,8 +41,8 @@ Result<std::vector<std::byte>> ReadWhole(const BlobReader& reader) {
 // still reads back right, and the middle one fails once it is read for
 // itself, whether its chunks were cached as inputs first or not.
 TEST(ChainVerify, AnInputIsCheckedWhenItIsReadForItself) {
-  Chain chain;
-  BuildChain(&chain);
+  AdamChain chain;
+  BuildAdamChain(&chain);
   ASSERT_EQ(chain.blobs.size(), 3u);
   const std::vector<std::byte> middle = RewriteBlob(chain.blobs[1], [](BlobIndex& index, auto&) {
     for (ChunkInfo& c : index.chunks) c.checksum ^= 1;
@@ -104,8 +82,8 @@ TEST(ChainVerify, AnInputIsCheckedWhenItIsReadForItself) {
 // An intact chain read newest first, then each older version through the
 // same cache: every chunk an input left cached checks out.
 TEST(ChainVerify, IntactInputsReadForThemselvesCheckOut) {
-  Chain chain;
-  BuildChain(&chain);
+  AdamChain chain;
+  BuildAdamChain(&chain);
   ChunkCache cache(64 << 20);
   CachedResolver resolver(&cache);
   for (size_t v = 0; v < 3; ++v) resolver.AddAs(chain.ids[v], chain.blobs[v]);

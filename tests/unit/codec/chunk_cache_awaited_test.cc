@@ -115,32 +115,10 @@ class CountingFile final : public RandomAccessFile {
   mutable std::map<uint64_t, int> reads_;
 };
 
-struct Chain {
-  MapResolver resolver;
-  std::vector<ObjectId> ids;
-  std::vector<std::vector<std::byte>> blobs;
-  std::vector<std::byte> newest;  // its decoded bytes
-};
-
-// Three versions of a small Adam run, the later ones step-predicted: their
-// weights read the optimizer state listed after them.
-void BuildChain(Chain* chain) {
-  const policy::Policy policy = policy::Policy::Defaults(1e-2, std::nullopt);
-  const EncodeOptions options = DefaultLossy(policy, /*predict=*/true);
-  AdamRun run;
-  std::shared_ptr<const BlobReader> previous;
-  for (int version = 0; version < 3; ++version) {
-    if (version > 0) run.Steps(5);
-    auto got = AppendVersion(run.File(), options, version, &chain->resolver, &chain->ids, &previous, &chain->blobs);
-    ASSERT_TRUE(got.has_value());
-    chain->newest = std::move(*got);
-  }
-}
-
 // The newest blob of a chain opened through a cache whose LRU holds two
 // chunks, with `awaited_room`, counting the decodes of its chunks.
 struct CountedNewest {
-  CountedNewest(Chain& chain, uint64_t awaited_room)
+  CountedNewest(AdamChain& chain, uint64_t awaited_room)
       : file(std::make_shared<CountingFile>(chain.blobs.back())), cache(/*capacity=*/64 << 10, 0, awaited_room) {
     auto opened = BlobReader::Open(file, chain.ids.back(), &chain.resolver, &cache);
     EXPECT_TRUE(opened.ok()) << opened.status().ToString();
@@ -160,7 +138,7 @@ struct CountedNewest {
 
 // Reads the newest version as a stream, piece by piece from the start;
 // returns how many of its chunks were decoded more than once.
-int ChunksDecodedTwice(Chain& chain, uint64_t awaited_room, uint64_t* awaited_seen) {
+int ChunksDecodedTwice(AdamChain& chain, uint64_t awaited_room, uint64_t* awaited_seen) {
   CountedNewest n(chain, awaited_room);
   if (!n.reader) return -1;
   std::vector<std::byte> got;
@@ -174,14 +152,14 @@ int ChunksDecodedTwice(Chain& chain, uint64_t awaited_room, uint64_t* awaited_se
       *awaited_seen = std::max(*awaited_seen, n.cache.awaited_bytes());
     }
   }
-  EXPECT_TRUE(got == chain.newest);
+  EXPECT_TRUE(got == chain.newest());
   EXPECT_EQ(n.cache.awaited_bytes(), 0u) << "the stream closed: nothing is awaited";
   return n.ChunksTwice();
 }
 
 TEST(ChunkCacheAwaited, AStreamDecodesEachChunkOfAPredictedVersionOnce) {
-  Chain chain;
-  BuildChain(&chain);
+  AdamChain chain;
+  BuildAdamChain(&chain);
   ASSERT_EQ(chain.blobs.size(), 3u);
   uint64_t awaited = 0;
   EXPECT_EQ(ChunksDecodedTwice(chain, 4 << 20, &awaited), 0);
@@ -194,19 +172,19 @@ TEST(ChunkCacheAwaited, AStreamDecodesEachChunkOfAPredictedVersionOnce) {
 
 // Chunks of the newest version decoded more than once by DecodeToSink on
 // `threads` threads through a 64 KiB LRU and `awaited_room`.
-int DecodedTwiceBySink(Chain& chain, unsigned threads, uint64_t awaited_room) {
+int DecodedTwiceBySink(AdamChain& chain, unsigned threads, uint64_t awaited_room) {
   CountedNewest n(chain, awaited_room);
   if (!n.reader) return -1;
-  OffsetSink sink(chain.newest.size());
+  OffsetSink sink(chain.newest().size());
   EXPECT_TRUE(DecodeToSink(*n.reader, &sink, threads, 64 << 10).ok());
-  EXPECT_TRUE(sink.bytes == chain.newest);
+  EXPECT_TRUE(sink.bytes == chain.newest());
   EXPECT_EQ(n.cache.awaited_bytes(), 0u);
   return n.ChunksTwice();
 }
 
 TEST(ChunkCacheAwaited, DecodeToSinkIsAStream) {
-  Chain chain;
-  BuildChain(&chain);
+  AdamChain chain;
+  BuildAdamChain(&chain);
   EXPECT_EQ(DecodedTwiceBySink(chain, 1, 4 << 20), 0);
   EXPECT_GT(DecodedTwiceBySink(chain, 1, 0), 0) << "without the room, state is decoded again";
   // On two threads pieces are decoded out of order: a chunk the reader
