@@ -14,6 +14,28 @@
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/stream.h"
 
+namespace {
+
+// A base handed out slice by slice, and a last step on each decoded slice
+// (the blob reader's row-column base and step space): the decoders' slice
+// paths must be as safe as their whole-chunk ones.
+class FilledSlices final : public ckptfs::lossy::BaseSlices, public ckptfs::lossy::SliceFinish {
+ public:
+  explicit FilledSlices(uint64_t elements) : elements_(elements) {}
+  uint64_t elements() const override { return elements_; }
+  void Fill(uint64_t first, uint64_t count, std::byte* out) const override {
+    for (uint64_t i = 0; i < count; ++i) ckptfs::StoreLE32(out + 4 * i, static_cast<uint32_t>(0x3f000000u + first + i));
+  }
+  void Apply(uint64_t, uint64_t count, std::byte* slice) const override {
+    for (uint64_t i = 0; i < count; ++i) slice[4 * i + 3] ^= std::byte{0x01};
+  }
+
+ private:
+  uint64_t elements_;
+};
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ckptfs;
   using namespace ckptfs::lossy;
@@ -46,5 +68,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::byte> zeros(4 * n);
   (void)SubtractDither(1.0, control, zeros, ids.data());
   (void)DecodeChunk(type, stream, base, out, &scratch, nullptr, &checksum, ByteContexts{ids.data(), kDitherContexts});
+  // An f32 chunk's base in slices and a finish on each slice (other types
+  // are refused with a status).
+  const FilledSlices slices(n);
+  (void)DecodeChunk(type, stream, {}, out, &scratch, nullptr, &checksum, {}, &slices, &slices);
+  (void)DecodeChunk(type, stream, {}, out, &scratch, nullptr, nullptr, {}, delta ? &slices : nullptr, &slices);
   return 0;
 }

@@ -10,7 +10,6 @@
 #include "adam_run_test_util.h"
 #include "blob_test_util.h"
 #include "codec/container/blob.h"
-#include "codec/policy/policy.h"
 
 namespace ckptfs {
 namespace {
