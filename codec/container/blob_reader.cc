@@ -552,31 +552,34 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   std::shared_ptr<const ChunkBuffer> prediction_holds[4];
   lossy::StepSources prediction_sources;
   std::optional<lossy::PredictionSlices> prediction_slices;
+  // A step-space chunk's second moment: viewed in the cache, or read into
+  // step_inputs[1] (where the whole-chunk path then writes the scales).
+  ByteSpan v;
+  std::byte* v_buffer = nullptr;
+  if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
+    v_buffer = scratch.step_inputs[1].Reserve(out.size());
+    Result<ByteSpan> viewed =
+        ViewAtDepth(params->step_space->v_offset, MutableByteSpan(v_buffer, out.size()), depth, &v_hold, InputUse(depth));
+    if (!viewed.ok())
+      return viewed.status().WithContext(fmt::format(
+          "blob: chunk {} at logical offset {}: step-space second moment", c, chunk.logical_offset));
+    v = *viewed;
+  }
   if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0 && StepSpaceBySlices(*params, lossy_flags)) {
-    Result<ByteSpan> v = ViewAtDepth(params->step_space->v_offset,
-                                     MutableByteSpan(scratch.step_inputs[1].Reserve(out.size()), out.size()), depth,
-                                     &v_hold, InputUse(depth));
-    if (!v.ok())
-      return v.status().WithContext(fmt::format("blob: chunk {} at logical offset {}: step-space second moment", c,
-                                                chunk.logical_offset));
     ByteSpan base_m;
     if (lossy_delta) {
       ASSIGN_OR_RETURN(base_m,
                        ViewBase(c, MutableByteSpan(scratch.base.Reserve(out.size()), out.size()), depth, &base_hold));
     }
     const bool predicted = lossy_delta && (lossy_flags & LossyChunkParams::kFlagPredicted) != 0;
-    step_slices.emplace(*v, params->step_space->eps, base_m, predicted ? &params->prediction->predictor : nullptr);
+    step_slices.emplace(v, params->step_space->eps, base_m, predicted ? &params->prediction->predictor : nullptr);
     if (lossy_delta) ctx.base_slices = &*step_slices;
     ctx.finish = &*step_slices;
   } else if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
-    std::byte* s_out = scratch.step_inputs[1].Reserve(out.size());
-    const uint64_t v_offset = params->step_space->v_offset;
-    Result<ByteSpan> v =
-        ViewAtDepth(v_offset, MutableByteSpan(s_out, out.size()), depth, &v_hold, InputUse(depth));
-    if (!v.ok())
-      return v.status().WithContext(fmt::format("blob: chunk {} at logical offset {}: step-space second moment", c,
-                                                chunk.logical_offset));
-    if (!StepScales(*v, params->step_space->eps, s_out))
+    // The scales over the whole chunk, into v's buffer (v may be there:
+    // element by element, in place).
+    std::byte* s_out = v_buffer;
+    if (!StepScales(v, params->step_space->eps, s_out))
       return ChunkError(StatusCode::kCorruption, c, "step-space second moment negative or not finite");
     v_hold.reset();
     scales = s_out;

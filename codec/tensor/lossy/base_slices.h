@@ -3,9 +3,10 @@
 // rather than reads (a row-column base, row_column_base.h; a first
 // moment's base in step space) is then computed where it is used, one
 // slice at a time while in cache, instead of being written out whole (4 MiB
-// for a 4 MiB chunk) and read back: that write was 5 % of a chain decode's
-// time. Likewise a step-space chunk's output, m = x * s, is made from each
-// slice while in cache instead of in a pass over the whole chunk.
+// for a 4 MiB chunk) and read back: the row-column base's write was 4.7 %
+// of a restore of a four-version chain. Likewise a step-space chunk's
+// output, m = x * s, is made from each slice while in cache instead of in
+// a pass over the whole chunk.
 #pragma once
 
 #include <cstddef>

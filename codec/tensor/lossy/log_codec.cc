@@ -591,19 +591,16 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
     LogSliceDecoder<E> decoder(*grid, h.bits, origin, shift, (h.flags & kFlagZeroCarry) != 0, packed, base,
                                base_slices != nullptr, out, vector_ok && avx512, vector_ok && avx2,
                                vector_ok ? vector_table : nullptr);
-    if (base_slices == nullptr)
-      return DecodeInSlices(
-          n, sizeof(typename E::Bits), exact, hash, out,
-          [&](uint64_t first, uint64_t count) { return decoder.Slice(first, count); }, false, finish);
-    // The base made a slice at a time, in cache, just before its slice.
-    EnsureSize(&s.base_slice, kDecodeSliceElements * sizeof(typename E::Bits));
+    // A sliced base is made a slice at a time, in cache, just before its slice.
+    if (base_slices != nullptr) EnsureSize(&s.base_slice, kDecodeSliceElements * sizeof(typename E::Bits));
     return DecodeInSlices(
         n, sizeof(typename E::Bits), exact, hash, out,
         [&](uint64_t first, uint64_t count) {
+          if (base_slices == nullptr) return decoder.Slice(first, count);
           base_slices->Fill(first, count, s.base_slice.data());
           return decoder.Slice(first, count, s.base_slice.data());
         },
-        /*sliced=*/true, finish);
+        /*sliced=*/base_slices != nullptr, finish);
   };
   switch (type) {
     case ElementType::kF32: return run.template operator()<F32Elem>(true);
