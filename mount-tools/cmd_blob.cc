@@ -39,6 +39,9 @@ namespace {
 // from the base, are decoded once instead of once per read.
 class FileListResolver final : public BlobResolver {
  public:
+  // `cache_bytes`: the LRU of decoded chunks (the awaited room is a
+  // default mount's).
+  explicit FileListResolver(uint64_t cache_bytes) : cache_{cache_bytes, 0, fs::SplitMemory(fs::MountOptions{}).awaited_mib << 20} {}
   // Returns the blob's id (the hash of its bytes).
   Result<ObjectId> AddFile(const std::string& path) {
     ASSIGN_OR_RETURN(std::shared_ptr<const RandomAccessFile> file, MappedRandomAccessFile::Open(path));
@@ -61,10 +64,7 @@ class FileListResolver final : public BlobResolver {
   }
 
  private:
-  // A default mount's sizes (fs/options.h): the LRU, and the room for the
-  // chunks a decode takes ahead of itself.
-  ChunkCache cache_{fs::SplitMemory(fs::MountOptions{}).cache_mib << 20, 0,
-                    fs::SplitMemory(fs::MountOptions{}).awaited_mib << 20};
+  ChunkCache cache_;
   std::mutex mu_;
   std::map<ObjectId, std::shared_ptr<const RandomAccessFile>> files_;
   std::map<ObjectId, std::shared_ptr<const BlobReader>> readers_;
@@ -123,7 +123,10 @@ int RunEncode(const BlobArgs& a) {
   if (!layout.fallback_reason.empty())
     std::cerr << "ckptfs: " << a.in << ": stored losslessly as opaque data: " << layout.fallback_reason << "\n";
 
-  FileListResolver resolver;
+  // A default mount's LRU, as the mount's encodes have: the weights'
+  // predictions read the base's optimizer state again a pass after its
+  // own delta frames did.
+  FileListResolver resolver(fs::SplitMemory(fs::MountOptions{}).cache_mib << 20);
   BaseRef base;
   bool have_base = !a.bases.empty();
   if (have_base) {
@@ -189,7 +192,7 @@ int RunEncode(const BlobArgs& a) {
 }
 
 int RunDecode(const BlobArgs& a) {
-  FileListResolver resolver;
+  FileListResolver resolver(CommandChunkCacheBytes(a.threads, static_cast<uint32_t>(a.bases.size())));
   for (const auto& b : a.bases)
     if (Result<ObjectId> id = resolver.AddFile(b); !id.ok()) return ReportStatus(id.status(), "decode: --base");
   auto reader = OpenBlobFile(a.in, &resolver);
@@ -206,7 +209,7 @@ int RunDecode(const BlobArgs& a) {
 }
 
 int RunInspect(const BlobArgs& a) {
-  FileListResolver resolver;
+  FileListResolver resolver(CommandChunkCacheBytes(1, static_cast<uint32_t>(a.bases.size())));
   for (const auto& b : a.bases)
     if (Result<ObjectId> id = resolver.AddFile(b); !id.ok()) return ReportStatus(id.status(), "inspect: --base");
   auto opened = OpenBlobFile(a.in, &resolver);

@@ -47,10 +47,15 @@ Result<std::string> FindStoreRoot(const std::string& path) {
   return Status::NotFound(path + " is not inside a ckptfs backing directory");
 }
 
-Result<std::unique_ptr<fs::Store>> OpenStoreAt(const std::string& backing) {
+// fsck and gc walk every file, of chains of any depth.
+constexpr uint64_t kWalkChunkCacheBytes = uint64_t{64} << 20;
+
+// A store for a one-shot command, with an LRU of `cache_bytes` decoded
+// chunks.
+Result<std::unique_ptr<fs::Store>> OpenStoreAt(const std::string& backing, uint64_t cache_bytes) {
   fs::StoreOptions options;
   options.create = false;
-  options.chunk_cache_bytes = 64ull << 20;
+  options.chunk_cache_bytes = cache_bytes;
   // A restore of a step-predicted file decodes its optimizer state ahead
   // of itself, for the weights: as much room for it as a default mount.
   options.chunk_cache_awaited_bytes = fs::SplitMemory(fs::MountOptions{}).awaited_mib << 20;
@@ -171,22 +176,25 @@ struct OpenedManifest {
   std::optional<fs::Manifest> manifest;  // nullopt: a plain file
 };
 
-Result<OpenedManifest> OpenManifestFile(const std::string& file) {
+// The store that holds `file` and its manifest, to be decoded on `threads`
+// threads (the LRU fits its chain).
+Result<OpenedManifest> OpenManifestFile(const std::string& file, unsigned threads) {
   OpenedManifest o;
   ASSIGN_OR_RETURN(std::string root, FindStoreRoot(file));
-  ASSIGN_OR_RETURN(o.store, OpenStoreAt(root));
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Status::Io(errno, "open " + file);
   auto m = fs::ReadManifest(fd);
   ::close(fd);
   if (!m.ok()) return m.status().WithContext(file);
   o.manifest = *m;
+  const uint32_t depth = o.manifest ? o.manifest->chain_depth : 0;
+  ASSIGN_OR_RETURN(o.store, OpenStoreAt(root, CommandChunkCacheBytes(threads, depth)));
   return o;
 }
 
 int RunInspect(const std::string& file, bool as_json, bool chunks) {
   if (LooksLikeBlob(file)) return InspectBlobFile(file, as_json, chunks);  // a bare blob, not a store file
-  auto opened = OpenManifestFile(file);
+  auto opened = OpenManifestFile(file, 1);
   if (!opened.ok()) return ReportStatus(opened.status(), "inspect");
   json j;
   j["path"] = file;
@@ -229,7 +237,7 @@ unsigned DefaultRestoreThreads() {
 }
 
 int RunRestore(const std::string& file, const std::string& out, bool quiet, unsigned threads) {
-  auto opened = OpenManifestFile(file);
+  auto opened = OpenManifestFile(file, threads);
   if (!opened.ok()) return ReportStatus(opened.status(), "restore");
   Result<fs::FileContent> content = Status::Internal("unset");
   if (opened->manifest) {
@@ -265,7 +273,7 @@ int RunRestore(const std::string& file, const std::string& out, bool quiet, unsi
 }
 
 int RunFsck(const std::string& backing, bool as_json, bool quiet) {
-  auto store = OpenStoreAt(backing);
+  auto store = OpenStoreAt(backing, kWalkChunkCacheBytes);
   if (!store.ok()) return ReportStatus(store.status(), "fsck");
   fs::Store& st = **store;
   std::vector<std::string> problems;
@@ -360,7 +368,7 @@ int RunFsck(const std::string& backing, bool as_json, bool quiet) {
 }
 
 int RunGc(const std::string& backing, int64_t grace, bool dry_run, bool as_json) {
-  auto store = OpenStoreAt(backing);
+  auto store = OpenStoreAt(backing, kWalkChunkCacheBytes);
   if (!store.ok()) return ReportStatus(store.status(), "gc");
   fs::GcOptions options;
   options.grace_seconds = grace;

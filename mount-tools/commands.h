@@ -7,6 +7,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,26 @@ int ReportStatus(const Status& status, std::string_view context);
 
 // `ckptfs inspect-blob PATH`: describes a bare blob file; returns the exit code.
 int InspectBlobFile(const std::string& path, bool json, bool chunks);
+
+// The decoded-chunk LRU of a one-shot command that decodes a file (decode,
+// inspect, restore) whose chain is `depth` versions deep, on `threads`
+// threads: the chunks in flight, not a mount's cache. Such a command
+// reads each chunk of a chain once, in order (what a decode takes ahead of
+// itself for a later chunk waits in the awaited room, outside the LRU);
+// the LRU keeps a level's chunks while the levels above read them (a
+// step-predicted chunk reads its base and the state of its own level and
+// of the level below). A larger LRU only holds memory that is touched once:
+// chunk buffers recycle through the LRU and its idle list, which together
+// hold at most this many bytes, and every byte beyond is fresh memory,
+// whose first touch (page faults, zeroing, and on a virtual machine that
+// returns freed memory to its host the host's fault too) cost more than
+// decoding into it (docs/bench.md, "A one-shot decode's chunk cache").
+// Four-MiB chunks: depth + 3 per thread, at least 24 MiB (fewer made a
+// two-thread restore of a four-version chain slower).
+constexpr uint64_t CommandChunkCacheBytes(unsigned threads, uint32_t depth) {
+  const uint64_t chunks = (uint64_t{depth} + 3) * threads;
+  return (chunks * 4 > 24 ? chunks * 4 : 24) << 20;
+}
 
 // encode / decode / inspect a single blob (codec only, no store).
 void RegisterBlobCommands(CLI::App& app, int* exit_code);
