@@ -10,6 +10,7 @@
 // decoded offline.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <iostream>
 #include <map>
@@ -31,6 +32,11 @@
 #include "mount-tools/progress.h"
 
 namespace ckptfs::tools {
+uint64_t CommandChunkCacheBytes(unsigned threads, uint32_t depth) {
+  const uint64_t chunks = (uint64_t{depth} + 3) * threads;
+  return std::max<uint64_t>(chunks * EncodeOptions{}.chunk_bytes, uint64_t{24} << 20);
+}
+
 namespace {
 
 // Resolves base blobs from files named on the command line.
@@ -41,7 +47,8 @@ class FileListResolver final : public BlobResolver {
  public:
   // `cache_bytes`: the LRU of decoded chunks (the awaited room is a
   // default mount's).
-  explicit FileListResolver(uint64_t cache_bytes) : cache_{cache_bytes, 0, fs::SplitMemory(fs::MountOptions{}).awaited_mib << 20} {}
+  explicit FileListResolver(uint64_t cache_bytes)
+      : cache_{cache_bytes, 0, fs::SplitMemory(fs::MountOptions{}).awaited_mib << 20} {}
   // Returns the blob's id (the hash of its bytes).
   Result<ObjectId> AddFile(const std::string& path) {
     ASSIGN_OR_RETURN(std::shared_ptr<const RandomAccessFile> file, MappedRandomAccessFile::Open(path));

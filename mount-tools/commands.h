@@ -44,12 +44,9 @@ int InspectBlobFile(const std::string& path, bool json, bool chunks);
 // whose first touch (page faults, zeroing, and on a virtual machine that
 // returns freed memory to its host the host's fault too) cost more than
 // decoding into it (docs/bench.md, "A one-shot decode's chunk cache").
-// Four-MiB chunks: depth + 3 per thread, at least 24 MiB (fewer made a
-// two-thread restore of a four-version chain slower).
-constexpr uint64_t CommandChunkCacheBytes(unsigned threads, uint32_t depth) {
-  const uint64_t chunks = (uint64_t{depth} + 3) * threads;
-  return (chunks * 4 > 24 ? chunks * 4 : 24) << 20;
-}
+// Default-size chunks: depth + 3 per thread, at least 24 MiB (24 MiB on
+// two threads made a restore of a four-version chain slower).
+uint64_t CommandChunkCacheBytes(unsigned threads, uint32_t depth);
 
 // encode / decode / inspect a single blob (codec only, no store).
 void RegisterBlobCommands(CLI::App& app, int* exit_code);
