@@ -116,9 +116,14 @@ def test_full_backing_store_fails_writes_and_recovers(tmpfs_store):
 def test_commit_retries_once_space_is_back(tmpfs_store):
     m = tmpfs_store
     m.mount()
-    filler = os.urandom(int(free_bytes(m.mnt) * 0.3))
+    empty_free = free_bytes(m.mnt)
+    filler = os.urandom(int(empty_free * 0.3))
     write(m.path("filler"), filler)
     m.wait_idle()
+    # The filler's staging file gives its space back after the commit (the
+    # daemon lets go of it in the background): measured before that, the
+    # free space was low enough for mid's object to fit after all.
+    assert wait_free(m.mnt, empty_free - len(filler) - (1 << 20)), "the filler's staging space did not come back"
     mid = os.urandom(int(free_bytes(m.mnt) * 0.6))
     write(m.path("mid"), mid)  # its object does not fit
     m.wait_idle()
