@@ -89,7 +89,8 @@ struct MountOptions {
   // quantization, kept when smaller (codec/tensor/lossy/trellis.h).
   bool trellis = kTrellisByDefault;
   // momentum=plain|step: Adam's exp_avg coded as it is, or in step space
-  // (its budget on m / (sqrt(v) + eps); codec/optimizer/step_space.h).
+  // (its budget on m / (sqrt(v) + eps); codec/optimizer/step_space.h), and
+  // SGD's momentum_buffer, its own step, then with the same budget.
   bool momentum_step_space = true;
   // momentum_budget=REL_L2: that budget on the step; < 0: the policy's
   // default (policy::kMomentumStepBudgetFactor times the optimizer budget).

@@ -277,11 +277,11 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"on", "off"}));
   enc->add_option("--momentum", args->momentum,
                   "lossy: Adam's exp_avg coded as it is (plain) or in step space, its budget measured on "
-                  "m / (sqrt(v) + eps) (step) (default step)")
+                  "m / (sqrt(v) + eps), and SGD's momentum_buffer with the same budget (step) (default step)")
       ->check(CLI::IsMember({"plain", "step"}));
   enc->add_option("--momentum-budget", args->momentum_budget,
-                  "lossy: rel_l2 budget on the step of exp_avg in step space (default 2.5x the optimizer budget, "
-                  "at most 1)")
+                  "lossy: rel_l2 budget on the step of exp_avg in step space and of SGD's momentum_buffer "
+                  "(default 2.5x the optimizer budget, at most 1)")
       ->check(CLI::PositiveNumber & CLI::Range(0.0, 1.0));
   enc->add_option("--denominator-budget", args->denominator_budget,
                   "lossy: per-element max_rel of exp_avg_sq and other update denominators (log mode; default 2x "

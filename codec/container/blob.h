@@ -108,7 +108,8 @@ struct EncodeOptions {
   bool step_prediction = true;
   // Adam's first moment (f32 exp_avg with its exp_avg_sq) is coded in step
   // space: its budget applies to m / (sqrt(v) + eps) instead of m
-  // (step_space.h, FORMAT.md "Step space").
+  // (step_space.h, FORMAT.md "Step space"); SGD's momentum buffer, its own
+  // step, gets its budget on the step (lossy::Budget::step_rel_l2) as it is.
   bool momentum_step_space = false;  // the mount and `ckptfs encode` turn it on by default
   // A first moment in step space with a base (and step_prediction on) is
   // also tried against its prediction plus a low-rank term, kept when

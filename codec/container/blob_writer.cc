@@ -209,6 +209,14 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       return Status::InvalidArgument(fmt::format("encode: lossy budget rel_l2={} max_abs={}, want >= 0",
                                                  budget.rel_l2, budget.max_abs));
   }
+  // SGD's momentum buffer is its own step: with first moments on their
+  // step, its step budget applies to it as it is.
+  if (options.momentum_step_space) {
+    for (const StepStateTensors& s : FindStepStates(layout).states) {
+      lossy::Budget& b = budgets[s.m];
+      if (s.v < 0 && b.step_rel_l2 > 0 && b.rel_l2 > 0 && b.max_abs == 0) b.rel_l2 = b.step_rel_l2;
+    }
+  }
   // f32 weights that an earlier file holds too (ref_copies.h): chunks are
   // cut where the runs it holds end.
   RefRuns ref_runs;

@@ -92,7 +92,9 @@ bool IsOptimizerDenominator(std::string_view name) {
   return false;
 }
 
-bool IsFirstMoment(std::string_view name) { return IsOptimizerState(name) && name.ends_with(".exp_avg"); }
+bool IsFirstMoment(std::string_view name) {
+  return IsOptimizerState(name) && (name.ends_with(".exp_avg") || name.ends_with(".momentum_buffer"));
+}
 
 Policy Policy::Lossless() {
   Policy p;

@@ -97,7 +97,9 @@ TEST(Policy, FirstMomentsGetABudgetOnTheStep) {
   EXPECT_EQ(b.rel_l2, kDefaultOptimizerRelL2);  // coded as it is
   EXPECT_DOUBLE_EQ(b.step_rel_l2, kMomentumStepBudgetFactor * kDefaultOptimizerRelL2);
   EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).step_rel_l2, 0.0);
-  EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, sgd).step_rel_l2, 0.0);
+  // SGD's momentum buffer is its own step: the same budget.
+  EXPECT_DOUBLE_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, sgd).step_rel_l2,
+                   kMomentumStepBudgetFactor * kDefaultOptimizerRelL2);
   EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, T("model.exp_avg")).step_rel_l2, 0.0);
   EXPECT_EQ(Policy::Defaults(1e-2, 0.6).BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 1.0);
   EXPECT_DOUBLE_EQ(Policy::Defaults(1e-2, 0.04).BudgetFor("a.pt", FileFormat::kTorchZip, m).step_rel_l2, 0.1);
