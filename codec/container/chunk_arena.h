@@ -1,18 +1,15 @@
-// Memory for decoded chunks smaller than ScratchBuffer's huge-page size
-// (4 MiB), cut from blocks of transparent huge pages.
+// Memory for decoded chunks smaller than ScratchBuffer's mapping size
+// (4 MiB), cut from blocks of 8 MiB.
 //
-// Why: a chunk buffer under 4 MiB came from malloc, in 4 KiB pages, and a
-// chain decode writes every chunk of every level into fresh memory (the
-// cache keeps them): on the suite's transformer and mixed-precision files
-// (chunks of 0.25-2.25 MiB) the page faults of those buffers were a fifth
-// of `ckptfs decode` (their zeroing a tenth of that; the rest is the
-// per-page fault and accounting). In huge pages the same bytes fault once
-// per 2 MiB.
+// Why: a chunk buffer under 4 MiB came from malloc, and a chain decode
+// writes every chunk of every level into fresh memory (the cache keeps
+// them). Blocks that the cache reuses keep that memory touched; and a
+// block is its own mapping, returned to the system when freed, where
+// malloc's heaps kept holes.
 //
-// A block is a few huge pages; allocations are cut from the current block
-// one after the other (64-byte aligned, so that two threads' chunks share
-// no cache line) and a block is reused once every allocation in it is
-// freed. Chunk buffers are kept and reused by the chunk cache's idle list,
+// Allocations are cut from the current block one after the other
+// (64-byte aligned, so that two threads' chunks share no cache line) and a
+// block is reused once every allocation in it is freed. Chunk buffers are kept and reused by the chunk cache's idle list,
 // so allocations are few and live long. The cost: a block stays whole while
 // any allocation in it lives (blocks empty in about the order they filled,
 // as the cache's LRU frees them, but a few long-lived chunks can hold many
@@ -34,10 +31,10 @@ namespace ckptfs {
 
 class ChunkArena {
  public:
-  static constexpr size_t kBlockBytes = size_t{8} << 20;  // four huge pages
+  static constexpr size_t kBlockBytes = size_t{8} << 20;
   // Allocations of at least this many bytes are not the arena's (they get
-  // huge pages of their own from ScratchBuffer::AllocateLarge).
-  static constexpr size_t kLargest = ScratchBuffer::kHugePageFrom;
+  // a mapping of their own from ScratchBuffer::AllocateLarge).
+  static constexpr size_t kLargest = ScratchBuffer::kMappedFrom;
   // Empty blocks kept for the next allocations beyond the current one (the
   // others are freed).
   static constexpr size_t kSpareBlocks = 2;

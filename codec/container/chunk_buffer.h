@@ -18,8 +18,8 @@ namespace ckptfs {
 class ChunkBuffer {
  public:
   ChunkBuffer() = default;
-  // Buffers under ChunkArena::kLargest bytes come from `arena` (huge
-  // pages; chunk_arena.h) while it has room, and the buffer keeps it alive.
+  // Buffers under ChunkArena::kLargest bytes come from `arena` (blocks;
+  // chunk_arena.h) while it has room, and the buffer keeps it alive.
   explicit ChunkBuffer(std::shared_ptr<ChunkArena> arena) : arena_(std::move(arena)) {}
   ChunkBuffer(const ChunkBuffer&) = delete;
   ChunkBuffer& operator=(const ChunkBuffer&) = delete;
@@ -34,7 +34,7 @@ class ChunkBuffer {
       if (arena_ != nullptr && size < ChunkArena::kLargest) data_ = arena_->Allocate(size);
       from_arena_ = data_ != nullptr;
       if (!from_arena_) {  // large, without an arena, or past the arena's bound
-        large_ = ScratchBuffer::AllocateLarge(size);  // huge pages from 4 MiB (scratch.h)
+        large_ = ScratchBuffer::AllocateLarge(size);  // a mapping of its own from 4 MiB (scratch.h)
         data_ = large_.get();
       }
       capacity_ = size;

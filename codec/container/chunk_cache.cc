@@ -123,7 +123,7 @@ struct ChunkCache::Impl {
   uint64_t capacity = 0;
   uint64_t awaited_capacity = 0;
   std::shared_ptr<IdleBuffers> idle;
-  // The memory of the chunk buffers under 4 MiB (huge pages), at most
+  // The memory of the chunk buffers under 4 MiB (8 MiB blocks), at most
   // what the cache holds with its idle buffers (made by the constructor).
   std::shared_ptr<ChunkArena> arena;
   // Enough idle scratches for a few reads in parallel, each following a

@@ -1,6 +1,7 @@
 #include "codec/tensor/scratch.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include <cstdint>
@@ -12,32 +13,23 @@
 
 namespace ckptfs {
 
-namespace {
-constexpr size_t kHugePage = size_t{2} << 20;
-}  // namespace
-
 void ScratchMemoryFree::operator()(std::byte* p) const {
   if (mapped != 0) ::munmap(p, mapped);
   else std::free(p);
 }
 
 ScratchBuffer::Memory ScratchBuffer::AllocateLarge(size_t n) {
-  if (n < kHugePageFrom) {
+  if (n < kMappedFrom) {
     void* p = std::malloc(n);
     if (p == nullptr) throw std::bad_alloc();
     return Memory(static_cast<std::byte*>(p));
   }
-  const size_t rounded = (n + kHugePage - 1) / kHugePage * kHugePage;
-  // Mapped with a huge page to spare, then trimmed to a 2 MiB boundary.
-  void* raw = ::mmap(nullptr, rounded + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) throw std::bad_alloc();
-  const uintptr_t at = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (at + kHugePage - 1) / kHugePage * kHugePage;
-  if (aligned > at) ::munmap(raw, aligned - at);
-  const size_t tail = (at + rounded + kHugePage) - (aligned + rounded);
-  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + rounded), tail);
-  void* p = reinterpret_cast<void*>(aligned);
-  ::madvise(p, rounded, MADV_HUGEPAGE);  // advisory: without it the memory is only slower to touch
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t rounded = (n + page - 1) / page * page;
+  // In the system's default pages: no transparent huge pages asked for
+  // (scratch.h says why).
+  void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
   return Memory(static_cast<std::byte*>(p), Free{rounded});
 }
 

@@ -54,15 +54,18 @@ class ScratchBuffer {
 
   using Free = ScratchMemoryFree;
   using Memory = std::unique_ptr<std::byte[], Free>;
-  // Uninitialised memory of n bytes; from kHugePageFrom bytes on, a mapping
-  // of its own, aligned to 2 MiB and advised to use transparent huge pages:
-  // its first touch then faults once per 2 MiB instead of once per 4 KiB
-  // (page faults were a fifth of a large file's lossy encode), and freeing
-  // it returns it to the system. (From malloc, such blocks came out of the
-  // heaps of the threads' malloc arenas once glibc's dynamic mmap threshold
-  // had risen past them, where the alignment left holes: a chain decode on
-  // two threads peaked at 1.5 GB for a 957 MB file, against 0.6 GB mapped.)
-  static constexpr size_t kHugePageFrom = size_t{4} << 20;
+  // Uninitialised memory of n bytes; from kMappedFrom bytes on, a mapping
+  // of its own, so that freeing it returns it to the system. (From malloc,
+  // such blocks came out of the heaps of the threads' malloc arenas once
+  // glibc's dynamic mmap threshold had risen past them, where the alignment
+  // left holes: a chain decode on two threads peaked at 1.5 GB for a 957 MB
+  // file, against 0.6 GB mapped.) No transparent huge pages are asked for:
+  // on virtual machines that hand freed memory back to their host, a huge
+  // page's first touch ran at 0.36-0.61 GB/s against 1.6-2.6 GB/s for the
+  // same bytes in 4 KiB pages, and a large file's encode, decode or commit
+  // writes most of its memory once (docs/bench.md, "Memory in the system's
+  // pages"). Where the system uses huge pages for every mapping, so be it.
+  static constexpr size_t kMappedFrom = size_t{4} << 20;
   static Memory AllocateLarge(size_t n);
 
  private:

@@ -26,18 +26,14 @@ std::pair<uintptr_t, uintptr_t> MappingOf(const void* p) {
 }
 bool Mapped(const void* p) { return MappingOf(p).second != 0; }
 
-TEST(ScratchMemory, LargeBlocksAreAlignedAndUnmappedWhenFreed) {
-  constexpr size_t kTwoMiB = size_t{2} << 20;
-  for (size_t n : {ScratchBuffer::kHugePageFrom, ScratchBuffer::kHugePageFrom + 12345, size_t{37} << 20}) {
+TEST(ScratchMemory, LargeBlocksAreMappedAndUnmappedWhenFreed) {
+  for (size_t n : {ScratchBuffer::kMappedFrom, ScratchBuffer::kMappedFrom + 12345, size_t{37} << 20}) {
     ScratchBuffer::Memory m = ScratchBuffer::AllocateLarge(n);
     ASSERT_NE(m.get(), nullptr);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(m.get()) % kTwoMiB, 0u) << n;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(m.get()) % 4096, 0u) << n;
     EXPECT_GE(m.get_deleter().mapped, n);
-    // Exactly its own mapping: the alignment's head and tail were unmapped
-    // (its huge-page advice keeps it from merging with a neighbour).
-    const auto [lo, hi] = MappingOf(m.get());
-    EXPECT_EQ(lo, reinterpret_cast<uintptr_t>(m.get())) << n;
-    EXPECT_EQ(hi, reinterpret_cast<uintptr_t>(m.get()) + m.get_deleter().mapped) << n;
+    EXPECT_LT(m.get_deleter().mapped, n + 4096);
+    EXPECT_TRUE(Mapped(m.get()));
     std::memset(m.get(), 0x5a, n);  // all of it writable
     const std::byte* last = m.get() + n - 1;
     EXPECT_EQ(*last, std::byte{0x5a});
