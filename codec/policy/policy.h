@@ -46,11 +46,12 @@ inline constexpr double kDefaultOptimizerRelL2 = 0.2;
 // SGD's momentum buffer is its own step (the update is -lr x buffer, with
 // Nesterov -lr x (grad + momentum x buffer)) and gets the same budget on
 // itself: its error moves the weights by lr x momentum / (1 - momentum) x
-// the error after a restore, 0.26-0.39 of a checkpoint interval's update at
-// 0.5 on the eval's ResNet, against 0.23-0.58 (digits) and 0.8-1.1
-// (character LM) for Adam's first moment at 0.5 on the step; restoring the
-// ResNet ten times over six seeds ended as close to its uninterrupted runs
-// as at 0.2 on the buffer, with 1.3x the ratio (docs/eval.md).
+// the error after a restore, 0.15-0.39 of a checkpoint interval's update at
+// 0.5 on the eval's ResNet, against 0.13-0.58 (digits) and 0.76-1.09
+// (character LM) for Adam's first moment at 0.5 on the step
+// (scripts/eval/momentum_reach.py); restoring the ResNet ten times over
+// six seeds ended as close to its uninterrupted runs as at 0.2 on the
+// buffer, with 1.3x the ratio (docs/eval.md).
 inline constexpr double kMomentumStepBudgetFactor = 2.5;
 
 // Update denominators (IsOptimizerDenominator: Adam's exp_avg_sq, ...) get
