@@ -44,8 +44,10 @@ def main():
     sq = json.load(open(a.sequence))
     t, rows = codec_rows(codec)
     out = [f"{a.version}, {datetime.date.today().isoformat()}, 2 cores, `{a.command}`.", ""]
+    runs = codec.get("runs", 1)
+    median = f", medians of {runs} runs" if runs > 1 else ""
     out += [f"**Checkpoint sequences** (`ckptfs encode`/`decode` on {t} threads, default level; "
-            "zstd on the same files):", "",
+            f"zstd on the same files{median}):", "",
             "| training run | MB per version | versions | ratio | zstd -3 ratio | encode MB/s, key / delta | "
             "decode MB/s, deepest | zstd -1 encode / decode MB/s |",
             "|---|---|---|---|---|---|---|---|"] + rows
