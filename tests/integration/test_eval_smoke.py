@@ -123,28 +123,32 @@ def test_compression_experiment_writes_results(workdir, baseline, tmp_path):
 
 
 def test_fault_experiment_with_several_seeds(workdir, tmp_path):
-    """--seeds 0,1: each seed resumes from its own store and is compared with
-    the uninterrupted run of the same seed; lossless ends bit-identical for
-    both, and the summary line gives their mean."""
+    """--seeds 0,3: each seed resumes from its own store and is compared with
+    the uninterrupted run of the same seed (seeds past 0-2 get their own
+    baseline); lossless ends bit-identical for both, and the summary line
+    gives their mean."""
     results = tmp_path / "results"
     r = subprocess.run([h.PYTHON, os.path.join(EVAL, "exp_fault_tolerance.py"), "--workload", "digits",
-                        "--size", "smoke", "--seeds", "0,1", "--backends", "ckptfs-lossless", "--workdir", workdir,
+                        "--size", "smoke", "--seeds", "0,3", "--backends", "ckptfs-lossless", "--workdir", workdir,
                         "--results", str(results)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     with open(results / "fault-digits.json") as f:
         b = json.load(f)["backends"]["ckptfs-lossless"]
-    assert sorted(b["per_seed"]) == ["seed0", "seed1"]
+    assert sorted(b["per_seed"]) == ["seed0", "seed3"]
     for seed, p in b["per_seed"].items():
         assert p["bit_identical"] and p["restores"] == 2, (seed, p)
-    # Seed 1 is its own run (another trajectory), not seed 0's again.
-    assert b["per_seed"]["seed1"]["final"] != b["per_seed"]["seed0"]["final"]
+    # Seed 3 is its own run (another trajectory), not seed 0's again.
+    assert b["per_seed"]["seed3"]["final"] != b["per_seed"]["seed0"]["final"]
     assert b["per_seed_summary"]["mean"] == 0.0 and b["per_seed_summary"]["all_within_target"]
     md = (results / "fault-digits.md").read_text()
-    assert "ckptfs-lossless, seed1" in md and "over seeds 0, 1" in md
-    bad = subprocess.run([h.PYTHON, os.path.join(EVAL, "exp_fault_tolerance.py"), "--workload", "digits",
-                          "--size", "smoke", "--seeds", "0,7", "--backends", "ckptfs-lossless", "--workdir", workdir,
-                          "--results", str(results)], capture_output=True, text=True, timeout=600)
-    assert bad.returncode != 0 and "--seeds" in bad.stderr
+    assert "ckptfs-lossless, seed3" in md and "over seeds 0, 3" in md
+    assert "spread of the baseline (seeds 0,1,2,3)" in md
+    # Seeds are distinct numbers of 0-99.
+    for seeds in ("0,100", "1,1", "0,x"):
+        bad = subprocess.run([h.PYTHON, os.path.join(EVAL, "exp_fault_tolerance.py"), "--workload", "digits",
+                              "--size", "smoke", "--seeds", seeds, "--backends", "ckptfs-lossless", "--workdir",
+                              workdir, "--results", str(results)], capture_output=True, text=True, timeout=600)
+        assert bad.returncode != 0 and "--seeds" in bad.stderr, seeds
 
 
 def test_safetensors_writer_layout(tmp_path):
