@@ -209,10 +209,11 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
       return Status::InvalidArgument(fmt::format("encode: lossy budget rel_l2={} max_abs={}, want >= 0",
                                                  budget.rel_l2, budget.max_abs));
   }
+  const StepStates states = FindStepStates(layout);
   // SGD's momentum buffer is its own step: with first moments on their
   // step, its step budget applies to it as it is.
   if (options.momentum_step_space) {
-    for (const StepStateTensors& s : FindStepStates(layout).states) {
+    for (const StepStateTensors& s : states.states) {
       lossy::Budget& b = budgets[s.m];
       if (s.v < 0 && b.step_rel_l2 > 0 && b.rel_l2 > 0 && b.max_abs == 0) b.rel_l2 = b.step_rel_l2;
     }
@@ -221,11 +222,10 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
   // cut where the runs it holds end.
   RefRuns ref_runs;
   if (refs != nullptr && !refs->empty() && options.step_prediction) {
-    const std::vector<bool> is_state = FindStepStates(layout).is_state;
     std::vector<bool> eligible(layout.tensors.size());
     for (size_t t = 0; t < layout.tensors.size(); ++t)
       eligible[t] = layout.tensors[t].dtype == DType::kF32 && budgets[t].lossy() && budgets[t].rel_l2 > 0 &&
-                    (is_state.empty() || !is_state[t]);
+                    !states.is_state[t];
     ref_runs = FindRefRuns(layout, file, eligible, *refs);
   }
   const RefCandidate* ref = ref_runs.candidate >= 0 ? &(*refs)[static_cast<size_t>(ref_runs.candidate)] : nullptr;

@@ -9,8 +9,9 @@
 //
 // Allocations are cut from the current block one after the other
 // (64-byte aligned, so that two threads' chunks share no cache line) and a
-// block is reused once every allocation in it is freed. Chunk buffers are kept and reused by the chunk cache's idle list,
-// so allocations are few and live long. The cost: a block stays whole while
+// block is reused once every allocation in it is freed. Chunk buffers are
+// kept and reused by the chunk cache's idle list, so allocations are few
+// and live long. The cost: a block stays whole while
 // any allocation in it lives (blocks empty in about the order they filled,
 // as the cache's LRU frees them, but a few long-lived chunks can hold many
 // blocks). So the blocks are bounded: past `max_bytes` of them, Allocate
