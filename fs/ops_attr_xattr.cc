@@ -12,6 +12,7 @@
 #include "fs/filesystem.h"
 
 #include "codec/container/lossy_report.h"
+#include "fs/reconstruction_spill.h"
 
 namespace ckptfs::fs {
 namespace {
@@ -107,6 +108,12 @@ Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_vie
     if (key == "pid") return std::to_string(::getpid());
     // Chunks this daemon has decoded for reads and encodes since it started.
     if (key == "decoded_chunks") return std::to_string(store_->chunk_cache()->decodes());
+    // Reconstructions kept in the staging area for the next versions
+    // (fs/reconstruction_spill.h), written in the background after commits.
+    if (key == "spilled") {
+      const ReconstructionSpill* spill = store_->reconstruction_spill();
+      return std::to_string(spill != nullptr ? spill->count() : 0);
+    }
     if (key == "level") return options_.level;  // the preset the mount's options started from
   }
   if (!inode.is_reg()) return Status::Io(ENODATA, "no such attribute");

@@ -229,13 +229,17 @@ def test_copy_of_a_lossy_file_is_stored_once(store):
             assert a.read() == b.read()
 
 
-def test_an_open_that_began_before_the_commit_reads_one_version(store, tmp_path):
+@pytest.mark.parametrize("options", ["lossy=on", "lossy=on,cache=4"], ids=["cached", "spilled"])
+def test_an_open_that_began_before_the_commit_reads_one_version(store, tmp_path, options):
     """A copy made while a lossy file is committed (Lightning's `last.ckpt`,
     a `cp` right after the save) must not get the staged bytes up to the
     commit and the reconstruction after it: that mix fails the zip's CRCs.
     An open that read staged bytes goes on reading them; an open after the
-    commit reads the reconstruction whole."""
-    store.mount("lossy=on")
+    commit reads the reconstruction whole. With a chunk cache smaller than
+    twice the file, its reconstruction goes to the spill in the background
+    after the commit, while this open still reads the staged bytes."""
+    store.mount(options)
+    spilled = "cache=4" in options
     ref = tmp_path / "ref.ckpt"
     torch.save({"state_dict": {f"w{i}": torch.randn(512, 512) for i in range(4)}}, ref)
     raw = ref.read_bytes()
@@ -252,6 +256,10 @@ def test_an_open_that_began_before_the_commit_reads_one_version(store, tmp_path)
         assert time.time() < deadline, "not committed"
         time.sleep(0.02)
     store.wait_idle()
+    if spilled:  # kept in the background after the commit
+        while int(os.getxattr(store.mnt, "user.ckptfs.spilled")) < 1:
+            assert time.time() < deadline, "reconstruction not spilled"
+            time.sleep(0.02)
     rest = b""
     while chunk := reader.read(1 << 20):
         rest += chunk
