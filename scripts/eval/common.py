@@ -116,6 +116,16 @@ def train(workload, args):
             sched.load_state_dict(ckpt["scheduler"])
         torch.set_rng_state(ckpt["rng_state"])
         start = ckpt["step"]
+    if getattr(args, "eval_only", False):
+        if not args.resume:
+            raise SystemExit("--eval-only needs --resume")
+        rec = json.dumps({"step": start, "eval": workload.evaluate()})
+        if args.log:
+            with open(args.log, "a") as f:
+                f.write(rec + "\n")
+        else:
+            print(rec, flush=True)
+        return
     stop = args.stop_at or args.steps
     os.makedirs(args.out, exist_ok=True)
     log = open(args.log, "a") if args.log else None

@@ -45,7 +45,7 @@ def schedule(workload, size):
 
 
 def run_trainer(trainer, out, steps, save_every, size, seed, log, stop_at=None, resume=None, init=None,
-                final=None):
+                final=None, extra=()):
     cmd = [PYTHON, os.path.join(HERE, "train.py"), trainer, "--out", out, "--steps", str(steps),
            "--save-every", str(save_every), "--size", size, "--seed", str(seed), "--log", log]
     if stop_at:
@@ -56,6 +56,7 @@ def run_trainer(trainer, out, steps, save_every, size, seed, log, stop_at=None, 
         cmd += ["--init", init]
     if final:
         cmd += ["--final", final]
+    cmd += list(extra)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"trainer failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")

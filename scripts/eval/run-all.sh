@@ -19,7 +19,8 @@
 # SEEDS (the seeds each backend's restore-and-resume runs take, default 0;
 # SEEDS=0,1,2 triples their time), SIZE (full|smoke),
 # WORKDIR (scratch space, default a new temporary directory, removed at the
-# end). Needs root (FUSE), Debian's python3-torch, python3-sklearn,
+# end), DAMAGE=1 (also each restore's damage, exp_restore_damage.py, with
+# white-noise controls: about 5 minutes per workload and backend). Needs root (FUSE), Debian's python3-torch, python3-sklearn,
 # python3-matplotlib, zstd and the `fortunes` package (text corpus).
 # A backend the mount does not accept yet is reported as "not run".
 set -euo pipefail
@@ -47,6 +48,11 @@ for w in digits charlm resnet finetune-bf16; do
   "$PY" "$HERE/exp_fault_tolerance.py" --workload "$w" --seeds "${SEEDS:-0}" "${common[@]}" || status=1
 done
 "$PY" "$HERE/exp_transfer.py" --seeds "${SEEDS:-0}" "${common[@]}" || status=1
+if [ -n "${DAMAGE:-}" ]; then
+  for w in digits charlm transfer resnet finetune-bf16; do
+    "$PY" "$HERE/exp_restore_damage.py" --workload "$w" --noise 1e-6,1e-2 "${common[@]}" || status=1
+  done
+fi
 "$PY" "$HERE/summary.py" --results "$RESULTS" > "$RESULTS/summary.md"
 cat "$RESULTS/summary.md"
 echo "run-all: $(( ($(date +%s) - start) / 60 )) min, results in $RESULTS (status $status)" >&2

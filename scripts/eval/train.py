@@ -4,7 +4,7 @@
 
   train.py WORKLOAD --out DIR --steps N --save-every K [--stop-at S]
            [--resume CKPT] [--init PRETRAINED] [--seed S] [--size full|smoke]
-           [--final FILE] [--log FILE]
+           [--final FILE] [--log FILE] [--eval-only]
 
 WORKLOAD: digits | charlm | digits-pretrain | digits-finetune | resnet |
 charlm-pretrain | charlm-finetune-bf16.
@@ -44,6 +44,8 @@ def main():
     ap.add_argument("--size", choices=["full", "smoke"], default="full")
     ap.add_argument("--final", default=None)
     ap.add_argument("--log", default=None)
+    ap.add_argument("--eval-only", action="store_true",
+                    help="with --resume: evaluate the checkpoint's model and exit (no step, no save)")
     args = ap.parse_args()
     common.set_threads()
     workload = WORKLOADS[args.workload]()(args.size, args.seed, args.steps, init=args.init)

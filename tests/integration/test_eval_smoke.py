@@ -8,6 +8,8 @@ CNN, 30 steps, 2 restore-and-resume cycles.
 - exp_compression.py end to end: JSON, markdown and plot, with a backend the
   mount rejects reported as "not run";
 - exp_fault_tolerance.py with two seeds per backend;
+- exp_restore_damage.py: each restore's effect right after it and a
+  horizon later, nothing at all for lossless;
 - the workloads nothing was tuned on (resnet, finetune-bf16): what their
   checkpoints hold, and a bit-identical lossless resume through a mount;
 - the hand-written safetensors writer/reader (no mount needed).
@@ -149,6 +151,44 @@ def test_fault_experiment_with_several_seeds(workdir, tmp_path):
                               "--size", "smoke", "--seeds", seeds, "--backends", "ckptfs-lossless", "--workdir",
                               workdir, "--results", str(results)], capture_output=True, text=True, timeout=600)
         assert bad.returncode != 0 and "--seeds" in bad.stderr, seeds
+
+
+def test_restore_damage_experiment(workdir, baseline, tmp_path):
+    """exp_restore_damage.py: every checkpoint read back from the store,
+    evaluated at once and resumed for a horizon; a lossless store differs by
+    nothing, a lossy one and the white-noise control move the eval loss (the
+    measure is not blind), and a horizon off the save interval is refused."""
+    results = tmp_path / "results"
+    r = subprocess.run([h.PYTHON, os.path.join(EVAL, "exp_restore_damage.py"), "--workload", "digits",
+                        "--size", "smoke", "--backends", f"ckptfs-lossless,{LOSSY}", "--noise", "1e-2",
+                        "--workdir", workdir, "--results", str(results)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    with open(results / "damage-digits.json") as f:
+        res = json.load(f)
+    sched = h.schedule("digits", "smoke")
+    assert res["horizon"] == sched["restore_every"] and res["checkpoints"] == 6
+    lossless = res["backends"]["ckptfs-lossless"]
+    assert lossless["status"] == "ok" and len(lossless["per_checkpoint"]) == 6
+    resumable = [c for c in lossless["per_checkpoint"] if c["step"] + res["horizon"] <= sched["steps"]]
+    assert all("resumed" in c for c in resumable) and len(resumable) == 4
+    for c in lossless["per_checkpoint"]:
+        assert c["restored"] == c["original"], c
+        if "resumed" in c:
+            assert c["resumed"] == c["uninterrupted"], c
+    lossy = res["backends"][LOSSY]
+    assert lossy["status"] == "ok" and lossy["ratio"] > 2
+    assert lossy["summary"]["right_after"]["loss_pct"]["mean_abs"] > 0, "a lossy restore that changed nothing"
+    assert lossy["summary"]["after_horizon"]["restores"] == 4
+    # The control: white noise of rel_l2 1e-2 on the model, no store.
+    noise = res["backends"]["noise:0.01"]
+    assert noise["ratio"] is None and len(noise["per_checkpoint"]) == 6
+    assert noise["summary"]["right_after"]["loss_pct"]["mean_abs"] > 0
+    md = (results / "damage-digits.md").read_text()
+    assert "ckptfs-lossless" in md and LOSSY in md and "noise:0.01" in md
+    bad = subprocess.run([h.PYTHON, os.path.join(EVAL, "exp_restore_damage.py"), "--workload", "digits",
+                          "--size", "smoke", "--horizon", "7", "--backends", "ckptfs-lossless", "--workdir", workdir,
+                          "--results", str(results)], capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "--horizon" in bad.stderr
 
 
 def test_safetensors_writer_layout(tmp_path):
