@@ -3,7 +3,7 @@
 chaos hides it.
 
   exp_restore_damage.py --workload digits|charlm|transfer|resnet|finetune-bf16 [--size full|smoke]
-      [--backends ckptfs-lossless,ckptfs-lossy:1e-2,...] [--noise 1e-6,...] [--horizon N]
+      [--backends ckptfs-lossless,ckptfs-lossy:1e-2,...] [--oracle-gains] [--noise 1e-6,...] [--horizon N]
       [--workdir DIR] [--results DIR]
 
 The fault-tolerance experiment compares where restored runs end up after
@@ -22,6 +22,12 @@ order, the mount is cycled, and each checkpoint is read back from it:
   order is a function of the step, so a lossless restore gives exactly the
   uninterrupted run's numbers; what differs is the restore's doing, over
   a span short enough that the trajectories have not drifted apart.
+
+`--oracle-gains` adds, for each lossy backend, its read-back checkpoints
+with Adam's moments scaled per tensor to remove their bias against the
+originals (exp_avg by <m, m> / <m_restored, m>, exp_avg_sq by
+exp(-mean log(v_restored / v))): an oracle, what an encoder that
+reconstructs the state without those biases would reach at the same bytes.
 
 `--noise R,...` adds controls without any store: the original checkpoints
 with white noise of relative size R on the model's floating tensors. At a
@@ -99,17 +105,50 @@ def evaluate_restores(restored, work, base, seq, workload, size, horizon, init):
     return rows
 
 
-def measure(backend, work, base, seq, workload, size, horizon, init):
+def with_oracle_gains(original, restored):
+    """`restored` with each of Adam's moments scaled, per tensor, to remove
+    its bias against `original`: exp_avg by <m, m> / <m_restored, m> (a
+    quantizer that minimizes the squared error shrinks it), exp_avg_sq by
+    exp(-mean log(v_restored / v)). An oracle (it reads the original): what
+    a reconstruction without those biases would do, at the same bytes."""
+    import torch
+    for key, st in original["optimizer"]["state"].items():
+        if "exp_avg" not in st or "exp_avg_sq" not in st:
+            continue
+        rs = restored["optimizer"]["state"][key]
+        m, mr = st["exp_avg"].double(), rs["exp_avg"].double()
+        dot = float((mr * m).sum())
+        if dot > 0:
+            rs["exp_avg"] = (mr * (float((m * m).sum()) / dot)).to(rs["exp_avg"].dtype)
+        v, vr = st["exp_avg_sq"].double(), rs["exp_avg_sq"].double()
+        both = (v > 0) & (vr > 0)
+        if both.any():
+            shift = float(torch.log(vr[both] / v[both]).mean())
+            rs["exp_avg_sq"] = (vr * float(torch.exp(torch.tensor(-shift)))).to(rs["exp_avg_sq"].dtype)
+    return restored
+
+
+def measure(backend, work, base, seq, workload, size, horizon, init, oracle=False):
     """The checkpoints read back from `backend`: evaluate_restores' rows and
-    the backend's cumulative ratio."""
+    the backend's cumulative ratio; with `oracle`, also the rows of the same
+    checkpoints with_oracle_gains (else None)."""
     root = backend.start(work)
+    oracle_rows = None
     try:
         for _, name in seq:
             shutil.copyfile(os.path.join(base["ckpts"], name), os.path.join(root, name))
             backend.wait_idle()
         backend.cycle()  # read back from the store, not from staging or the page cache
-        rows = evaluate_restores({step: os.path.join(root, name) for step, name in seq}, work, base, seq, workload,
-                                 size, horizon, init)
+        restored = {step: os.path.join(root, name) for step, name in seq}
+        rows = evaluate_restores(restored, work, base, seq, workload, size, horizon, init)
+        if oracle:
+            import torch
+            fixed = {}
+            for step, name in seq:
+                fixed[step] = os.path.join(work, "oracle-" + name)
+                torch.save(with_oracle_gains(torch.load(os.path.join(base["ckpts"], name)),
+                                             torch.load(restored[step])), fixed[step])
+            oracle_rows = evaluate_restores(fixed, work, base, seq, workload, size, horizon, init)
         backend.stop()
     except BaseException:
         backend.teardown()
@@ -117,7 +156,7 @@ def measure(backend, work, base, seq, workload, size, horizon, init):
     stats = backend.stats()
     logical = sum(stats[n]["logical_bytes"] for _, n in seq)
     stored = sum(stats[n]["stored_bytes"] for _, n in seq)
-    return rows, logical / max(stored, 1)
+    return rows, logical / max(stored, 1), oracle_rows
 
 
 def measure_noise(rel, work, base, seq, workload, size, horizon, init):
@@ -195,6 +234,8 @@ def main():
     ap.add_argument("--backends", default="ckptfs-lossless,ckptfs-lossy:1e-2")
     ap.add_argument("--noise", default="",
                     help="controls without a store: relative sizes of white noise added to the model, e.g. 1e-6,1e-2")
+    ap.add_argument("--oracle-gains", action="store_true",
+                    help="also each lossy backend's checkpoints with Adam's moments unbiased per tensor (an oracle)")
     ap.add_argument("--horizon", type=int, default=None,
                     help="steps resumed after each restore (a multiple of the save interval)")
     ap.add_argument("--workdir", default="/tmp/ckptfs-eval")
@@ -217,7 +258,8 @@ def main():
     for spec, b, work in bk.runnable(args.backends, expdir, res, h.log, f"damage {args.workload}"):
         h.log(f"[damage {args.workload}] {spec}: {len(seq)} restores")
         try:
-            rows, ratio = measure(b, work, base, seq, args.workload, args.size, horizon, init)
+            rows, ratio, oracle_rows = measure(b, work, base, seq, args.workload, args.size, horizon, init,
+                                               oracle=args.oracle_gains and b.lossy)
         except (RuntimeError, OSError, KeyError, subprocess.SubprocessError) as e:
             h.log(f"[damage {args.workload}] {spec}: FAILED: {e!r}")
             res["backends"][spec] = {"status": "failed", "reason": repr(e)[-2000:]}
@@ -227,6 +269,10 @@ def main():
         res["backends"][spec] = {"status": "ok", "ratio": ratio, "per_checkpoint": rows, "summary": summary,
                                  "mount_options": b.options}
         h.log(f"[damage {args.workload}] {spec}: {ratio:.2f}x, {json.dumps(summary)}")
+        if oracle_rows is not None:
+            res["backends"][spec + " (oracle gains)"] = {
+                "status": "ok", "ratio": ratio, "per_checkpoint": oracle_rows,
+                "summary": summarize(oracle_rows, sched["metric"]), "mount_options": b.options}
         shutil.rmtree(work, ignore_errors=True)
     for rel in [float(x) for x in args.noise.split(",") if x]:
         spec = f"noise:{rel:g}"

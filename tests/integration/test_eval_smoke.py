@@ -9,7 +9,8 @@ CNN, 30 steps, 2 restore-and-resume cycles.
   mount rejects reported as "not run";
 - exp_fault_tolerance.py with two seeds per backend;
 - exp_restore_damage.py: each restore's effect right after it and a
-  horizon later, nothing at all for lossless;
+  horizon later, nothing at all for lossless; state_bias.py's gains of the
+  optimizer state, exactly 1 for lossless;
 - the workloads nothing was tuned on (resnet, finetune-bf16): what their
   checkpoints hold, and a bit-identical lossless resume through a mount;
 - the hand-written safetensors writer/reader (no mount needed).
@@ -161,7 +162,8 @@ def test_restore_damage_experiment(workdir, baseline, tmp_path):
     results = tmp_path / "results"
     r = subprocess.run([h.PYTHON, os.path.join(EVAL, "exp_restore_damage.py"), "--workload", "digits",
                         "--size", "smoke", "--backends", f"ckptfs-lossless,{LOSSY}", "--noise", "1e-2",
-                        "--workdir", workdir, "--results", str(results)], capture_output=True, text=True, timeout=900)
+                        "--oracle-gains", "--workdir", workdir, "--results", str(results)],
+                       capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     with open(results / "damage-digits.json") as f:
         res = json.load(f)
@@ -179,6 +181,11 @@ def test_restore_damage_experiment(workdir, baseline, tmp_path):
     assert lossy["status"] == "ok" and lossy["ratio"] > 2
     assert lossy["summary"]["right_after"]["loss_pct"]["mean_abs"] > 0, "a lossy restore that changed nothing"
     assert lossy["summary"]["after_horizon"]["restores"] == 4
+    # The oracle: the lossy store's checkpoints with Adam's moments unbiased
+    # (not for lossless, whose state has no bias to remove).
+    oracle = res["backends"][f"{LOSSY} (oracle gains)"]
+    assert oracle["ratio"] == lossy["ratio"] and len(oracle["per_checkpoint"]) == 6
+    assert "ckptfs-lossless (oracle gains)" not in res["backends"]
     # The control: white noise of rel_l2 1e-2 on the model, no store.
     noise = res["backends"]["noise:0.01"]
     assert noise["ratio"] is None and len(noise["per_checkpoint"]) == 6
@@ -189,6 +196,23 @@ def test_restore_damage_experiment(workdir, baseline, tmp_path):
                           "--size", "smoke", "--horizon", "7", "--backends", "ckptfs-lossless", "--workdir", workdir,
                           "--results", str(results)], capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "--horizon" in bad.stderr
+
+
+def test_state_bias_is_none_when_lossless(baseline):
+    """state_bias.py: the optimizer state of a lossless chain comes back with
+    gains of exactly 1 and no log ratio; a lossy one differs (the measure
+    sees it)."""
+    def run(budget):
+        r = subprocess.run([h.PYTHON, os.path.join(EVAL, "state_bias.py"), baseline["ckpts"], "--count", "3",
+                            "--budget", budget, "--json"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    lossless = run("0")
+    assert [row["chain_depth"] for row in lossless] == [0, 1, 2]
+    for row in lossless:
+        assert row["m_gain"] == 1.0 and row["step_gain"] == 1.0 and row["v_log_ratio"] == 0.0, row
+    lossy = run("0.01")
+    assert any(row["m_gain"] != 1.0 for row in lossy) and all(0.0 < row["m_gain"] < 2.0 for row in lossy)
 
 
 def test_safetensors_writer_layout(tmp_path):
