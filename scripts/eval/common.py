@@ -116,16 +116,9 @@ def train(workload, args):
             sched.load_state_dict(ckpt["scheduler"])
         torch.set_rng_state(ckpt["rng_state"])
         start = ckpt["step"]
-    if getattr(args, "eval_only", False):
-        if not args.resume:
-            raise SystemExit("--eval-only needs --resume")
-        rec = json.dumps({"step": start, "eval": workload.evaluate()})
-        if args.log:
-            with open(args.log, "a") as f:
-                f.write(rec + "\n")
-        else:
-            print(rec, flush=True)
-        return
+    eval_only = getattr(args, "eval_only", False)
+    if eval_only and not args.resume:
+        raise SystemExit("--eval-only needs --resume")
     stop = args.stop_at or args.steps
     os.makedirs(args.out, exist_ok=True)
     log = open(args.log, "a") if args.log else None
@@ -138,6 +131,11 @@ def train(workload, args):
         else:
             print(line, flush=True)
 
+    if eval_only:
+        emit({"step": start, "eval": workload.evaluate()})
+        if log:
+            log.close()
+        return
     t0 = time.time()
     model.train()
     for step in range(start + 1, stop + 1):

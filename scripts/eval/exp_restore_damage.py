@@ -54,6 +54,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import backends as bk  # noqa: E402
 import harness as h  # noqa: E402
+import state_bias  # noqa: E402
+from exp_compression import sequence  # noqa: E402
 
 TARGET = {"accuracy": 0.5, "loss": 1.0}  # points, % of the loss
 UNIT = {"accuracy": "pts", "loss": "% loss"}
@@ -61,7 +63,7 @@ UNIT = {"accuracy": "pts", "loss": "% loss"}
 
 def checkpoints(ckdir):
     """[(step, filename)] of the run's torch.save checkpoints, in order."""
-    return sorted((int(n[5:-3]), n) for n in os.listdir(ckdir) if n.startswith("ckpt_") and n.endswith(".pt"))
+    return [(step, files["checkpoint"]) for step, files in sequence(ckdir)]
 
 
 def difference(metric, got, ref):
@@ -107,24 +109,22 @@ def evaluate_restores(restored, work, base, seq, workload, size, horizon, init):
 
 def with_oracle_gains(original, restored):
     """`restored` with each of Adam's moments scaled, per tensor, to remove
-    its bias against `original`: exp_avg by <m, m> / <m_restored, m> (a
-    quantizer that minimizes the squared error shrinks it), exp_avg_sq by
-    exp(-mean log(v_restored / v)). An oracle (it reads the original): what
-    a reconstruction without those biases would do, at the same bytes."""
-    import torch
+    its bias against `original` (state_bias.moment_bias): exp_avg by
+    <m, m> / <m_restored, m> (a quantizer that minimizes the squared error
+    shrinks it), exp_avg_sq by exp(-mean log(v_restored / v)). An oracle (it
+    reads the original): what a reconstruction without those biases would
+    do, at the same bytes."""
+    import math
     for key, st in original["optimizer"]["state"].items():
         if "exp_avg" not in st or "exp_avg_sq" not in st:
             continue
         rs = restored["optimizer"]["state"][key]
-        m, mr = st["exp_avg"].double(), rs["exp_avg"].double()
-        dot = float((mr * m).sum())
-        if dot > 0:
-            rs["exp_avg"] = (mr * (float((m * m).sum()) / dot)).to(rs["exp_avg"].dtype)
-        v, vr = st["exp_avg_sq"].double(), rs["exp_avg_sq"].double()
-        both = (v > 0) & (vr > 0)
-        if both.any():
-            shift = float(torch.log(vr[both] / v[both]).mean())
-            rs["exp_avg_sq"] = (vr * float(torch.exp(torch.tensor(-shift)))).to(rs["exp_avg_sq"].dtype)
+        b = state_bias.moment_bias(st, rs)
+        if b["m_dot"] > 0:
+            rs["exp_avg"] = (rs["exp_avg"].double() * (b["m_energy"] / b["m_dot"])).to(rs["exp_avg"].dtype)
+        if b["v_count"] > 0:
+            scale = math.exp(-b["v_log_sum"] / b["v_count"])
+            rs["exp_avg_sq"] = (rs["exp_avg_sq"].double() * scale).to(rs["exp_avg_sq"].dtype)
     return restored
 
 

@@ -28,28 +28,33 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CKPTFS = os.environ.get("CKPTFS_BIN", os.path.join(REPO, "build", "mount-tools", "ckptfs"))
 
 
-def gains(original, restored):
+def moment_bias(state, restored_state):
+    """Sums of one parameter's Adam state against its restored copy:
+    m_energy <m, m>, m_dot <m_restored, m>, u_energy and u_dot the same for
+    the step u = m / (sqrt(v) + eps), v_log_sum the sum of log(v_restored /
+    v) over the v_count elements where both are positive."""
     import torch
-    m_num = m_den = u_num = u_den = 0.0
-    log_sum, log_n = 0.0, 0
+    m, v = state["exp_avg"].double(), state["exp_avg_sq"].double()
+    mr, vr = restored_state["exp_avg"].double(), restored_state["exp_avg_sq"].double()
+    u, ur = m / (v.sqrt() + 1e-8), mr / (vr.sqrt() + 1e-8)
+    both = (v > 0) & (vr > 0)
+    return {"m_energy": float((m * m).sum()), "m_dot": float((mr * m).sum()),
+            "u_energy": float((u * u).sum()), "u_dot": float((ur * u).sum()),
+            "v_log_sum": float(torch.log(vr[both] / v[both]).sum()), "v_count": int(both.sum())}
+
+
+def gains(original, restored):
+    total = {}
     for key, st in original["optimizer"]["state"].items():
         if "exp_avg" not in st or "exp_avg_sq" not in st:
             continue
-        m, v = st["exp_avg"].double(), st["exp_avg_sq"].double()
-        rs = restored["optimizer"]["state"][key]
-        mr, vr = rs["exp_avg"].double(), rs["exp_avg_sq"].double()
-        m_num += float((mr * m).sum())
-        m_den += float((m * m).sum())
-        u, ur = m / (v.sqrt() + 1e-8), mr / (vr.sqrt() + 1e-8)
-        u_num += float((ur * u).sum())
-        u_den += float((u * u).sum())
-        both = (v > 0) & (vr > 0)
-        log_sum += float(torch.log(vr[both] / v[both]).sum())
-        log_n += int(both.sum())
-    if m_den == 0:
+        for k, x in moment_bias(st, restored["optimizer"]["state"][key]).items():
+            total[k] = total.get(k, 0) + x
+    if not total.get("m_energy"):
         return None
-    return {"m_gain": m_num / m_den, "step_gain": u_num / u_den if u_den else None,
-            "v_log_ratio": log_sum / log_n if log_n else None}
+    return {"m_gain": total["m_dot"] / total["m_energy"],
+            "step_gain": total["u_dot"] / total["u_energy"] if total["u_energy"] else None,
+            "v_log_ratio": total["v_log_sum"] / total["v_count"] if total["v_count"] else None}
 
 
 def main():
