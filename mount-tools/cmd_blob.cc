@@ -96,7 +96,7 @@ struct BlobArgs {
   std::string momentum = "step";   // the mount's default
   double momentum_dither = kMomentumDitherByDefault;  // the mount's default
   double momentum_budget = -1.0;   // < 0: the mount's default (2.5x the optimizer budget)
-  double denominator_budget = -1.0;  // < 0: the mount's default (2x the optimizer budget)
+  double denominator_budget = -1.0;  // < 0: the mount's default (2.25x the optimizer budget)
 };
 
 Result<std::shared_ptr<const BlobReader>> OpenBlobFile(const std::string& path, FileListResolver* resolver) {
@@ -284,8 +284,8 @@ void RegisterBlobCommands(CLI::App& app, int* exit_code) {
                   "(default 2.5x the optimizer budget, at most 1)")
       ->check(CLI::PositiveNumber & CLI::Range(0.0, 1.0));
   enc->add_option("--denominator-budget", args->denominator_budget,
-                  "lossy: per-element max_rel of exp_avg_sq and other update denominators (log mode; default 2x "
-                  "the optimizer budget, at most 1; 0 = lossless)")
+                  "lossy: per-element bound of exp_avg_sq and other update denominators, each within a factor "
+                  "1 + MAX_REL either way (log mode; default 2.25x the optimizer budget, at most 1; 0 = lossless)")
       ->check(CLI::Range(0.0, 1.0));
   enc->add_flag("-q,--quiet", args->quiet, "no progress line on a terminal");
   enc->callback([args, exit_code] { *exit_code = RunEncode(*args); });

@@ -208,10 +208,11 @@ lossy::Budget Policy::BudgetFor(std::string_view path, FileFormat format, const 
   // denominator such as Adam's sqrt(exp_avg_sq) + eps that turns the next
   // update into m / eps and training diverges after a restore (measured:
   // NaN loss). Denominators therefore get the log mode, which bounds every
-  // element's relative error (zeros stay zeros): max_rel =
+  // element's relative error (zeros stay zeros): every element within a
+  // factor 1 + max_rel of its value either way, max_rel =
   // denominator_max_rel(), so each element's step size m / sqrt(v) moves by
-  // a factor between 1/sqrt(1 + max_rel) and 1/sqrt(1 - max_rel) (0.85-1.3
-  // at the default 0.4). An optimizer budget of 0 keeps them lossless with
+  // a factor between 1/sqrt(1 + max_rel) and sqrt(1 + max_rel) (0.83-1.2
+  // at the default 0.45). An optimizer budget of 0 keeps them lossless with
   // the rest of the optimizer state, whatever denominator_max_rel says.
   if (IsOptimizerDenominator(t.name)) return lossy::Budget{0, 0, optimizer_rel_l2() > 0 ? denominator_max_rel() : 0};
   if (IsFirstMoment(t.name) && optimizer_rel_l2() > 0)

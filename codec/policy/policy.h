@@ -56,16 +56,19 @@ inline constexpr double kMomentumStepBudgetFactor = 2.5;
 
 // Update denominators (IsOptimizerDenominator: Adam's exp_avg_sq, ...) get
 // this multiple of the optimizer budget as their per-element max_rel by
-// default (at most 1): 0.4 at the default 0.2, where the log mode's grid has
-// one level per octave and every element comes back within a third of its
-// value, or 0.4 under the delta frames' hysteresis (LOSSY.md §9): each step
-// size within a factor 0.85-1.3 of its own. Restoring the character LM ten
-// times from
-// 0.4 ended as close to its uninterrupted runs as from 0.2 (+0.48 % against
-// +0.45 % loss, three seeds, docs/eval.md), its second moment at 0.81
-// instead of 1.33 bits per parameter per version. Its first moment is the
-// sensitive part: 0.7 on the step instead of 0.5 ended +1.45 %.
-inline constexpr double kDenominatorBudgetFactor = 2.0;
+// default (at most 1): 0.45 at the default 0.2, every element within a
+// factor 1.45 of its value either way (LOSSY.md §9), so each step size
+// within a factor 0.83-1.2 of its own; the log mode's grid then has one
+// level per octave (rounded in log, every element of a key frame within a
+// factor sqrt(2)). Until 2026-12-06 the factor was 2 and the bound |v_hat -
+// v| <= 0.4 v on the same grid, which let v come back up to 0.6 times its
+// value and, rounded in value, smaller on average (docs/eval.md "What one
+// restore does"). Restoring the character LM ten times from 0.4 ended as
+// close to its uninterrupted runs as from 0.2 (+0.48 % against +0.45 %
+// loss, three seeds, docs/eval.md), its second moment at 0.81 instead of
+// 1.33 bits per parameter per version. Its first moment is the sensitive
+// part: 0.7 on the step instead of 0.5 ended +1.45 %.
+inline constexpr double kDenominatorBudgetFactor = 2.25;
 
 // The optimizer state's budget when none is given: the weights' budget
 // `rel_l2`, but at least kDefaultOptimizerRelL2; 0 (lossless) when `rel_l2`

@@ -9,7 +9,8 @@ reports for Adam's state, over all its tensors:
 - step gain: the same for the step u = m / (sqrt(v) + eps) (what the first
   update after a restore moves the weights by, relative to the original);
 - v log ratio: the mean of log(v_restored / v) over elements with both
-  positive (negative: the restored second moment is smaller).
+  positive (negative: the restored second moment is smaller);
+- ratio: the checkpoint's bytes over its blob's (and, last, the chain's).
 
   state_bias.py CKPT_DIR [--count 10] [--budget 0.01] [--json]
 
@@ -85,16 +86,19 @@ def main():
             os.remove(decoded)
             if g is None:
                 raise SystemExit(f"{f}: no Adam state (exp_avg, exp_avg_sq)")
-            rows.append({"checkpoint": name, "chain_depth": len(chain) - 1, **g})
+            rows.append({"checkpoint": name, "chain_depth": len(chain) - 1, **g,
+                         "bytes": os.path.getsize(f), "blob_bytes": os.path.getsize(blob)})
+    total = sum(r["bytes"] for r in rows) / sum(r["blob_bytes"] for r in rows)
     if args.json:
-        json.dump(rows, sys.stdout, indent=1)
+        json.dump({"checkpoints": rows, "ratio": total}, sys.stdout, indent=1)
         print()
         return 0
-    print("| checkpoint | depth | m gain | step gain | mean log(v restored / v) |")
-    print("|---|---|---|---|---|")
+    print("| checkpoint | depth | m gain | step gain | mean log(v restored / v) | ratio |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['checkpoint']} | {r['chain_depth']} | {r['m_gain']:.3f} | {r['step_gain']:.3f} | "
-              f"{r['v_log_ratio']:+.3f} |")
+              f"{r['v_log_ratio']:+.3f} | {r['bytes'] / r['blob_bytes']:.1f}x |")
+    print(f"\nchain of {len(rows)}: {total:.2f}x")
     return 0
 
 

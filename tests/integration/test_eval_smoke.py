@@ -208,11 +208,13 @@ def test_state_bias_is_none_when_lossless(baseline):
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
     lossless = run("0")
-    assert [row["chain_depth"] for row in lossless] == [0, 1, 2]
-    for row in lossless:
+    assert [row["chain_depth"] for row in lossless["checkpoints"]] == [0, 1, 2]
+    for row in lossless["checkpoints"]:
         assert row["m_gain"] == 1.0 and row["step_gain"] == 1.0 and row["v_log_ratio"] == 0.0, row
     lossy = run("0.01")
-    assert any(row["m_gain"] != 1.0 for row in lossy) and all(0.0 < row["m_gain"] < 2.0 for row in lossy)
+    rows = lossy["checkpoints"]
+    assert any(row["m_gain"] != 1.0 for row in rows) and all(0.0 < row["m_gain"] < 2.0 for row in rows)
+    assert lossy["ratio"] > lossless["ratio"] > 1.0
 
 
 def test_safetensors_writer_layout(tmp_path):

@@ -74,7 +74,7 @@ bool KeepPredictedLevels(const LogGrid& grid, const LogFractionTable* table, con
                          int32_t* index, std::byte* recon, const uint8_t* masks, bool avx512) {
   const double bound = std::min(max_rel, kMaxHysteresisRel);
   if constexpr (std::is_same_v<E, F32Elem>) {
-    if (masks != nullptr && table != nullptr && table->ratio == grid.ratio()) {
+    if (masks != nullptr && table != nullptr && table->Serves(grid)) {
       if (avx512 && table->has_small)
         return KeepPredictedLevelsF32Avx512(grid, *table, values, base_index, origin, static_cast<int32_t>(shift),
                                             bound, n, index, recon, masks);
@@ -125,7 +125,10 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   const uint64_t n = values.size() / width;
   Result<LogGrid> grid_or = LogGrid::FromRatio(LogGrid::RatioFor(max_rel));
   if (!grid_or.ok()) return std::optional<EncodedChunk>();  // finer than the grid allows: lossless
-  const LogGrid& grid = *grid_or;
+  const LogGrid& grid = *grid_or;  // the format's rounding: the base's indices, as the decoder finds them
+  Result<LogGrid> code_grid_or = LogGrid::FromRatio(grid.ratio(), LogRounding::kLog);
+  if (!code_grid_or.ok()) return code_grid_or.status();
+  const LogGrid& code_grid = *code_grid_or;  // the elements coded here: rounded in log
   const bool delta = !base.empty();
 
   EncodedChunk chunk;
@@ -151,24 +154,32 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
   LogIndexSums sums;
   const bool simd = max_simd != SimdLevel::kScalar && LogSimdAvailable();
   const bool simd_index = simd && std::is_same_v<E, F32Elem> && (s.log_table || n >= kMinSimdElements);
-  if (simd_index && (!s.log_table || s.log_table->ratio != grid.ratio())) {
-    std::optional<LogFractionTable> table = LogFractionTable::Build(grid);
-    s.log_table = table ? std::make_shared<const LogFractionTable>(std::move(*table)) : nullptr;
+  if (simd_index) {
+    for (auto [table, g] : {std::pair{&s.log_table, &grid}, std::pair{&s.log_code_table, &code_grid}}) {
+      if (*table && (*table)->Serves(*g)) continue;
+      std::optional<LogFractionTable> built = LogFractionTable::Build(*g);
+      *table = built ? std::make_shared<const LogFractionTable>(std::move(*built)) : nullptr;
+    }
   }
-  if (simd_index && s.log_table && s.log_table->ratio == grid.ratio() && s.log_table->has_small &&
+  IndexGrids grids{code_grid, grid};
+  if (simd_index && s.log_table && s.log_table->Serves(grid) && s.log_code_table && s.log_code_table->Serves(code_grid)) {
+    grids.code_table = s.log_code_table.get();
+    grids.base_table = s.log_table.get();
+  }
+  if (grids.code_table != nullptr && grids.code_table->has_small && grids.base_table->has_small &&
       max_simd == SimdLevel::kAvx512 && LogAvx512Available()) {
-    IndexPassF32Avx512(grid, *s.log_table, values.data(), delta ? base.data() : nullptr, max_rel, n, index.data(),
+    IndexPassF32Avx512(grids, values.data(), delta ? base.data() : nullptr, max_rel, n, index.data(),
                        base_index.data(), recon.data(), &sums);
-  } else if (simd_index && s.log_table && s.log_table->ratio == grid.ratio()) {
-    IndexPassF32Avx2(grid, *s.log_table, values.data(), delta ? base.data() : nullptr, max_rel, n, index.data(),
+  } else if (grids.code_table != nullptr) {
+    IndexPassF32Avx2(grids, values.data(), delta ? base.data() : nullptr, max_rel, n, index.data(),
                      base_index.data(), recon.data(), &sums);
   } else if (delta) {
     for (uint64_t i = 0; i < n; ++i)
-      IndexElement<E, true>(grid, values.data(), base.data(), max_rel, i, index.data(), base_index.data(),
+      IndexElement<E, true>(grids, values.data(), base.data(), max_rel, i, index.data(), base_index.data(),
                             recon.data(), &sums);
   } else {
     for (uint64_t i = 0; i < n; ++i)
-      IndexElement<E, false>(grid, values.data(), base.data(), max_rel, i, index.data(), base_index.data(),
+      IndexElement<E, false>(grids, values.data(), base.data(), max_rel, i, index.data(), base_index.data(),
                              recon.data(), &sums);
   }
   const int64_t lo = sums.lo, hi = sums.hi;
@@ -469,19 +480,20 @@ class LogSliceDecoder {
 }  // namespace
 
 double LogGrid::RatioFor(double max_rel) {
-  // Between levels l and rho*l the element farthest from both is the
-  // midpoint x = l*(1 + rho)/2, |x_hat - x| / x = (rho - 1)/(rho + 1): that
-  // is set to t = 0.95*max_rel (the rest is margin for rounding to the
-  // element type), so rho = (1 + t)/(1 - t).
+  // Between levels l and rho*l, rounded in log, the element farthest from
+  // its level is at the geometric midpoint x = l*sqrt(rho), a factor
+  // sqrt(rho) from both: that is set to 1 + t, t = 0.95*max_rel (the rest is
+  // margin for rounding to the element type), so rho = (1 + t)^2.
   const double t = 0.95 * max_rel;
-  return t >= 1.0 / 3.0 ? 2.0 : std::min(2.0, (1.0 + t) / (1.0 - t));
+  return std::min(2.0, (1.0 + t) * (1.0 + t));
 }
 
-Result<LogGrid> LogGrid::FromRatio(double ratio) {
+Result<LogGrid> LogGrid::FromRatio(double ratio, LogRounding rounding) {
   if (!(ratio > 1.0 && ratio <= 2.0))
     return Status::InvalidArgument("log grid: ratio " + std::to_string(ratio) + ", want in (1, 2]");
   LogGrid g;
   g.ratio_ = ratio;
+  g.rounding_ = rounding;
   g.mantissa_.push_back(1.0);
   for (double next = ratio; next < 2.0; next = next * ratio) {
     if (g.mantissa_.size() >= kMaxLogLevels)
@@ -494,6 +506,7 @@ Result<LogGrid> LogGrid::FromRatio(double ratio) {
   g.fast_offset_ = ((int64_t{1} << 30) + k - 1) / k * k;
   for (double m : g.mantissa_) g.mantissa_f32_bits_.push_back(std::bit_cast<uint32_t>(static_cast<float>(m)));
   g.mantissa_.push_back(2.0);
+  for (uint32_t j = 0; j < g.per_octave_; ++j) g.products_.push_back(g.mantissa_[j] * g.mantissa_[j + 1]);
   uint32_t log2_buckets = 1;
   while ((1u << log2_buckets) < 2 * g.per_octave_) ++log2_buckets;
   g.bucket_shift_ = 52 - log2_buckets;
@@ -518,10 +531,8 @@ int64_t LogGrid::Index(double x) const {
   // j = the last level <= m (the bucket's level, or at most one further).
   uint32_t j = bucket_level_[fraction >> bucket_shift_];
   while (j + 1 < per_octave_ && mantissa_[j + 1] <= m) ++j;
-  const double below = mantissa_[j];
-  const double above = mantissa_[j + 1];  // 2.0 after the last level
   const int64_t q = e * per_octave_ + j;
-  return above - m < m - below ? q + 1 : q;  // both differences are exact (operands in [1, 2])
+  return RoundsUp(m, j) ? q + 1 : q;
 }
 
 double LogGrid::Value(int64_t q) const {
@@ -580,11 +591,11 @@ Status DecodeLogBody(ElementType type, const StreamHeader& h, ByteSpan body, Byt
   const bool avx512 = max_simd == SimdLevel::kAvx512 && LogAvx512Available();
   const bool avx2 = max_simd >= SimdLevel::kAvx2 && LogSimdAvailable();
   if (type == ElementType::kF32 && delta && avx2 && origin > -kMaxVectorOrigin && origin < kMaxVectorOrigin) {
-    if ((!s.log_table || s.log_table->ratio != grid->ratio()) && n >= kMinSimdElements) {
+    if ((!s.log_table || !s.log_table->Serves(*grid)) && n >= kMinSimdElements) {
       std::optional<LogFractionTable> table = LogFractionTable::Build(*grid);
       s.log_table = table ? std::make_shared<const LogFractionTable>(std::move(*table)) : nullptr;
     }
-    if (s.log_table && s.log_table->ratio == grid->ratio()) vector_table = s.log_table.get();
+    if (s.log_table && s.log_table->Serves(*grid)) vector_table = s.log_table.get();
   }
   ASSIGN_OR_RETURN(ExactPatcher exact, ExactPatcher::Open(s.dctx.get(), exact_z, h, ElementSize(type), &s.exact_list));
   auto run = [&]<typename E>(bool vector_ok) {

@@ -21,13 +21,12 @@ namespace {
 
 #define CKPTFS_HYSTERESIS_AVX2 __attribute__((target("avx2"), always_inline)) inline
 
-// |a| <= bound * x for four lanes of doubles, as the scalar
-// std::fabs(y - x) <= bound * x.
-CKPTFS_HYSTERESIS_AVX2 __m256i WithinBound(__m128 y, __m128 x, __m256d bound) {
-  const __m256d xd = _mm256_cvtps_pd(x);
-  const __m256d err = _mm256_sub_pd(_mm256_cvtps_pd(y), xd);
-  const __m256d abs_err = _mm256_andnot_pd(_mm256_set1_pd(-0.0), err);
-  return _mm256_castpd_si256(_mm256_cmp_pd(abs_err, _mm256_mul_pd(bound, xd), _CMP_LE_OQ));
+// WithinFactor(y, x, bound) for four lanes of doubles (factor = 1 + bound):
+// y <= factor x and x <= factor y, the same products and compares.
+CKPTFS_HYSTERESIS_AVX2 __m256i WithinBound(__m128 y, __m128 x, __m256d factor) {
+  const __m256d xd = _mm256_cvtps_pd(x), yd = _mm256_cvtps_pd(y);
+  return _mm256_castpd_si256(_mm256_and_pd(_mm256_cmp_pd(yd, _mm256_mul_pd(factor, xd), _CMP_LE_OQ),
+                                           _mm256_cmp_pd(xd, _mm256_mul_pd(factor, yd), _CMP_LE_OQ)));
 }
 
 // Packs two 4 x 64-bit masks into 8 x 32-bit lanes (lanes 0-3, then 4-7).
@@ -54,7 +53,7 @@ __attribute__((target("avx2"))) bool KeepPredictedLevelsF32Avx2(const LogGrid& g
   // Base indices beyond this may make the int32 sum wrap (real ones are
   // below 2^24): their group runs the scalar element, which tests the range.
   const __m256i index_limit = _mm256_set1_epi32(1 << 30);
-  const __m256d bound_v = _mm256_set1_pd(bound);
+  const __m256d bound_v = _mm256_set1_pd(1.0 + bound);  // WithinFactor's factor
   const int* level_bits = reinterpret_cast<const int*>(table.level_bits.data());
   bool changed = false;
   auto scalar_group = [&](uint64_t i, uint32_t m) {
@@ -104,7 +103,7 @@ __attribute__((target("avx2"))) bool KeepPredictedLevelsF32Avx2(const LogGrid& g
     const __m256 yf = _mm256_castsi256_ps(y);
     const __m256i within = PackMasks(WithinBound(_mm256_castps256_ps128(yf), _mm256_castps256_ps128(x), bound_v),
                                      WithinBound(_mm256_extractf128_ps(yf, 1), _mm256_extractf128_ps(x, 1), bound_v));
-    // y > 0 holds for a normal level; the bound check is false for NaN.
+    // The bound check is false for NaN.
     const __m256i take = _mm256_and_si256(marked, within);
     if (_mm256_testz_si256(take, take)) continue;
     _mm256_maskstore_epi32(index + i, take, p);

@@ -57,6 +57,7 @@ std::optional<LogFractionTable> LogFractionTable::Build(const LogGrid& grid) {
   };
   LogFractionTable t;
   t.ratio = grid.ratio();
+  t.rounding = grid.rounding();
   t.level_bits.resize(k + 1);
   for (uint32_t r = 0; r <= k; ++r) t.level_bits[r] = std::bit_cast<uint32_t>(grid.FloatValue(r));
   uint32_t log2_buckets = 8;  // shift <= 15: an offset up to 2^shift fits 16 bits
@@ -195,12 +196,12 @@ __attribute__((target("avx2"), always_inline)) inline uint32_t VoteLanes(__m256i
 }
 
 template <bool kDelta>
-__attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const LogFractionTable& t,
-                                                   const std::byte* values, const std::byte* base, double max_rel,
-                                                   uint64_t n, int32_t* index, int32_t* base_index, std::byte* recon,
-                                                   LogIndexSums* sums) {
-  const __m256i k = _mm256_set1_epi32(static_cast<int>(grid.per_octave()));
-  const __m256d rel = _mm256_set1_pd(max_rel);
+__attribute__((target("avx2"))) void IndexPassAvx2(const IndexGrids& grids, const std::byte* values,
+                                                   const std::byte* base, double max_rel, uint64_t n, int32_t* index,
+                                                   int32_t* base_index, std::byte* recon, LogIndexSums* sums) {
+  const LogFractionTable& t = *grids.code_table;
+  const __m256i k = _mm256_set1_epi32(static_cast<int>(grids.code.per_octave()));
+  const __m256d factor = _mm256_set1_pd(1.0 + max_rel);  // WithinFactor's
   const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
   const __m256d below_one = _mm256_set1_pd(1.0 - 0x1p-50);
   __m256i lo = _mm256_set1_epi32(std::numeric_limits<int32_t>::max());
@@ -225,20 +226,22 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
     if (!_mm256_testz_si256(slow, slow)) {
       sums->err2 = err2, sums->ref2 = ref2;
       for (uint64_t j = i; j < i + 8; ++j)
-        IndexElement<F32Elem, kDelta>(grid, values, base, max_rel, j, index, base_index, recon, sums);
+        IndexElement<F32Elem, kDelta>(grids, values, base, max_rel, j, index, base_index, recon, sums);
       err2 = sums->err2, ref2 = sums->ref2;
       continue;
     }
     const Located p = LocateLanes(t, k, v, true);
-    // The bound check in double, four lanes at a time: |value - x| <= max_rel * x.
+    // The bound check in double, four lanes at a time (WithinFactor).
     const __m128i v_lo = _mm256_castsi256_si128(v), v_hi = _mm256_extracti128_si256(v, 1);
     const __m256d x0 = _mm256_cvtps_pd(_mm_castsi128_ps(v_lo)), x1 = _mm256_cvtps_pd(_mm_castsi128_ps(v_hi));
     const __m256d r0 = _mm256_cvtps_pd(_mm_castsi128_ps(_mm256_castsi256_si128(p.value)));
     const __m256d r1 = _mm256_cvtps_pd(_mm_castsi128_ps(_mm256_extracti128_si256(p.value, 1)));
     const __m256d e0 = _mm256_sub_pd(r0, x0), e1 = _mm256_sub_pd(r1, x1);
     const __m256d a0 = _mm256_and_pd(e0, abs_mask), a1 = _mm256_and_pd(e1, abs_mask);
-    const __m256d in0 = _mm256_cmp_pd(a0, _mm256_mul_pd(rel, x0), _CMP_LE_OQ);
-    const __m256d in1 = _mm256_cmp_pd(a1, _mm256_mul_pd(rel, x1), _CMP_LE_OQ);
+    const __m256d in0 = _mm256_and_pd(_mm256_cmp_pd(r0, _mm256_mul_pd(factor, x0), _CMP_LE_OQ),
+                                      _mm256_cmp_pd(x0, _mm256_mul_pd(factor, r0), _CMP_LE_OQ));
+    const __m256d in1 = _mm256_and_pd(_mm256_cmp_pd(r1, _mm256_mul_pd(factor, x1), _CMP_LE_OQ),
+                                      _mm256_cmp_pd(x1, _mm256_mul_pd(factor, r1), _CMP_LE_OQ));
     const uint32_t in_bits = static_cast<uint32_t>(_mm256_movemask_pd(in0) | (_mm256_movemask_pd(in1) << 4));
     const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     const __m256i in_bound =
@@ -268,7 +271,7 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
     }
     sums->quantized += static_cast<uint64_t>(std::popcount(static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(quant)))));
     if constexpr (kDelta) {
-      const Located pb = LocateLanes(t, k, b, false);
+      const Located pb = LocateLanes(*grids.base_table, k, b, false);
       const __m256i qb = _mm256_blendv_epi8(_mm256_set1_epi32(kNoIndex), pb.q, base_on_grid);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(base_index + i), qb);
       // Votes: quantized lanes over a base on the grid with |q - qb| <= kMaxShift.
@@ -296,7 +299,7 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
   sums->votes[0][kMaxShift] += votes_same;
   sums->votes[0][kMaxShift + 1] += votes_up;
   sums->votes[0][kMaxShift - 1] += votes_down;
-  for (; i < n; ++i) IndexElement<F32Elem, kDelta>(grid, values, base, max_rel, i, index, base_index, recon, sums);
+  for (; i < n; ++i) IndexElement<F32Elem, kDelta>(grids, values, base, max_rel, i, index, base_index, recon, sums);
   alignas(32) int32_t lanes_lo[8], lanes_hi[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes_lo), lo);
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes_hi), hi);
@@ -312,13 +315,12 @@ __attribute__((target("avx2"))) void IndexPassAvx2(const LogGrid& grid, const Lo
 
 }  // namespace
 
-void IndexPassF32Avx2(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
-                      const std::byte* base, double max_rel, uint64_t n, int32_t* index, int32_t* base_index,
-                      std::byte* recon, LogIndexSums* sums) {
+void IndexPassF32Avx2(const IndexGrids& grids, const std::byte* values, const std::byte* base, double max_rel,
+                      uint64_t n, int32_t* index, int32_t* base_index, std::byte* recon, LogIndexSums* sums) {
   if (base != nullptr) {
-    IndexPassAvx2<true>(grid, table, values, base, max_rel, n, index, base_index, recon, sums);
+    IndexPassAvx2<true>(grids, values, base, max_rel, n, index, base_index, recon, sums);
   } else {
-    IndexPassAvx2<false>(grid, table, values, base, max_rel, n, index, base_index, recon, sums);
+    IndexPassAvx2<false>(grids, values, base, max_rel, n, index, base_index, recon, sums);
   }
 }
 
@@ -618,8 +620,8 @@ uint64_t ListEscapesAvx2(const uint32_t*, uint64_t, uint32_t, uint32_t*) { retur
 uint64_t PackSymbolsAvx2(const uint32_t*, uint64_t, uint32_t, std::byte*) { return 0; }
 void EscapedErrorSumsF32Avx2(const std::byte*, const std::byte*, const int32_t*, const uint32_t*, uint32_t, uint64_t,
                              LogIndexSums*) {}
-void IndexPassF32Avx2(const LogGrid&, const LogFractionTable&, const std::byte*, const std::byte*, double, uint64_t,
-                      int32_t*, int32_t*, std::byte*, LogIndexSums*) {}
+void IndexPassF32Avx2(const IndexGrids&, const std::byte*, const std::byte*, double, uint64_t, int32_t*, int32_t*,
+                      std::byte*, LogIndexSums*) {}
 void SymbolPassAvx2(const int32_t*, const int32_t*, int64_t, int64_t, uint64_t, uint32_t*, LogWidthCounts*) {}
 void DecodeDeltaF32Avx2(const LogGrid&, const LogFractionTable&, const std::byte*, uint32_t, int64_t, int64_t, bool,
                         const std::byte*, uint64_t, std::byte*) {}

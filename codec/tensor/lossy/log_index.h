@@ -77,23 +77,45 @@ int32_t BaseIndex(const LogGrid& grid, typename E::Bits bits) {
   return OnGrid(b) ? static_cast<int32_t>(grid.FloatIndex(b)) : kNoIndex;
 }
 
+// The log mode's bound: y within a factor 1 + max_rel of x, either way
+// (y <= (1 + max_rel) x and x <= (1 + max_rel) y; false for y <= 0 or NaN).
+// Symmetric in log, as the rounding is; it implies |y - x| <= max_rel x.
+// The vector paths make the same double products and compares.
+inline bool WithinFactor(double y, double x, double max_rel) {
+  const double factor = 1.0 + max_rel;
+  return y <= factor * x && x <= factor * y;
+}
+
+struct LogFractionTable;
+
+// The encoder's grids for step 1: `code` rounds the elements it codes
+// (LogRounding::kLog), `base` finds a delta frame's base indices as the
+// decoder does (kValue, the format's); both of one ratio. The vector
+// tables are theirs (LogFractionTable::Build), or null for the scalar path.
+struct IndexGrids {
+  const LogGrid& code;
+  const LogGrid& base;
+  const LogFractionTable* code_table = nullptr;
+  const LogFractionTable* base_table = nullptr;
+};
+
 // Step 1 for element i: its index (kNoIndex when the grid point would miss
 // the bound or the element is off the grid, kZeroIndex for +0.0), its
 // reconstruction, the sums and, in a delta frame, the base's index and vote.
 template <typename E, bool kDelta>
-[[gnu::always_inline]] inline void IndexElement(const LogGrid& grid, const std::byte* values, const std::byte* base,
-                                                double max_rel, uint64_t i, int32_t* index, int32_t* base_index,
-                                                std::byte* recon, LogIndexSums* sums) {
+[[gnu::always_inline]] inline void IndexElement(const IndexGrids& grids, const std::byte* values,
+                                                const std::byte* base, double max_rel, uint64_t i, int32_t* index,
+                                                int32_t* base_index, std::byte* recon, LogIndexSums* sums) {
   using Bits = typename E::Bits;
   const Bits bits = LoadLogBits<E>(values, i);
   const float x = E::ToFloat(bits);
   Bits stored = bits;  // exact unless quantized
   int32_t q = bits == 0 ? kZeroIndex : kNoIndex;
   if (OnGrid(x)) {
-    const LogGrid::Point p = grid.Locate(x);
+    const LogGrid::Point p = grids.code.Locate(x);
     const Bits r = E::FromFloat(p.value);
     const double e = static_cast<double>(E::ToFloat(r)) - x;
-    if (std::fabs(e) <= max_rel * static_cast<double>(x)) {
+    if (WithinFactor(E::ToFloat(r), x, max_rel)) {
       q = static_cast<int32_t>(p.q);
       stored = r;
       sums->lo = std::min(sums->lo, q);
@@ -108,7 +130,7 @@ template <typename E, bool kDelta>
   index[i] = q;
   StoreLogBits<E>(recon, i, stored);
   if constexpr (kDelta) {
-    const int32_t qb = BaseIndex<E>(grid, LoadLogBits<E>(base, i));
+    const int32_t qb = BaseIndex<E>(grids.base, LoadLogBits<E>(base, i));
     base_index[i] = qb;
     if (q != kNoIndex && q != kZeroIndex && qb != kNoIndex) {
       const int64_t d = int64_t{q} - qb;
@@ -163,8 +185,8 @@ template <typename E>
 // Step 1b (hysteresis, log_codec.cc) for element i of a delta frame: when
 // its predicted level (the base's, moved by the shift) is another than its
 // index and its reconstruction there is positive and within `bound` of the
-// value, the element takes it (index and reconstruction). Returns whether
-// it did.
+// value (a factor 1 + bound either way, WithinFactor), the element takes
+// it (index and reconstruction). Returns whether it did.
 template <typename E>
 [[gnu::always_inline]] inline bool KeepPredictedLevel(const LogGrid& grid, const std::byte* values,
                                                       const int32_t* base_index, int64_t origin, int64_t shift,
@@ -177,9 +199,7 @@ template <typename E>
     return false;
   const float x = E::ToFloat(LoadLogBits<E>(values, i));
   const typename E::Bits r = E::FromFloat(grid.FloatValue(predicted));
-  const float y = E::ToFloat(r);
-  const double e = static_cast<double>(y) - x;
-  if (!(y > 0 && std::fabs(e) <= bound * static_cast<double>(x))) return false;
+  if (!WithinFactor(E::ToFloat(r), x, bound)) return false;
   index[i] = static_cast<int32_t>(predicted);
   StoreLogBits<E>(recon, i, r);
   return true;
@@ -222,6 +242,7 @@ struct LogWidthCounts {
 // r0 + 1), so that the value's lookup does not wait for the entry's.
 struct LogFractionTable {
   double ratio = 0;
+  LogRounding rounding = LogRounding::kValue;
   uint32_t shift = 0;
   std::vector<uint32_t> entry;
   std::vector<uint32_t> level_bits;
@@ -234,6 +255,8 @@ struct LogFractionTable {
   // Nullopt when the grid has too many levels per octave for 16-bit fields
   // (the scalar path then serves).
   static std::optional<LogFractionTable> Build(const LogGrid& grid);
+  // Whether this is the table of `grid` (its ratio and rounding).
+  bool Serves(const LogGrid& grid) const { return ratio == grid.ratio() && rounding == grid.rounding(); }
 };
 
 // Whether the AVX2 paths run here (AVX2 CPU, x86-64 build).
@@ -242,19 +265,17 @@ bool LogSimdAvailable();
 // Step 1 for f32 elements [0, n) by AVX2 (groups of 8 with an element
 // needing the general path, such as a subnormal, run IndexElement).
 // Equal to IndexElement<F32Elem, base != nullptr> for each i in order.
-// REQUIRES: LogSimdAvailable(); table built from grid.
-void IndexPassF32Avx2(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
-                      const std::byte* base, double max_rel, uint64_t n, int32_t* index, int32_t* base_index,
-                      std::byte* recon, LogIndexSums* sums);
+// REQUIRES: LogSimdAvailable(); both of grids' tables built from their grids.
+void IndexPassF32Avx2(const IndexGrids& grids, const std::byte* values, const std::byte* base, double max_rel,
+                      uint64_t n, int32_t* index, int32_t* base_index, std::byte* recon, LogIndexSums* sums);
 
 // Whether the AVX-512 index pass runs here (AVX-512 F/BW/VL CPU, x86-64 build).
 bool LogAvx512Available();
 
 // IndexPassF32Avx2 by AVX-512 with permutes of the 64-bucket tables instead
-// of gathers. REQUIRES: LogAvx512Available(), table.has_small.
-void IndexPassF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
-                        const std::byte* base, double max_rel, uint64_t n, int32_t* index, int32_t* base_index,
-                        std::byte* recon, LogIndexSums* sums);
+// of gathers. REQUIRES: LogAvx512Available(), both tables has_small.
+void IndexPassF32Avx512(const IndexGrids& grids, const std::byte* values, const std::byte* base, double max_rel,
+                        uint64_t n, int32_t* index, int32_t* base_index, std::byte* recon, LogIndexSums* sums);
 
 // Step 2 by AVX2: symbols[i] = Symbol(index[i], predicted) with the
 // prediction as in the scalar pass (base_index null in a key frame), and

@@ -85,17 +85,24 @@ CKPTFS_LOG_AVX512 __mmask16 OnGridLanes512(__m512i v) {
          _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(0x7F800000), v);
 }
 
-template <bool kDelta>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void IndexPass512(
-    const LogGrid& grid, const LogFractionTable& table, const std::byte* values, const std::byte* base,
-    double max_rel, uint64_t n, int32_t* index, int32_t* base_index, std::byte* recon, LogIndexSums* sums) {
+CKPTFS_LOG_AVX512 Tables512 LoadTables(const LogFractionTable& table) {
   Tables512 t;
   t.level = LoadTable(table.small_level);
   t.offset = LoadTable(table.small_offset);
   t.low_bits = LoadTable(table.small_low_bits);
   t.high_bits = LoadTable(table.small_high_bits);
-  const __m512i k = _mm512_set1_epi32(static_cast<int>(grid.per_octave()));
-  const __m512d rel = _mm512_set1_pd(max_rel);
+  return t;
+}
+
+template <bool kDelta>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void IndexPass512(
+    const IndexGrids& grids, const std::byte* values, const std::byte* base, double max_rel, uint64_t n,
+    int32_t* index, int32_t* base_index, std::byte* recon, LogIndexSums* sums) {
+  const Tables512 t = LoadTables(*grids.code_table);
+  Tables512 tb;
+  if constexpr (kDelta) tb = LoadTables(*grids.base_table);
+  const __m512i k = _mm512_set1_epi32(static_cast<int>(grids.code.per_octave()));
+  const __m512d factor = _mm512_set1_pd(1.0 + max_rel);  // WithinFactor's
   const __m512d below_one = _mm512_set1_pd(1.0 - 0x1p-50);
   __m512i lo = _mm512_set1_epi32(std::numeric_limits<int32_t>::max());
   __m512i hi = _mm512_set1_epi32(std::numeric_limits<int32_t>::min());
@@ -117,7 +124,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void IndexPass512(
     if (slow != 0) {
       sums->err2 = err2, sums->ref2 = ref2;
       for (uint64_t j = i; j < i + 16; ++j)
-        IndexElement<F32Elem, kDelta>(grid, values, base, max_rel, j, index, base_index, recon, sums);
+        IndexElement<F32Elem, kDelta>(grids, values, base, max_rel, j, index, base_index, recon, sums);
       err2 = sums->err2, ref2 = sums->ref2;
       continue;
     }
@@ -128,8 +135,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void IndexPass512(
     const __m512d r1 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(p.value, 1)));
     const __m512d e0 = _mm512_sub_pd(r0, x0), e1 = _mm512_sub_pd(r1, x1);
     const __m512d a0 = _mm512_abs_pd(e0), a1 = _mm512_abs_pd(e1);
-    const __mmask8 in0 = _mm512_cmp_pd_mask(a0, _mm512_mul_pd(rel, x0), _CMP_LE_OQ);
-    const __mmask8 in1 = _mm512_cmp_pd_mask(a1, _mm512_mul_pd(rel, x1), _CMP_LE_OQ);
+    const __mmask8 in0 = _mm512_cmp_pd_mask(r0, _mm512_mul_pd(factor, x0), _CMP_LE_OQ) &
+                         _mm512_cmp_pd_mask(x0, _mm512_mul_pd(factor, r0), _CMP_LE_OQ);
+    const __mmask8 in1 = _mm512_cmp_pd_mask(r1, _mm512_mul_pd(factor, x1), _CMP_LE_OQ) &
+                         _mm512_cmp_pd_mask(x1, _mm512_mul_pd(factor, r1), _CMP_LE_OQ);
     const __mmask16 quant = on_grid & static_cast<__mmask16>(in0 | (in1 << 8));
     const __mmask8 m0 = static_cast<__mmask8>(quant), m1 = static_cast<__mmask8>(quant >> 8);
     const __mmask16 zero = _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512());
@@ -164,7 +173,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void IndexPass512(
     }
     sums->quantized += static_cast<uint64_t>(std::popcount(static_cast<uint32_t>(quant)));
     if constexpr (kDelta) {
-      const Located512 pb = LocateLanes512(t, k, b, false);
+      const Located512 pb = LocateLanes512(tb, k, b, false);
       const __m512i qb = _mm512_mask_blend_epi32(base_on_grid, _mm512_set1_epi32(kNoIndex), pb.q);
       _mm512_storeu_si512(base_index + i, qb);
       const __m512i d = _mm512_sub_epi32(p.q, pb.q);
@@ -193,7 +202,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void IndexPass512(
   sums->votes[0][kMaxShift] += votes_same;
   sums->votes[0][kMaxShift + 1] += votes_up;
   sums->votes[0][kMaxShift - 1] += votes_down;
-  for (; i < n; ++i) IndexElement<F32Elem, kDelta>(grid, values, base, max_rel, i, index, base_index, recon, sums);
+  for (; i < n; ++i) IndexElement<F32Elem, kDelta>(grids, values, base, max_rel, i, index, base_index, recon, sums);
   sums->lo = std::min(sums->lo, _mm512_reduce_min_epi32(lo));
   sums->hi = std::max(sums->hi, _mm512_reduce_max_epi32(hi));
   alignas(64) double abs_lanes[8], rel_lanes[8];
@@ -207,13 +216,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void IndexPass512(
 
 }  // namespace
 
-void IndexPassF32Avx512(const LogGrid& grid, const LogFractionTable& table, const std::byte* values,
-                        const std::byte* base, double max_rel, uint64_t n, int32_t* index, int32_t* base_index,
-                        std::byte* recon, LogIndexSums* sums) {
+void IndexPassF32Avx512(const IndexGrids& grids, const std::byte* values, const std::byte* base, double max_rel,
+                        uint64_t n, int32_t* index, int32_t* base_index, std::byte* recon, LogIndexSums* sums) {
   if (base != nullptr) {
-    IndexPass512<true>(grid, table, values, base, max_rel, n, index, base_index, recon, sums);
+    IndexPass512<true>(grids, values, base, max_rel, n, index, base_index, recon, sums);
   } else {
-    IndexPass512<false>(grid, table, values, base, max_rel, n, index, base_index, recon, sums);
+    IndexPass512<false>(grids, values, base, max_rel, n, index, base_index, recon, sums);
   }
 }
 
@@ -362,7 +370,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) bool KeepPredictedLevelsF32
   const __m512i k = _mm512_set1_epi32(static_cast<int>(per_octave));
   const __m512d inv_k = _mm512_set1_pd(1.0 / static_cast<double>(per_octave));
   const __m512i shift_v = _mm512_set1_epi32(shift);
-  const __m512d bound_v = _mm512_set1_pd(bound);
+  const __m512d factor = _mm512_set1_pd(1.0 + bound);  // WithinFactor's
   bool changed = false;
   auto scalar_group = [&](uint64_t i, uint32_t m) {
     for (; m != 0; m &= m - 1) {
@@ -398,17 +406,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) bool KeepPredictedLevelsF32
     // is neither compared nor stored.
     const __m512i y = _mm512_add_epi32(Lookup(levels, j, _mm512_test_epi32_mask(j, _mm512_set1_epi32(32))),
                                        _mm512_slli_epi32(e, 23));
-    // |y - x| <= bound * x in doubles, as KeepPredictedLevel (y > 0 holds
-    // for a normal level; the check is false for NaN).
+    // WithinFactor(y, x, bound) in doubles, as KeepPredictedLevel (false
+    // for NaN).
     const __m512i v = _mm512_loadu_si512(values + 4 * i);
     const __m512d x0 = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castsi512_ps(v)));
     const __m512d x1 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(v, 1)));
     const __m512d y0 = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castsi512_ps(y)));
     const __m512d y1 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(y, 1)));
-    const __mmask8 in0 = _mm512_cmp_pd_mask(_mm512_abs_pd(_mm512_sub_pd(y0, x0)), _mm512_mul_pd(bound_v, x0),
-                                            _CMP_LE_OQ);
-    const __mmask8 in1 = _mm512_cmp_pd_mask(_mm512_abs_pd(_mm512_sub_pd(y1, x1)), _mm512_mul_pd(bound_v, x1),
-                                            _CMP_LE_OQ);
+    const __mmask8 in0 = _mm512_cmp_pd_mask(y0, _mm512_mul_pd(factor, x0), _CMP_LE_OQ) &
+                         _mm512_cmp_pd_mask(x0, _mm512_mul_pd(factor, y0), _CMP_LE_OQ);
+    const __mmask8 in1 = _mm512_cmp_pd_mask(y1, _mm512_mul_pd(factor, x1), _CMP_LE_OQ) &
+                         _mm512_cmp_pd_mask(x1, _mm512_mul_pd(factor, y1), _CMP_LE_OQ);
     const __mmask16 take = marked & static_cast<__mmask16>(in0 | (in1 << 8));
     if (take == 0) continue;
     _mm512_mask_storeu_epi32(index + i, take, p);
@@ -526,8 +534,8 @@ bool KeepPredictedLevelsF32Avx512(const LogGrid&, const LogFractionTable&, const
   return false;
 }
 void UnpackSymbolGroupsAvx512(const std::byte*, uint32_t, uint64_t, uint32_t*, bool) {}
-void IndexPassF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, const std::byte*, double, uint64_t,
-                        int32_t*, int32_t*, std::byte*, LogIndexSums*) {}
+void IndexPassF32Avx512(const IndexGrids&, const std::byte*, const std::byte*, double, uint64_t, int32_t*, int32_t*,
+                        std::byte*, LogIndexSums*) {}
 void DecodeDeltaF32Avx512(const LogGrid&, const LogFractionTable&, const std::byte*, uint32_t, int64_t, int64_t, bool,
                           const std::byte*, uint64_t, std::byte*) {}
 void DecodeKeyTableF32Avx512(const uint32_t*, const std::byte*, uint32_t, uint64_t, std::byte*) {}

@@ -42,7 +42,8 @@ struct Scratch::Buffers {
   std::vector<int32_t> log_base_index;  // log mode: each base element's grid index
   std::vector<uint32_t> log_symbols;  // log mode: one symbol per element before packing
   std::vector<uint8_t> log_masks;     // log mode: a byte per 8 elements, which a scalar step must visit
-  std::shared_ptr<const LogFractionTable> log_table;  // log mode: the vector pass's table of the last grid
+  std::shared_ptr<const LogFractionTable> log_table;  // log mode: the vector passes' table of the last grid (format's rounding)
+  std::shared_ptr<const LogFractionTable> log_code_table;  // log mode: the encoder's table of that grid rounded in log
   std::vector<std::byte> zstd_main;  // compressed frames before they are assembled
   std::vector<std::byte> zstd_exact;
   std::vector<uint8_t> symbols;       // one byte per symbol, for the rANS main stream

@@ -312,7 +312,7 @@ TEST(RowColumn, AnOuterProductSecondMomentCostsLessAndStaysWithinItsBound) {
     }
   }
   ExpectCachedReadOfNewest(&chain.resolver, chain.ids, chain.blobs);
-  EXPECT_LE(chain.max_rel, 0.4 + 1e-6) << "denominator_budget, twice opt_budget 0.2";
+  EXPECT_LE(chain.max_rel, 0.45 + 1e-6) << "denominator_budget, 2.25 times opt_budget 0.2";
 }
 
 // A version far from its base (a second moment early in training: each
@@ -347,7 +347,7 @@ TEST(RowColumn, AFarVersionOfARowColumnChunkIsCodedAgainstItsOwnFit) {
     }
   }
   ExpectCachedReadOfNewest(&chain.resolver, chain.ids, chain.blobs);
-  EXPECT_LE(chain.max_rel, 0.4 + 1e-6) << "denominator_budget, twice opt_budget 0.2";
+  EXPECT_LE(chain.max_rel, 0.45 + 1e-6) << "denominator_budget, 2.25 times opt_budget 0.2";
 }
 
 TEST(RowColumn, ABlockThatDoesNotFitIsRejectedAtOpen) {

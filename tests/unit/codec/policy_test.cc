@@ -70,8 +70,8 @@ TEST(Policy, OptimizerStateDefaultsToTheBudgetButAtLeastTheFloor) {
 TEST(Policy, DenominatorsGetTheirOwnBound) {
   const TensorInfo v = T("optimizer.state.0.exp_avg_sq"), m = T("optimizer.state.0.exp_avg");
   Policy p = Policy::Defaults();
-  EXPECT_DOUBLE_EQ(p.denominator_max_rel(), 0.4);
-  EXPECT_DOUBLE_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.4);
+  EXPECT_DOUBLE_EQ(p.denominator_max_rel(), 0.45);
+  EXPECT_DOUBLE_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.45);
   EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).rel_l2, 0.0);
   p.SetDenominatorBudget(0.25);
   EXPECT_EQ(p.BudgetFor("a.pt", FileFormat::kTorchZip, v).max_rel, 0.25);
