@@ -73,6 +73,9 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, direct_out ? out : MutableByteSpan(),
                                      &options.budget_schedule};
   lossy_options.source_unchanged = source.unchanged;
+  // First moments (the policy gives them a budget on the step) come back
+  // unbiased: a shrunk one shortens every step after a restore.
+  lossy_options.unbiased_levels = plan.budget.step_rel_l2 > 0;
   lossy_options.trellis = options.trellis;
   if (prediction != nullptr) {
     lossy_options.measured_update = prediction->update_rel;

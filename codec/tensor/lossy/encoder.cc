@@ -9,6 +9,7 @@
 
 #include "codec/common/hash.h"
 #include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/level_gain.h"
 #include "codec/tensor/lossy/log_codec.h"
 #include "codec/tensor/lossy/lossy.h"
 #include "codec/tensor/lossy/schedule.h"
@@ -30,6 +31,11 @@ namespace {
 // miss searches again with a tighter target; after kMaxAttempts, lossless.
 constexpr double kEstimateSafety = 0.95;
 constexpr int kMaxAttempts = 4;
+// Unbiased levels: a gain within a thousandth of 1 is not worth the second
+// pass; one is at most kMaxGain (far above 1 the levels are not what shrank
+// the chunk, as when almost all of it is pruned).
+constexpr double kMinGain = 1.001;
+constexpr double kMaxGain = 2.0;
 // A miss scales the target by this times allowed / measured.
 constexpr double kRetryScale = 0.9;
 // A delta frame is tried as unchanged when its residual's estimated energy
@@ -172,6 +178,8 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
 
   const uint32_t width32 = static_cast<uint32_t>(width);
   const bool uniform = options.uniform_step > 0.0f && !base.empty();
+  const bool unbiased = options.unbiased_levels && type == ElementType::kF32 && !uniform && !(allowed_abs < inf) &&
+                        budget.rel_l2 > 0;
   float uniform_step = options.uniform_step;
   std::optional<SearchResult> found = uniform ? UniformGridConfig(s.histogram, uniform_step)
                                               : SearchConfig(s.histogram, n, width32, target);
@@ -244,8 +252,32 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     ClassCounts counts;
     RETURN_IF_ERROR(
         k.QuantizePack(type, table, values, base, residual, packed, recon, error_partials, &max_abs, &counts));
-    const double error_sq = SumInOrder(error_partials);
+    double error_sq = SumInOrder(error_partials);
     const bool fits = error_sq <= allowed_sq && max_abs <= allowed_abs;
+    // 3b. Unbiased levels: the configuration that fits gets its levels
+    // scaled by the gain (level_gain.h), the same symbols, as far as the
+    // error stays within kUnbiasAllowance times the budget, and is quantized
+    // again (a rounding that misses the allowance keeps the levels as they
+    // were).
+    std::optional<QuantizeTable> gained;
+    if (unbiased && fits && attempt >= 0 && table.num_levels > 0) {
+      const double cap_sq = kUnbiasAllowance * kUnbiasAllowance * allowed_sq;
+      const double g = UnbiasingGain(GainSums::Of(residual, recon, base, table.exact_from), cap_sq);
+      if (g > kMinGain) gained = ScaledLevels(table, std::min(g, kMaxGain));
+      if (gained) {
+        RETURN_IF_ERROR(k.QuantizePack(type, *gained, values, base, residual, packed, recon, error_partials,
+                                       &max_abs, &counts));
+        const double gained_sq = SumInOrder(error_partials);
+        if (gained_sq <= cap_sq) {
+          error_sq = gained_sq;
+        } else {
+          gained.reset();
+          RETURN_IF_ERROR(k.QuantizePack(type, table, values, base, residual, packed, recon, error_partials,
+                                         &max_abs, &counts));
+        }
+      }
+    }
+    const QuantizeTable& coded = gained ? *gained : table;
     if (!fits && attempt < 0) continue;
     if (!fits) {
       // Step finer: tighten the estimate's target by the measured overshoot.
@@ -268,7 +300,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     EnsureSize(&s.exact_raw, counts.exact * width);
     uint64_t exact = 0;
     if (counts.exact > 0) {
-      RETURN_IF_ERROR(k.CompactExact(type, table, values, residual, s.exact_positions, s.exact_raw, &exact));
+      RETURN_IF_ERROR(k.CompactExact(type, coded, values, residual, s.exact_positions, s.exact_raw, &exact));
     }
     if (exact != counts.exact)
       return Status::Internal("lossy encode: exact count, want=" + std::to_string(counts.exact) +
@@ -301,7 +333,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
                         kTrailerSize);
     h.EncodeTo(&chunk.bytes);
     ByteWriter w(&chunk.bytes);
-    for (uint32_t j = 0; j < table.num_levels; ++j) w.U32(FloatBits(table.levels[j]));
+    for (uint32_t j = 0; j < coded.num_levels; ++j) w.U32(FloatBits(coded.levels[j]));
     w.Bytes(main);
     w.Bytes(exact_z);
     AppendChecksum(&chunk.bytes);

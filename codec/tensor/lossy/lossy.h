@@ -105,6 +105,12 @@ class Scratch {
   std::unique_ptr<Buffers> buffers_;
 };
 
+// The most EncodeOptions::unbiased_levels may raise a chunk's error, as a
+// multiple of its rel_l2 budget: at the default 0.5 on a first moment's
+// step, levels at their cells' centroids need about 1 / sqrt(1 - 0.5^2) =
+// 1.15 to be unbiased; pruning needs more.
+inline constexpr double kUnbiasAllowance = 1.25;
+
 struct EncodeOptions {
   int zstd_level = 1;
   // Kernel backend; nullptr = the CPU reference. The GPU backend comes from
@@ -124,6 +130,16 @@ struct EncodeOptions {
   // quantization error, and the schedule would spend bits re-encoding
   // unchanged values closer to themselves, version after version.
   bool source_unchanged = false;
+  // f32, quantized mode with a rel_l2 budget (not a uniform grid, no
+  // max_abs): the levels are scaled by the chunk's unbiasing gain
+  // (level_gain.h), so the reconstruction is not shrunk toward the base on
+  // average. The budget holds for the levels as searched, before the gain
+  // (so for the direction of the reconstruction's residual: no rescaling of
+  // it is further from the residual than they are); the gain may raise the
+  // error to kUnbiasAllowance times the budget, and is lowered where it
+  // would go further. For first moments, whose shrinkage shortened every
+  // step after a restore (docs/eval.md "What one restore does").
+  bool unbiased_levels = false;
   // The schedule's measured update ||w - base|| / ||w||, when the caller
   // measured it against another reference than `base`: a step-predicted
   // chunk passes its prediction as `base`, but its update is still the one
