@@ -20,6 +20,7 @@
 #include <span>
 
 #include "codec/common/bytes.h"
+#include "codec/common/simd_level.h"
 #include "codec/tensor/lossy/element_ops.h"
 
 namespace ckptfs::lossy {
@@ -28,13 +29,16 @@ namespace ckptfs::lossy {
 // exactly (|r| bit pattern below exact_from), in double: r = x - b the
 // residual, d = x_hat - b the reconstruction's (b = 0 for a key frame).
 // They run in a fixed order (eight partial sums by element index mod 8,
-// then added in lane order): every machine gets the same sums.
+// then added in lane order; an exact element adds +0): every machine and
+// every SIMD level (max_simd caps it; kScalar the reference) gets the same
+// sums bit for bit.
 struct GainSums {
   double rr = 0;  // sum r^2
   double dr = 0;  // sum d r
   double dd = 0;  // sum d^2
   // REQUIRES: recon (and base, unless empty) as many f32 elements as residual.
-  static GainSums Of(std::span<const float> residual, ByteSpan recon, ByteSpan base, uint32_t exact_from);
+  static GainSums Of(std::span<const float> residual, ByteSpan recon, ByteSpan base, uint32_t exact_from,
+                     SimdLevel max_simd = SimdLevel::kAvx512);
 };
 
 // The gain g = rr / dr, lowered so that the error of the scaled

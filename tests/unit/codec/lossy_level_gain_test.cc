@@ -6,7 +6,9 @@
 // and the stream decodes to the encoder's reconstruction.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -116,6 +118,33 @@ TEST(LossyLevelGain, ExactElementsAreLeftOutOfTheSums) {
   EXPECT_DOUBLE_EQ(s.rr, 5.0);
   EXPECT_DOUBLE_EQ(s.dr, 3.5);
   EXPECT_DOUBLE_EQ(s.dd, 2.5);
+}
+
+// The vector sums equal the scalar reference bit for bit: exact elements
+// (NaN, Inf, outliers) add +0 in both, and a partial last block.
+TEST(LossyLevelGain, VectorSumsEqualTheScalarOnes) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (size_t n : {size_t{0}, size_t{5}, size_t{8}, size_t{1003}, size_t{1} << 14}) {
+    std::vector<float> r(n), x(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      b[i] = normal(rng);
+      r[i] = i % 97 == 3 ? std::numeric_limits<float>::quiet_NaN() : i % 89 == 5 ? 1e30f : normal(rng);
+      x[i] = i % 7 == 0 ? b[i] : b[i] + 0.9f * r[i];  // some pruned
+    }
+    if (n > 11) r[11] = -std::numeric_limits<float>::infinity();
+    const std::vector<std::byte> recon = testing::ToElements(ElementType::kF32, x);
+    const std::vector<std::byte> base = testing::ToElements(ElementType::kF32, b);
+    for (const bool with_base : {false, true}) {
+      const ByteSpan bs = with_base ? ByteSpan(base) : ByteSpan();
+      const GainSums scalar = GainSums::Of(r, recon, bs, FloatBits(1e20f), SimdLevel::kScalar);
+      const GainSums vector = GainSums::Of(r, recon, bs, FloatBits(1e20f));
+      EXPECT_EQ(std::bit_cast<uint64_t>(scalar.rr), std::bit_cast<uint64_t>(vector.rr)) << n;
+      EXPECT_EQ(std::bit_cast<uint64_t>(scalar.dr), std::bit_cast<uint64_t>(vector.dr)) << n;
+      EXPECT_EQ(std::bit_cast<uint64_t>(scalar.dd), std::bit_cast<uint64_t>(vector.dd)) << n;
+      EXPECT_TRUE(std::isfinite(scalar.rr)) << "exact elements are left out";
+    }
+  }
 }
 
 }  // namespace
