@@ -382,7 +382,9 @@ def test_dcp_shards_are_parsed_named_and_chain(store):
                 assert got == obj
             elif fqn.endswith("exp_avg_sq"):
                 nz = obj != 0
-                assert torch.all(got[~nz] == 0) and float(((got[nz] - obj[nz]).abs() / obj[nz]).max()) <= 0.4 + 1e-6
+                # Within a factor 1.45 either way (2.25 x the optimizer budget 0.2).
+                ratio = got[nz].double() / obj[nz].double()
+                assert torch.all(got[~nz] == 0) and float(torch.maximum(ratio, 1 / ratio).max()) <= 1.45 + 1e-6
             else:
                 assert float((got - obj).norm() / obj.norm()) <= 0.0101, fqn
     for step in (200, 300, 400):

@@ -30,18 +30,25 @@ DEFAULT_OPT_BUDGET = 0.2
 # tensors of at least 4096 elements (codec/FORMAT.md "Step space").
 MOMENTUM_STEP_FACTOR = 2.5
 STEP_SPACE_MIN_ELEMENTS = 4096
-# Update denominators (exp_avg_sq) are stored in log mode with a bound on
-# every element's relative error, twice the optimizer budget (docs/policy.md).
-DENOMINATOR_FACTOR = 2.0
+# First moments (exp_avg, momentum_buffer) come back unbiased: their levels'
+# gain may raise the error to this multiple of their budget (docs/policy.md).
+UNBIAS_ALLOWANCE = 1.25
+# Update denominators (exp_avg_sq) are stored in log mode, every element
+# within a factor 1 + this times the optimizer budget either way (docs/policy.md).
+DENOMINATOR_FACTOR = 2.25
 
 
 def max_rel_error(got, want):
-    """Largest |got - want| / want over the positive elements; the others
-    (zeros, negatives, non-finite) must come back exactly."""
+    """Largest factor - 1 between got and want (either way) over the
+    positive elements; the others (zeros, negatives, non-finite) must come
+    back exactly."""
     got, want = got.double(), want.double()
     pos = want > 0
     assert torch.equal(got[~pos], want[~pos])
-    return float(((got[pos] - want[pos]).abs() / want[pos]).max()) if pos.any() else 0.0
+    if not pos.any():
+        return 0.0
+    ratio = got[pos] / want[pos]
+    return float(torch.maximum(ratio, 1 / ratio).max()) - 1.0
 
 
 def step_space_error(got_m, want_m, got_v):
@@ -57,7 +64,7 @@ def check_within(got, want, budget, opt_budget=None, path="", step_space=True):
             "exp_avg_sq" in want and want["exp_avg"].dtype == torch.float32 and \
             want["exp_avg_sq"].dtype == torch.float32 and want["exp_avg"].numel() >= STEP_SPACE_MIN_ELEMENTS:
         err = step_space_error(got["exp_avg"], want["exp_avg"], got["exp_avg_sq"])
-        b = min(1.0, MOMENTUM_STEP_FACTOR * opt_budget)
+        b = min(1.0, MOMENTUM_STEP_FACTOR * opt_budget) * UNBIAS_ALLOWANCE
         assert err <= b + EPS, f"{path}.exp_avg: rel_l2 on the step {err} > {b}"
         rest = {k: v for k, v in want.items() if k != "exp_avg"}
         assert got.keys() == want.keys(), path
@@ -71,6 +78,9 @@ def check_within(got, want, budget, opt_budget=None, path="", step_space=True):
             assert err <= b + EPS, f"{path}: max relative error {err} > {b}"
         elif want.is_floating_point():
             b = opt_budget if (opt_budget is not None and path.startswith("optimizer.state")) else budget
+            if opt_budget is not None and path.startswith("optimizer.state") and \
+                    (path.endswith(".exp_avg") or path.endswith(".momentum_buffer")):
+                b *= UNBIAS_ALLOWANCE
             err = rel_l2(got, want)
             assert err <= b + EPS, f"{path}: rel_l2 {err} > {b}"
         else:
@@ -325,8 +335,8 @@ def test_adam_first_moments_are_stored_in_step_space(store):
         assert tensors[n]["lossy"]["budget_rel_l2"] <= MOMENTUM_STEP_FACTOR * DEFAULT_OPT_BUDGET + EPS, tensors[n]
         assert "step_space_chunks" not in plain[n]["lossy"], plain[n]
         on_step = step_space_error(got[i]["exp_avg"], m, got[i]["exp_avg_sq"])
-        assert on_step <= MOMENTUM_STEP_FACTOR * DEFAULT_OPT_BUDGET + EPS, (n, on_step)
-        assert rel_l2(got_plain[i]["exp_avg"], m) <= DEFAULT_OPT_BUDGET + EPS, n
+        assert on_step <= MOMENTUM_STEP_FACTOR * DEFAULT_OPT_BUDGET * UNBIAS_ALLOWANCE + EPS, (n, on_step)
+        assert rel_l2(got_plain[i]["exp_avg"], m) <= DEFAULT_OPT_BUDGET * UNBIAS_ALLOWANCE + EPS, n
     assert large >= 2, moments
     # The text report says where those figures are measured.
     text = store.cli("inspect", os.path.join(store.backing, "run-step", "ckpt-2.pt")).stdout
@@ -419,7 +429,7 @@ def test_low_rank_first_moments_through_the_mount(store):
         i = int(n.split(".")[2])
         on_step = step_space_error(got["optimizer"]["state"][i]["exp_avg"], want[i]["exp_avg"],
                                    got["optimizer"]["state"][i]["exp_avg_sq"])
-        assert on_step <= MOMENTUM_STEP_FACTOR * DEFAULT_OPT_BUDGET + EPS, (n, on_step)
+        assert on_step <= MOMENTUM_STEP_FACTOR * DEFAULT_OPT_BUDGET * UNBIAS_ALLOWANCE + EPS, (n, on_step)
     check_within(got, states[-1], 0.01, DEFAULT_OPT_BUDGET)
     text = store.cli("inspect", os.path.join(store.backing, "run", "ckpt-3.pt")).stdout
     assert any("exp_avg " in line and " rank " in line for line in text.splitlines()), text
@@ -452,7 +462,8 @@ def test_dithered_first_moments_through_the_mount(store):
     versions are coded with a subtractive dither (FORMAT.md "Dither"):
     inspect says so, and after a remount torch.load gives each of them back
     with an error on the step of about 0.9 of it, uncorrelated with the step
-    (the default mount's error, within 0.5, leans against it); everything
+    (so is the default mount's error, within 0.5 before its unbiasing gain:
+    before the gain it leaned against the step, -0.18 to -0.22); everything
     else keeps the default budgets."""
     states = adam_checkpoints(4)
     plain, tensors = save_both_ways(store, states, "momentum_dither=0.9", "run-plain", check_other=False)
@@ -476,7 +487,8 @@ def test_dithered_first_moments_through_the_mount(store):
         check_within({k: got["optimizer"]["state"][i][k] for k in rest}, rest, 0.01, DEFAULT_OPT_BUDGET,
                      f"optimizer.state.{i}")
     check_within(got["model"], states[-1]["model"], 0.01, DEFAULT_OPT_BUDGET, "model")
-    # The default mount's error on the same tensors leans against the step.
+    # The default mount's error on the same tensors: unbiased levels
+    # (LOSSY.md §4), so it no longer leans against the step.
     leans = []
     for n in dithered:
         i = int(n.split(".")[2])
@@ -484,6 +496,6 @@ def test_dithered_first_moments_through_the_mount(store):
         s = v.double().sqrt() + 1e-8
         x, e = w.double() / s, g.double() / s - w.double() / s
         leans.append(float((e * x).sum() / (e.norm() * x.norm())))
-    assert all(c < -0.1 for c in leans), leans  # -0.18 to -0.22 when written
+    assert all(abs(c) < 0.05 for c in leans), leans  # -0.02 to +0.01 when written
     text = store.cli("inspect", os.path.join(store.backing, "run", "ckpt-3.pt")).stdout
     assert any("exp_avg " in line and " dithered" in line for line in text.splitlines()), text
