@@ -73,9 +73,12 @@ Status EncodeLossy(ByteSpan file, const PlannedChunk& plan, ByteSpan base_bytes,
   lossy::EncodeOptions lossy_options{options.lossy_zstd_level, kernels, direct_out ? out : MutableByteSpan(),
                                      &options.budget_schedule};
   lossy_options.source_unchanged = source.unchanged;
-  // First moments (the policy gives them a budget on the step) come back
-  // unbiased: a shrunk one shortens every step after a restore.
-  lossy_options.unbiased_levels = plan.budget.step_rel_l2 > 0;
+  // Unbiased levels: a shrunk first moment (the policy gives it a budget on
+  // the step) shortens every step after a restore, and may spend 1.25 times
+  // its budget on the gain; shrunk weights lag behind their run, and their
+  // gain stays within the budget (the room the search left).
+  lossy_options.unbiased_levels = true;
+  lossy_options.unbias_allowance = plan.budget.step_rel_l2 > 0 ? lossy::kUnbiasAllowance : 1.0;
   lossy_options.trellis = options.trellis;
   if (prediction != nullptr) {
     lossy_options.measured_update = prediction->update_rel;

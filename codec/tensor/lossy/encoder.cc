@@ -180,6 +180,7 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
   const bool uniform = options.uniform_step > 0.0f && !base.empty();
   const bool unbiased = options.unbiased_levels && type == ElementType::kF32 && !uniform && !(allowed_abs < inf) &&
                         budget.rel_l2 > 0;
+  const double allowance = std::max(1.0, options.unbias_allowance);
   float uniform_step = options.uniform_step;
   std::optional<SearchResult> found = uniform ? UniformGridConfig(s.histogram, uniform_step)
                                               : SearchConfig(s.histogram, n, width32, target);
@@ -256,12 +257,12 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     const bool fits = error_sq <= allowed_sq && max_abs <= allowed_abs;
     // 3b. Unbiased levels: the configuration that fits gets its levels
     // scaled by the gain (level_gain.h), the same symbols, as far as the
-    // error stays within kUnbiasAllowance times the budget, and is quantized
+    // error stays within the allowance times the budget, and is quantized
     // again (a rounding that misses the allowance keeps the levels as they
     // were).
     std::optional<QuantizeTable> gained;
     if (unbiased && fits && attempt >= 0 && table.num_levels > 0) {
-      const double cap_sq = kUnbiasAllowance * kUnbiasAllowance * allowed_sq;
+      const double cap_sq = allowance * allowance * allowed_sq;
       const double g = UnbiasingGain(GainSums::Of(residual, recon, base, table.exact_from), cap_sq);
       if (g > kMinGain) gained = ScaledLevels(table, std::min(g, kMaxGain));
       if (gained) {

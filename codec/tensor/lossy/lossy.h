@@ -136,10 +136,14 @@ struct EncodeOptions {
   // average. The budget holds for the levels as searched, before the gain
   // (so for the direction of the reconstruction's residual: no rescaling of
   // it is further from the residual than they are); the gain may raise the
-  // error to kUnbiasAllowance times the budget, and is lowered where it
-  // would go further. For first moments, whose shrinkage shortened every
-  // step after a restore (docs/eval.md "What one restore does").
+  // error to `unbias_allowance` times the budget, and is lowered where it
+  // would go further. A shrunk first moment shortened every step after a
+  // restore, shrunk weights lag behind their run (docs/eval.md "What one
+  // restore does", "The encoder's unbiased moments").
   bool unbiased_levels = false;
+  // At least 1: 1 keeps the error within the budget (the gain then uses
+  // only the room the search left); kUnbiasAllowance for first moments.
+  double unbias_allowance = kUnbiasAllowance;
   // The schedule's measured update ||w - base|| / ||w||, when the caller
   // measured it against another reference than `base`: a step-predicted
   // chunk passes its prediction as `base`, but its update is still the one

@@ -94,6 +94,33 @@ TEST(LossyLevelGain, TheResidualComesBackUnbiasedAndItsDirectionWithinTheBudget)
   EXPECT_GE(fully_unbiased, 1);
 }
 
+// Weights: a small update on a large base at a budget of 1e-2, allowance
+// 1 (the budget itself): the gain takes the room the search left under the
+// budget, so the update comes back less shrunk, unbiased where the room
+// suffices, and the error stays within the budget.
+TEST(LossyLevelGain, WithinTheBudgetAnUpdateComesBackLessShrunk) {
+  const size_t n = 1 << 16;
+  const std::vector<float> b = Update(n, 4, 1.0f);
+  const std::vector<float> update = Update(n, 5, 0.025f);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = b[i] + update[i];
+  const std::vector<std::byte> values = testing::ToElements(ElementType::kF32, x);
+  const std::vector<std::byte> base = testing::ToElements(ElementType::kF32, b);
+  Scratch scratch;
+  EncodeOptions plain_options, options;
+  options.unbiased_levels = true;
+  options.unbias_allowance = 1.0;
+  Result<EncodedChunk> plain = EncodeChunk(ElementType::kF32, values, base, Budget{1e-2}, &scratch, plain_options);
+  Result<EncodedChunk> unbiased = EncodeChunk(ElementType::kF32, values, base, Budget{1e-2}, &scratch, options);
+  ASSERT_TRUE(plain.ok() && unbiased.ok());
+  const Moments p = Measure(x, b, plain->reconstruction), u = Measure(x, b, unbiased->reconstruction);
+  EXPECT_LT(p.dr / p.rr, 0.99) << "the plain levels shrink the update";
+  EXPECT_GT(u.dr / u.rr, p.dr / p.rr + 0.002);
+  const bool at_budget = std::sqrt(u.error / u.norm) >= 1e-2 * (1 - 1e-3);
+  EXPECT_TRUE(std::fabs(u.dr / u.rr - 1.0) < 2e-3 || at_budget) << u.dr / u.rr;
+  EXPECT_LE(std::sqrt(u.error / u.norm), 1e-2);
+}
+
 // Where unbiasing would cost more than the allowance (most of a loose
 // delta frame pruned), the gain stops at the allowance.
 TEST(LossyLevelGain, TheGainStopsAtTheAllowance) {
