@@ -162,7 +162,7 @@ Result<std::optional<EncodedChunk>> EncodeTyped(ElementType type, ByteSpan value
     }
   }
   IndexGrids grids{code_grid, grid};
-  if (simd_index && s.log_table && s.log_table->Serves(grid) && s.log_code_table && s.log_code_table->Serves(code_grid)) {
+  if (simd_index && s.log_table && s.log_code_table) {  // built above for these grids, or null
     grids.code_table = s.log_code_table.get();
     grids.base_table = s.log_table.get();
   }
