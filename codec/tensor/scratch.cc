@@ -33,12 +33,18 @@ ScratchBuffer::Memory ScratchBuffer::AllocateLarge(size_t n) {
   return Memory(static_cast<std::byte*>(p), Free{rounded});
 }
 
-CodecScratch::CodecScratch() : cctx_(ZSTD_createCCtx()), dctx_(ZSTD_createDCtx()) {
-  if (cctx_ == nullptr || dctx_ == nullptr) {
-    ZSTD_freeCCtx(cctx_);
-    ZSTD_freeDCtx(dctx_);
-    throw std::bad_alloc();
-  }
+CodecScratch::CodecScratch() = default;
+
+ZSTD_CCtx_s* CodecScratch::cctx() {
+  if (cctx_ == nullptr) cctx_ = ZSTD_createCCtx();
+  if (cctx_ == nullptr) throw std::bad_alloc();
+  return cctx_;
+}
+
+ZSTD_DCtx_s* CodecScratch::dctx() {
+  if (dctx_ == nullptr) dctx_ = ZSTD_createDCtx();
+  if (dctx_ == nullptr) throw std::bad_alloc();
+  return dctx_;
 }
 
 lossy::Scratch& CodecScratch::lossy() {

@@ -83,8 +83,10 @@ class CodecScratch {
   CodecScratch(const CodecScratch&) = delete;
   CodecScratch& operator=(const CodecScratch&) = delete;
 
-  ZSTD_CCtx_s* cctx() { return cctx_; }
-  ZSTD_DCtx_s* dctx() { return dctx_; }
+  // zstd contexts, created on first use (a reader's scratch never
+  // compresses; a lossy chunk's decode uses the lossy scratch's own).
+  ZSTD_CCtx_s* cctx();
+  ZSTD_DCtx_s* dctx();
   // The lossy codec's buffers, created on first use.
   lossy::Scratch& lossy();
 
@@ -108,8 +110,8 @@ class CodecScratch {
   ScratchBuffer low_rank;
 
  private:
-  ZSTD_CCtx_s* cctx_;
-  ZSTD_DCtx_s* dctx_;
+  ZSTD_CCtx_s* cctx_ = nullptr;
+  ZSTD_DCtx_s* dctx_ = nullptr;
   std::unique_ptr<lossy::Scratch> lossy_;
 };
 

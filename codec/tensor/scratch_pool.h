@@ -16,8 +16,11 @@ namespace ckptfs {
 // Thread safety: Acquire and the leases' destructors are thread-safe.
 class CodecScratchPool {
  public:
-  // Keeps at most `max_idle` scratches between decodes (more may be lent
-  // out at once; the extra ones are freed when given back).
+  // Keeps at least `max_idle` scratches between decodes, and as many as
+  // were lent at once since the last Trim (at most kMaxKept): a chain
+  // decode leases one per level, all at once, so a chain deeper than
+  // max_idle made and freed the deeper levels' scratches (zstd contexts,
+  // lossy buffers) for every chunk it decoded.
   explicit CodecScratchPool(size_t max_idle = 4) : max_idle_(max_idle) {}
   CodecScratchPool(const CodecScratchPool&) = delete;
   CodecScratchPool& operator=(const CodecScratchPool&) = delete;
@@ -46,6 +49,7 @@ class CodecScratchPool {
 
   // Frees idle scratches beyond `keep` (the least recently used first):
   // an idle reader keeps little of the memory its busiest moment needed.
+  // Forgets the peak of leases before it.
   void Trim(size_t keep);
 
   // Idle scratches kept now (tests).
@@ -54,8 +58,12 @@ class CodecScratchPool {
  private:
   void GiveBack(std::unique_ptr<CodecScratch> scratch);
 
+  static constexpr size_t kMaxKept = 64;
+
   const size_t max_idle_;
-  mutable std::mutex mu_;  // leaf lock; guards idle_
+  mutable std::mutex mu_;  // leaf lock; guards everything below
+  size_t lent_ = 0;        // leases alive now
+  size_t peak_lent_ = 0;   // the most alive at once since the last Trim
   std::vector<std::unique_ptr<CodecScratch>> idle_;
 };
 

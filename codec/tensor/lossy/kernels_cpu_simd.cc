@@ -49,11 +49,16 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
 
 // F16C (half <-> float conversion instructions) comes with every AVX2 CPU;
 // checked with CPUID (leaf 1, ECX bit 29) because not every compiler's
-// __builtin_cpu_supports knows "f16c".
+// __builtin_cpu_supports knows "f16c". Once per process: CPUID traps to
+// the hypervisor on a virtual machine (tens of microseconds), and every
+// new lossy scratch asks (it was 4-6 % of a deep chain decode's time).
 bool SimdAvailable() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-  return CpuHasSimd(SimdLevel::kAvx2) && f16c;
+  static const bool available = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+    return CpuHasSimd(SimdLevel::kAvx2) && f16c;
+  }();
+  return available;
 }
 
 namespace {

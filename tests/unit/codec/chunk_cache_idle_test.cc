@@ -4,6 +4,7 @@
 // stream is.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "codec/container/blob.h"
@@ -92,6 +93,36 @@ TEST(CodecScratchPool, TrimKeepsTheMostRecentlyUsed) {
   EXPECT_EQ(&*pool.Acquire(), order.back());
   pool.Trim(5);
   EXPECT_EQ(pool.idle(), 1u);
+}
+
+// A chain decode leases one scratch per level, all at once: a chain deeper
+// than the pool's minimum must find its levels' scratches again for the
+// next chunk instead of making new ones (zstd contexts, buffers) each time.
+TEST(CodecScratchPool, KeepsAsManyAsWereLentAtOnceUntilTrimmed) {
+  CodecScratchPool pool(2);
+  std::vector<const CodecScratch*> first;
+  {
+    std::vector<CodecScratchPool::Lease> chain;
+    for (int i = 0; i < 7; ++i) {
+      chain.push_back(pool.Acquire());
+      first.push_back(&*chain.back());
+    }
+  }
+  EXPECT_EQ(pool.idle(), 7u);
+  {
+    std::vector<CodecScratchPool::Lease> chain;
+    for (int i = 0; i < 7; ++i) chain.push_back(pool.Acquire());
+    for (const auto& lease : chain)
+      EXPECT_NE(std::find(first.begin(), first.end(), &*lease), first.end()) << "a new scratch for a level";
+    EXPECT_EQ(pool.idle(), 0u);
+  }
+  pool.Trim(2);
+  EXPECT_EQ(pool.idle(), 2u);
+  {
+    std::vector<CodecScratchPool::Lease> few;
+    for (int i = 0; i < 3; ++i) few.push_back(pool.Acquire());
+  }
+  EXPECT_EQ(pool.idle(), 3u) << "the peak since the trim";
 }
 
 }  // namespace
