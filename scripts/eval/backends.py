@@ -6,6 +6,7 @@
   ckptfs-lossy:BUDGET   a ckptfs mount with -o lossy=on,budget=BUDGET
                         (optionally ckptfs-lossy:BUDGET:OPT_BUDGET adds
                         opt_budget=OPT_BUDGET)
+  ckptfs-level:NAME     a ckptfs mount with -o level=NAME (a preset, as a user picks it)
   ckptfs-policy:NAME    a ckptfs mount with -o policy=scripts/eval/policies/NAME.toml
 
 Any ckptfs backend takes further mount options after '+', e.g.
@@ -91,7 +92,8 @@ class Ckptfs:
     def __init__(self, name, options):
         self.name = name
         self.options = options  # list of "key=value" strings
-        self.lossy = any(o == "lossy=on" for o in options)
+        # Every level but lossless is lossy.
+        self.lossy = any(o == "lossy=on" or (o.startswith("level=") and o != "level=lossless") for o in options)
         self.backing = self.mnt = None
 
     def _mount(self):
@@ -172,8 +174,9 @@ class Ckptfs:
 
 
 def make(spec):
-    """A backend from its name: plain | ckptfs-lossless | ckptfs-lossy:B[:OB] | ckptfs-policy:NAME,
-    each ckptfs one optionally followed by +KEY=VALUE mount options."""
+    """A backend from its name: plain | ckptfs-lossless | ckptfs-lossy:B[:OB] | ckptfs-level:NAME (a
+    `-o level=` preset as a user mounts it) | ckptfs-policy:NAME, each ckptfs one optionally followed by
+    +KEY=VALUE mount options."""
     if spec == "plain":
         return Plain()
     base, *extra = spec.split("+")
@@ -188,6 +191,11 @@ def make(spec):
         if len(parts) > 1:
             opts.append(f"opt_budget={float(parts[1]):g}")
         return Ckptfs(spec, opts + extra)
+    if base.startswith("ckptfs-level:"):
+        name = base.split(":", 1)[1]
+        if not re.fullmatch(r"[a-z]+", name):
+            raise ValueError(f"backend '{spec}': '{name}' is not a level name")
+        return Ckptfs(spec, [f"level={name}"] + extra)
     if base.startswith("ckptfs-policy:"):
         name = base.split(":", 1)[1]
         path = os.path.join(REPO, "scripts", "eval", "policies", name + ".toml")
@@ -195,7 +203,7 @@ def make(spec):
             raise ValueError(f"backend '{spec}': no policy file {path}")
         return Ckptfs(spec, ["lossy=on", f"policy={path}"] + extra)
     raise ValueError(f"unknown backend '{spec}' (want plain | ckptfs-lossless | ckptfs-lossy:BUDGET[:OPT_BUDGET]"
-                     " | ckptfs-policy:NAME, optionally +KEY=VALUE ...)")
+                     " | ckptfs-level:NAME | ckptfs-policy:NAME, optionally +KEY=VALUE ...)")
 
 
 def probe_lossless_options(backend, workdir):
