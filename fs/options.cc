@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <set>
+#include <string>
 
 #include "fs/commit_pipeline.h"
 
@@ -69,8 +70,11 @@ Status ParseMountOptionList(const std::string& list, MountOptions* o) {
     if (!item.starts_with("level=")) continue;
     std::string_view name = item.substr(6);
     const Preset* preset = FindPreset(name);
-    if (preset == nullptr)
-      return Status::InvalidArgument(fmt::format("-o level: want lossless|safe|default|max have '{}'", name));
+    if (preset == nullptr) {
+      std::string names;
+      for (const Preset& p : kPresets) names += (names.empty() ? "" : "|") + std::string(p.name);
+      return Status::InvalidArgument(fmt::format("-o level: want {} have '{}'", names, name));
+    }
     RETURN_IF_ERROR(ParseOptionItems(preset->options, o));
     o->level = std::string(name);
   }

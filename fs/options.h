@@ -105,7 +105,7 @@ struct MountOptions {
   // default): store, except on a network or FUSE backing filesystem,
   // where it is kDefaultLocalStaging (fs/staging_placement.h).
   std::string staging = "auto";
-  // level=lossless|safe|default|max: the preset the option set came from
+  // level=lossless|safe|default|compact|max: the preset the option set came from
   // (kPresets; later options on the command line override its settings).
   std::string level = "default";
   std::vector<std::string> fuse_options;  // passed to libfuse (-o ...)
@@ -130,6 +130,8 @@ inline constexpr Preset kPresets[] = {
     {"safe", "lossy=on,budget=0.003,opt_budget=0.05",
      "weights within 0.3 %, optimizer state within 5 % (relative L2 per tensor)"},
     {"default", "lossy=on,budget=0.01", "weights within 1 %, optimizer state within its own budget (the default)"},
+    {"compact", "lossy=on,budget=0.02,keyframe=20",
+     "more ratio: weights within 2 %, delta chains twice as long (deep versions read slower)"},
     {"max", "lossy=on,budget=0.03,low_rank=on,keyframe=20",
      "most ratio: weights within 3 %, longer delta chains; check your model's accuracy"},
 };

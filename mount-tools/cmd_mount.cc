@@ -126,7 +126,7 @@ void RegisterMountCommands(CLI::App& app, int* exit_code) {
   mount->add_option("mountpoint", args->mountpoint, "Where to mount")->required();
   mount->add_flag("-f,--foreground", args->foreground, "Stay in the foreground");
   mount->add_option("-o", args->option_lists,
-                    "Options: level=lossless|safe|default|max (below), staging=auto|store|DIR, threads=N, "
+                    "Options: level=lossless|safe|default|compact|max (below), staging=auto|store|DIR, threads=N, "
                     "cache=MiB, mem=MiB, log=FILE, loglevel=debug|info|warn|error, gc_grace=S, gc_interval=S, "
                     "allow_other, default_permissions, ro, ... (fs/README.md; the codec's expert options: "
                     "docs/policy.md)")

@@ -1,4 +1,4 @@
-"""The named levels (-o level=lossless|safe|default|max): each keeps its
+"""The named levels (-o level=lossless|safe|default|compact|max): each keeps its
 promise on the error, and more error buys more ratio."""
 import io
 import json
@@ -38,7 +38,8 @@ def weight_error(path, sd):
 def test_levels_keep_their_error_promise_and_order_the_ratio(store):
     runs = versions()
     ratio = {}
-    for level, max_err in (("lossless", 0.0), ("safe", 0.003), ("default", 0.01), ("max", 0.03)):
+    for level, max_err in (("lossless", 0.0), ("safe", 0.003), ("default", 0.01), ("compact", 0.02),
+                           ("max", 0.03)):
         # A store per level (a file whose bytes another level stored exactly
         # would be stored as that blob), and not store.mount(): its lossy=off
         # for bit-exact tests would refine the level.
@@ -71,13 +72,13 @@ def test_levels_keep_their_error_promise_and_order_the_ratio(store):
         store.umount()
         offline = json.loads(store.cli("stats", store.backing, "--json").stdout)
         assert {f["level"] for f in offline["files"]} == {level}
-    assert ratio["lossless"] < ratio["safe"] < ratio["default"] < ratio["max"], ratio
+    assert ratio["lossless"] < ratio["safe"] < ratio["default"] < ratio["compact"] < ratio["max"], ratio
 
 
 def test_mount_help_lists_the_levels():
     r = subprocess.run([CKPTFS, "mount", "--help"], capture_output=True, text=True)
     assert r.returncode == 0
-    for level in ("lossless", "safe", "default", "max"):
+    for level in ("lossless", "safe", "default", "compact", "max"):
         assert f"  {level}" in r.stdout
 
 

@@ -60,8 +60,16 @@ TEST(MountOptionsTest, LevelsAreAppliedFirstAndRefinedByTheOtherOptions) {
     ASSERT_TRUE(ParseMountOptionList("level=" + std::string(p.name), &each).ok()) << p.name;
     EXPECT_EQ(each.level, p.name);
   }
+  MountOptions c;
+  ASSERT_TRUE(ParseMountOptionList("level=compact", &c).ok());
+  EXPECT_DOUBLE_EQ(c.budget, 0.02);
+  EXPECT_EQ(c.keyframe, 20u);
+  EXPECT_FALSE(c.low_rank_moments);
   MountOptions bad;
-  EXPECT_EQ(ParseMountOptionList("level=fast", &bad).code(), StatusCode::kInvalidArgument);
+  const Status refused = ParseMountOptionList("level=fast", &bad);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  for (const Preset& p : kPresets)  // the error lists every level
+    EXPECT_NE(refused.message().find(std::string(p.name)), std::string::npos) << refused.message();
 }
 
 TEST(StagingPlacementTest, AutoIsTheStoreOnALocalDiskAndADirectoryInsideTheStoreIsRefused) {
