@@ -16,11 +16,12 @@ namespace ckptfs {
 // Thread safety: Acquire and the leases' destructors are thread-safe.
 class CodecScratchPool {
  public:
-  // Keeps at least `max_idle` scratches between decodes, and as many as
-  // were lent at once since the last Trim (at most kMaxKept): a chain
-  // decode leases one per level, all at once, so a chain deeper than
-  // max_idle made and freed the deeper levels' scratches (zstd contexts,
-  // lossy buffers) for every chunk it decoded.
+  // Keeps up to `max_idle` scratches between decodes, or up to as many as
+  // were lent at once since the last Trim when that is more (at most
+  // kMaxKept): a chain decode leases one per level, all at once, so a
+  // chain deeper than max_idle made and freed the deeper levels' scratches
+  // (zstd contexts, lossy buffers) for every chunk it decoded. The peak of
+  // memory is the same either way (those leases are alive together).
   explicit CodecScratchPool(size_t max_idle = 4) : max_idle_(max_idle) {}
   CodecScratchPool(const CodecScratchPool&) = delete;
   CodecScratchPool& operator=(const CodecScratchPool&) = delete;
