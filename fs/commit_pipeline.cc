@@ -282,6 +282,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   // them.
   ChunkCache* cache = store.chunk_cache();
   std::vector<std::shared_ptr<ChunkBuffer>> reconstruction;
+  std::vector<std::pair<uint64_t, uint64_t>> reconstruction_at;  // (offset, length) per chunk
   const bool to_cache =
       layout.format != FileFormat::kOpaque && cache != nullptr && bytes.size() <= cache->capacity_bytes() / 2;
   if (to_cache) {
@@ -291,6 +292,7 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
         std::shared_ptr<ChunkBuffer> buffer = cache->AcquireBuffer(c.logical_length);
         std::copy_n(recon.data() + c.logical_offset, c.logical_length, buffer->data());
         reconstruction.push_back(std::move(buffer));
+        reconstruction_at.emplace_back(c.logical_offset, c.logical_length);
       }
     };
   }
@@ -316,6 +318,14 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   if (!stats.ok()) return stats.status().WithContext("encode " + staging_path);
   v.stats = *stats;
   ASSIGN_OR_RETURN(v.fields.object, store.PublishObject(std::move(tmp)));
+  if (stats->lossy_chunks > 0 && !reconstruction.empty()) {
+    // The same buffers, for the kernel's page cache (read-only from now).
+    auto owner = std::make_shared<std::vector<std::shared_ptr<ChunkBuffer>>>(reconstruction);
+    for (size_t c = 0; c < reconstruction.size(); ++c)
+      v.reconstruction.pieces.emplace_back(reconstruction_at[c].first,
+                                           ByteSpan((*owner)[c]->data(), reconstruction_at[c].second));
+    v.reconstruction.owner = std::move(owner);
+  }
   for (uint32_t c = 0; c < reconstruction.size(); ++c) cache->Put(v.fields.object, c, std::move(reconstruction[c]));
   if (kept_size > 0) {
     // The new version is its file's next base: its base's reconstruction
@@ -326,6 +336,8 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     // Served from memory at once, until its file is written and kept.
     std::shared_ptr<ReconstructionSpill::Held> held =
         spill->Hold(v.fields.object, ByteSpan(kept->data(), kept_size), kept);
+    v.reconstruction.owner = kept;
+    v.reconstruction.pieces.emplace_back(0, ByteSpan(kept->data(), kept_size));
     v.after_commit = [spill, kept, kept_size, id = v.fields.object, replaces, log, held]() mutable {
       auto written = spill->Write(ByteSpan(kept->data(), kept_size));
       if (written.ok()) spill->Keep(id, std::move(*written), replaces ? &*replaces : nullptr);

@@ -15,8 +15,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "codec/container/blob.h"
@@ -141,6 +143,15 @@ struct EncodedVersion {
   // the commit's latency; CommitStagedFile runs it before it returns).
   // Empty when there is nothing to do.
   std::function<void()> after_commit;
+  // A lossy version's reconstruction, as (file offset, bytes) pieces kept
+  // alive by `owner`: the daemon copies it into the kernel's page cache
+  // after the commit (fs/kernel_copy.cc). Empty for an exact version.
+  struct Reconstruction {
+    std::shared_ptr<const void> owner;
+    std::vector<std::pair<uint64_t, ByteSpan>> pieces;
+    bool empty() const { return pieces.empty(); }
+  };
+  Reconstruction reconstruction;
 };
 
 // Step 1a: fsync the staging file. Step 1b: `*m` becomes kind staging,

@@ -268,7 +268,9 @@ Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version
   return Status::Ok();
 }
 
-void Filesystem::AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version, FolderCommits::Entry* in_folder) {
+void Filesystem::AfterCommit(const std::shared_ptr<Inode>& inode_ptr, ino_t dir, const EncodedVersion& version,
+                             FolderCommits::Entry* in_folder) {
+  Inode& inode = *inode_ptr;
   log_->Debug("committed inode {}: {} bytes -> {} ({} bytes, depth {})", inode.ino, version.fields.logical_size,
               StorageName(version.fields),
               version.fields.kind == ManifestKind::kInline ? version.fields.inline_data.size() : version.fields.stored_bytes,
@@ -278,9 +280,11 @@ void Filesystem::AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& vers
   if (in_folder != nullptr) in_folder->Release();
   if (version.fields.kind == ManifestKind::kBlob && session_ != nullptr) {
     // The reconstruction of a lossy codec differs from the staged bytes the
-    // kernel may have cached: drop them. Called with no lock held, since
-    // the kernel may wait on a READ of this inode.
-    int rc = fuse_lowlevel_notify_inval_inode(session_, inode.ino, 0, 0);
+    // kernel may have cached: they are overwritten by it (QueueKernelCopy)
+    // or dropped; the attributes are refreshed either way. Called with no
+    // lock held, since the kernel may wait on a READ of this inode.
+    const bool copy = QueueKernelCopy(inode_ptr, version);
+    int rc = fuse_lowlevel_notify_inval_inode(session_, inode.ino, copy ? -1 : 0, 0);
     if (rc != 0 && rc != -ENOENT) log_->Debug("notify_inval_inode({}): {}", inode.ino, rc);
   }
 }
@@ -367,7 +371,7 @@ void Filesystem::CommitJob(const std::shared_ptr<Inode>& inode, uint64_t ticket,
   if (Status r = RemoveStagingFile(*done, commit_options_); !r.ok())
     log_->Warn("removing staging file {}: {}", done->path(), r.ToString());
   for (auto& old : superseded) (void)old->Remove();
-  AfterCommit(*inode, dir, *version, &in_folder);
+  AfterCommit(inode, dir, *version, &in_folder);
   inodes_.EraseIfUnused(inode->ino);
   staging.reset();  // `done` holds it too
   superseded.push_back(std::move(done));

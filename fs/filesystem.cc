@@ -301,6 +301,15 @@ void Filesystem::Init(fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
   conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  // The daemon knows when a file's bytes change under the kernel's cache:
+  // a commit (AfterCommit drops or replaces the pages), another daemon's
+  // commit or a plain file changed in the backing directory (the next open
+  // says !keep_cache, RevalidateLocked). The kernel's own guess from a
+  // changed mtime would drop good pages: after writes its mtime is its own
+  // clock's, the daemon reports the one it stamped, and the first
+  // attribute refresh after the commit would drop the reconstruction just
+  // copied into the cache (fs/kernel_copy.cc).
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);
   // The caller's umask comes with create/mkdir/mknod and SetUpNewEntry
   // applies it, so that the requested mode arrives intact (and the
   // daemon's own umask never counts).

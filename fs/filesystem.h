@@ -181,8 +181,24 @@ class Filesystem {
   Status WriteCommitLocked(Inode& inode, const EncodedVersion& version);
   // After a commit, no lock held: the version becomes a delta-base
   // candidate (then `in_folder`, when given, leaves its folder's list), and
-  // the kernel drops pages of a lossy file's staged bytes.
-  void AfterCommit(Inode& inode, ino_t dir, const EncodedVersion& version, FolderCommits::Entry* in_folder = nullptr);
+  // the kernel drops pages of a lossy file's staged bytes; its
+  // reconstruction is queued to be copied into the kernel's page cache.
+  void AfterCommit(const std::shared_ptr<Inode>& inode, ino_t dir, const EncodedVersion& version,
+                   FolderCommits::Entry* in_folder = nullptr);
+  // The page cache of a committed lossy file (fs/kernel_copy.cc): queues
+  // the copy of `version`'s reconstruction over the staged bytes the kernel
+  // cached, when nothing has the file open and it fits the kernel copy's
+  // bound; false when it does not (the caller drops the pages instead).
+  bool QueueKernelCopy(const std::shared_ptr<Inode>& inode, const EncodedVersion& version);
+  // Copies `r` into the kernel's page cache of `inode`, a piece at a time,
+  // while its bytes are still those of content generation `gen` and no
+  // writer is open.
+  void CopyToKernel(const std::shared_ptr<Inode>& inode, uint64_t gen, const EncodedVersion::Reconstruction& r);
+  // REQUIRES: `lock` holds inode.mu. Waits for a running copy into the
+  // kernel's cache, at most kKernelCopyWait; a `write`r that waited that
+  // long makes the copy stop and drop what it copied.
+  void AwaitKernelCopyLocked(std::unique_lock<std::mutex>& lock, Inode& inode, bool write);
+  static constexpr std::chrono::milliseconds kKernelCopyWait{2000};
   // Queues version.after_commit (keeping its reconstruction) as background
   // work, not a pending commit; then the staging files in `release` are
   // let go of (closing an unlinked one drops its pages from the page cache,
@@ -272,13 +288,21 @@ class Filesystem {
   std::unordered_set<FileHandle*> handles_;
   FileHandle* NewHandle(std::shared_ptr<Inode> inode, bool writable);
   void DeleteHandle(FileHandle* handle);
+  // What AttachOpen tells the open it attached.
+  struct AttachedOpen {
+    bool keep_cache = false;        // the kernel may keep its cached pages
+    // A truncating open of a committed blob, whose version is then gone
+    // from the tree (kept only as a delta base).
+    bool replaces_version = false;
+    // The staged bytes the open begins on (a file not yet committed): it
+    // reads them to its end, whether the kernel's cache or the daemon
+    // serves them (FileHandle::staged_bytes).
+    std::shared_ptr<StagingFile> staged_bytes;
+  };
   // Open and create (takes the inode's lock): load the file, move it into
-  // staging for a writer (emptied when `truncate`), count the writer, and
-  // say in `*keep_cache` (may be null) whether the kernel may keep its
-  // cached pages.
-  // *replaces_version (when given): a truncating open of a committed blob,
-  // whose version is then gone from the tree (kept only as a delta base).
-  Status AttachOpen(Inode& inode, bool write, bool truncate, bool* keep_cache, bool* replaces_version = nullptr);
+  // staging for a writer (emptied when `truncate`), count the writer and
+  // the handle.
+  Status AttachOpen(Inode& inode, bool write, bool truncate, AttachedOpen* out);
   // Undoes NewHandle + AttachOpen for a handle whose reply failed.
   void DropUnsentHandle(FileHandle* handle);
 

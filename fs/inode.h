@@ -14,6 +14,7 @@
 #include <fuse_lowlevel.h>
 #include <sys/stat.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <ctime>
 #include <map>
@@ -49,6 +50,13 @@ struct FileState {
   std::vector<std::shared_ptr<StagingFile>> superseded;
   uint64_t encode_ticket = 0;                     // bumped to cancel a queued encode
   uint32_t writers = 0;                           // open handles with write access
+  uint32_t handles = 0;                           // open handles, read or write
+  // A committed version's reconstruction is being copied into the kernel's
+  // page cache (fs/kernel_copy.cc): an open or truncate waits for it
+  // (Inode::kernel_copy_done); a writer that waited too long marks the copy
+  // `raced`, and it stops and drops what it copied.
+  bool kernel_copy_running = false;
+  bool kernel_copy_raced = false;
   bool dirty = false;                             // staging differs from the committed content
   uint64_t content_gen = 1;                       // bumped by every change of the bytes
   uint64_t cached_gen = 0;                        // content_gen at the last open (keep_cache)
@@ -93,6 +101,7 @@ struct Inode {
 
   std::mutex mu;  // guards `file`
   FileState file;
+  std::condition_variable kernel_copy_done;  // with `mu`: file.kernel_copy_running went false
 
   bool is_dir() const { return S_ISDIR(type); }
   bool is_reg() const { return S_ISREG(type); }

@@ -53,7 +53,8 @@ void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
     ClearSetIdForCaller(req, *inode);
     Status s;
     {
-      std::lock_guard<std::mutex> lock(inode->mu);
+      std::unique_lock<std::mutex> lock(inode->mu);
+      AwaitKernelCopyLocked(lock, *inode, true);  // the size changes under the kernel's cache
       FileState& f = inode->file;
       s = LoadLocked(*inode);
       uint64_t size = 0;

@@ -22,9 +22,8 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (!inode->is_reg()) return (void)fuse_reply_err(req, EACCES);
   bool write = WantsWrite(fi->flags);
   bool truncate = write && (fi->flags & O_TRUNC);
-  bool keep_cache = false;
-  bool replaces_version = false;
-  Status s = AttachOpen(*inode, write, truncate, &keep_cache, &replaces_version);
+  AttachedOpen attached;
+  Status s = AttachOpen(*inode, write, truncate, &attached);
   if (!s.ok()) {
     log_->Warn("open of inode {} failed: {}", ino, s.ToString());
     return (void)fuse_reply_err(req, ToErrno(s));
@@ -32,11 +31,12 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // A file rewritten in place (a tracker, Lightning's last.ckpt) drops its
   // previous version as an unlink would: the retention rule applies to its
   // role (lossless deltas that do not pay start new chains).
-  if (replaces_version) NoteDeleted(RelativePath(*inode));
+  if (attached.replaces_version) NoteDeleted(RelativePath(*inode));
   if (truncate) ClearSetIdForCaller(req, *inode);
   FileHandle* handle = NewHandle(inode, write);
+  handle->staged_bytes = std::move(attached.staged_bytes);  // no READ can come before the reply
   fi->fh = reinterpret_cast<uint64_t>(handle);
-  fi->keep_cache = keep_cache;
+  fi->keep_cache = attached.keep_cache;
   fi->direct_io = 0;  // cached mode: mmap works
   if (fuse_reply_open(req, fi) != 0) DropUnsentHandle(handle);
 }
@@ -67,13 +67,15 @@ void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   }
   bool write = WantsWrite(fi->flags);
   bool truncate = write && (created || (fi->flags & O_TRUNC));
-  s = AttachOpen(*inode, write, truncate, nullptr);
+  AttachedOpen attached;
+  s = AttachOpen(*inode, write, truncate, &attached);
   if (!s.ok()) {
     inodes_.Forget(e.ino, 1);
     return (void)fuse_reply_err(req, ToErrno(s));
   }
   if (!created && truncate) ClearSetIdForCaller(req, *inode);
   FileHandle* handle = NewHandle(inode, write);
+  handle->staged_bytes = std::move(attached.staged_bytes);
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->direct_io = 0;
   if (fuse_reply_create(req, &e, fi) != 0) DropUnsentHandle(handle);
@@ -96,28 +98,37 @@ void Filesystem::ClearSetIdForCaller(fuse_req_t req, const Inode& inode) {
     log_->Warn("clearing the set-ID bits of inode {}: {}", inode.ino, std::strerror(errno));
 }
 
-Status Filesystem::AttachOpen(Inode& inode, bool write, bool truncate, bool* keep_cache, bool* replaces_version) {
-  std::lock_guard<std::mutex> lock(inode.mu);
+Status Filesystem::AttachOpen(Inode& inode, bool write, bool truncate, AttachedOpen* out) {
+  std::unique_lock<std::mutex> lock(inode.mu);
   FileState& f = inode.file;
+  // A reader then keeps the copied pages; no piece of the committed
+  // version may land in the kernel's cache once a writer may change them.
+  AwaitKernelCopyLocked(lock, inode, write || truncate);
   RETURN_IF_ERROR(LoadLocked(inode));
   // Close-to-open: an open sees what another daemon committed before it.
   struct stat st;
   if (::fstatat(inode.fd, "", &st, AT_EMPTY_PATH) == 0) RETURN_IF_ERROR(RevalidateLocked(inode, st));
-  if (replaces_version != nullptr)
-    *replaces_version = truncate && f.phase == FilePhase::kCommitted && f.has_manifest && f.manifest.kind == ManifestKind::kBlob;
+  out->replaces_version =
+      truncate && f.phase == FilePhase::kCommitted && f.has_manifest && f.manifest.kind == ManifestKind::kBlob;
   if (write) RETURN_IF_ERROR(EnsureStagingLocked(inode, truncate));
   if (write) ++f.writers;
   if (truncate) f.MarkChanged(/*touch_times=*/true);
   // The kernel may keep its cached pages only if the bytes did not change
   // since the last open.
-  if (keep_cache != nullptr) *keep_cache = !truncate && f.cached_gen == f.content_gen;
+  out->keep_cache = !truncate && f.cached_gen == f.content_gen;
   f.cached_gen = f.content_gen;
+  // The kernel may serve this open's first reads from the pages its writer
+  // left, so the daemon may never see them: the open is on the staged bytes
+  // from the start (it may read past a commit).
+  if (f.phase == FilePhase::kStaging || f.phase == FilePhase::kEncoding) out->staged_bytes = f.staging;
+  ++f.handles;
   return Status::Ok();
 }
 
 void Filesystem::DropUnsentHandle(FileHandle* handle) {
   // The kernel will not send RELEASE for a handle it never saw.
   std::lock_guard<std::mutex> lock(handle->inode->mu);
+  --handle->inode->file.handles;
   if (handle->writable && --handle->inode->file.writers == 0) MaybeQueueCommitLocked(handle->inode);
   DeleteHandle(handle);
 }
@@ -133,9 +144,10 @@ void Filesystem::Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
 
 void Filesystem::Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   auto* handle = reinterpret_cast<FileHandle*>(fi->fh);
-  if (handle->writable) {
+  {
     std::lock_guard<std::mutex> lock(handle->inode->mu);
-    if (--handle->inode->file.writers == 0) MaybeQueueCommitLocked(handle->inode);
+    --handle->inode->file.handles;
+    if (handle->writable && --handle->inode->file.writers == 0) MaybeQueueCommitLocked(handle->inode);
   }
   // After the commit is queued, so `pending` never drops to 0 in between.
   if (handle->closing) --closing_handles_;
@@ -241,7 +253,7 @@ Status Filesystem::CommitForFsync(const std::shared_ptr<Inode>& inode) {
       // file's content until the last release finds it clean and drops it.
       RETURN_IF_ERROR(WriteCommitLocked(*inode, *version));
     }
-    AfterCommit(*inode, dir, *version, &in_folder);
+    AfterCommit(inode, dir, *version, &in_folder);
     KeepReconstruction(*version);
     return Status::Ok();
   }
