@@ -218,8 +218,10 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   // Byte-identical content encoded under the same promises is stored once.
   std::optional<ObjectId> content_key;
   std::optional<ContentInFlight::Claim> claim;  // held until the content index names this version's blob
+  std::optional<uint64_t> staged_checksum;  // XXH3-64 of the staged bytes, when hashed
   if (options.dedup) {
     const FileDigests digests = DigestFile(bytes);
+    staged_checksum = digests.checksum;
     content_key = ContentKey(digests, layout, options, logical_path);
     auto reuse = [&](const ContentEntry& same) -> Result<EncodedVersion> {
       ASSIGN_OR_RETURN(auto reader, store.OpenBlob(same.object));
@@ -317,6 +319,9 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   auto stats = EncodeBlob(bytes, layout, have_base ? &base_ref : nullptr, &refs, encode, &sink);
   if (!stats.ok()) return stats.status().WithContext("encode " + staging_path);
   v.stats = *stats;
+  // No chunk was stored lossily: the blob gives back the staged bytes (the
+  // checksum of its reconstruction says so too, where the bytes were hashed).
+  v.exact = stats->lossy_chunks == 0 && (!staged_checksum || *staged_checksum == stats->file_checksum);
   ASSIGN_OR_RETURN(v.fields.object, store.PublishObject(std::move(tmp)));
   if (stats->lossy_chunks > 0 && !reconstruction.empty()) {
     // The same buffers, for the kernel's page cache (read-only from now).

@@ -143,6 +143,9 @@ struct EncodedVersion {
   // the commit's latency; CommitStagedFile runs it before it returns).
   // Empty when there is nothing to do.
   std::function<void()> after_commit;
+  // The version reads back as the bytes it was encoded from (a blob
+  // without lossy chunks): the kernel's cached pages of them stay valid.
+  bool exact = false;
   // A lossy version's reconstruction, as (file offset, bytes) pieces kept
   // alive by `owner`: the daemon copies it into the kernel's page cache
   // after the commit (fs/kernel_copy.cc). Empty for an exact version.

@@ -281,10 +281,11 @@ void Filesystem::AfterCommit(const std::shared_ptr<Inode>& inode_ptr, ino_t dir,
   if (version.fields.kind == ManifestKind::kBlob && session_ != nullptr) {
     // The reconstruction of a lossy codec differs from the staged bytes the
     // kernel may have cached: they are overwritten by it (QueueKernelCopy)
-    // or dropped; the attributes are refreshed either way. Called with no
-    // lock held, since the kernel may wait on a READ of this inode.
-    const bool copy = QueueKernelCopy(inode_ptr, version);
-    int rc = fuse_lowlevel_notify_inval_inode(session_, inode.ino, copy ? -1 : 0, 0);
+    // or dropped. An exact blob leaves them as they are. The attributes
+    // are refreshed either way. Called with no lock held, since the kernel
+    // may wait on a READ of this inode.
+    const bool keep_pages = version.exact || QueueKernelCopy(inode_ptr, version);
+    int rc = fuse_lowlevel_notify_inval_inode(session_, inode.ino, keep_pages ? -1 : 0, 0);
     if (rc != 0 && rc != -ENOENT) log_->Debug("notify_inval_inode({}): {}", inode.ino, rc);
   }
 }

@@ -86,6 +86,31 @@ def test_a_lossy_commit_leaves_its_reconstruction_in_the_page_cache(store, optio
     torch.load(p)
 
 
+@pytest.mark.parametrize("options", ["lossy=off", "lossy=on"])
+def test_an_exact_commit_keeps_the_writers_pages(store, options):
+    """A blob that gives back the written bytes (a checkpoint stored
+    losslessly, a file that is no checkpoint) keeps the pages the writer
+    left in the kernel's cache: nothing to copy, nothing to read again."""
+    store.mount(options)
+    p = store.path("ckpt.pt" if options == "lossy=off" else "data.bin")
+    if options == "lossy=off":
+        save_checkpoint(p, seed=2)
+    else:
+        with open(p, "wb") as f:
+            f.write(os.urandom(8 << 20) + bytes(8 << 20))
+    with open(p, "rb") as f:
+        written = f.read()
+    wait_committed(store, p)
+    assert xattr(p, "codec").startswith("blob:") and "lossy" not in xattr(p, "codec")
+    os.stat(p)
+    have, pages = resident_pages(p)
+    assert have == pages, f"{have} of {pages} pages in the kernel's cache"
+    store.umount()
+    store.mount(options)
+    with open(p, "rb") as f:
+        assert f.read() == written
+
+
 @pytest.mark.parametrize("how", ["rewrite", "truncate", "append"])
 def test_a_writer_right_after_the_commit_wins_over_the_copy(store, how):
     """The copy runs after the commit; a writer that comes at once (the
