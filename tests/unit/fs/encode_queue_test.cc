@@ -98,6 +98,10 @@ TEST(EncodeQueueTest, BackgroundJobsAreNotPendingAndRunFirst) {
     std::this_thread::sleep_for(1ms);
   }
   EXPECT_EQ(order, (std::vector<std::string>{"commit 1", "background", "commit 2"}));
+  // "commit 2" is noted before its job returns, and the job counts as
+  // pending until then.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (queue.pending() != 0u && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(queue.pending(), 0u);
 }
 
