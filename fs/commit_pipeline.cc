@@ -344,11 +344,12 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     v.reconstruction.owner = kept;
     v.reconstruction.pieces.emplace_back(0, ByteSpan(kept->data(), kept_size));
     v.after_commit = [spill, kept, kept_size, id = v.fields.object, replaces, log, held]() mutable {
-      auto written = spill->Write(ByteSpan(kept->data(), kept_size));
-      if (written.ok()) spill->Keep(id, std::move(*written), replaces ? &*replaces : nullptr);
-      else if (log) log->Debug("reconstruction of {} not kept: {}", id.Hex(), written.status().ToString());
-      held.reset();  // readers read the file now (or decode)
-      kept.reset();  // its memory goes once no reader copies from it
+      spill->KeepReconstruction(id, ByteSpan(kept->data(), kept_size), kept, replaces ? &*replaces : nullptr,
+                                [&](const Status& s) {
+                                  if (log) log->Debug("reconstruction of {} not kept: {}", id.Hex(), s.ToString());
+                                });
+      held.reset();  // readers read the spill now (or decode)
+      kept.reset();  // its memory goes once neither the spill nor a reader holds it
     };
   }
   v.fields.kind = ManifestKind::kBlob;

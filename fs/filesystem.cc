@@ -24,6 +24,7 @@
 #include "fs/content_index.h"
 #include "fs/version_role.h"
 #include "fs/gc.h"
+#include "fs/memory_budget.h"
 #include "fs/recovery.h"
 
 namespace ckptfs::fs {
@@ -470,6 +471,10 @@ Status RunDaemon(const MountOptions& options) {
   // Reconstructions are kept beside the staging files where those are on
   // this node's disk (the store checks the staging area's filesystem).
   store_options.reconstruction_spill = true;
+  // The newest of them stay in memory as well, up to an eighth of the
+  // machine's (the page cache held them before they were written around
+  // it); with mem= none do, outside its bound.
+  store_options.reconstruction_memory_bytes = options.mem_mib == 0 ? PhysicalMemoryBytes() / 8 : 0;
   // A read-only backing directory (or -o ro) mounts read-only: no staging
   // area, no recovery, no GC; files a dead daemon left in staging are
   // served from their staging files.

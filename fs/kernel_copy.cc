@@ -39,12 +39,7 @@ constexpr uint64_t kPieceBytes = uint64_t{8} << 20;
 // Files up to a quarter of the machine's memory are copied: the kernel's
 // cache holds what was written to any file as long as it can anyway, but a
 // file near the memory's size would only push out its own first pages.
-uint64_t KernelCopyLimit() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return 0;
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4;
-}
+uint64_t KernelCopyLimit() { return PhysicalMemoryBytes() / 4; }
 
 }  // namespace
 

@@ -1,6 +1,15 @@
 #include "fs/memory_budget.h"
 
+#include <unistd.h>
+
 namespace ckptfs::fs {
+
+uint64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
 
 MemoryBudget::Reservation::~Reservation() {
   if (budget_ != nullptr) budget_->Release(bytes_);

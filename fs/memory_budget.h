@@ -11,6 +11,9 @@
 
 namespace ckptfs::fs {
 
+// The machine's memory in bytes (0 when the system does not say).
+uint64_t PhysicalMemoryBytes();
+
 // Thread safety: all methods are thread-safe.
 class MemoryBudget {
  public:

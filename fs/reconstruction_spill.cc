@@ -13,22 +13,6 @@
 
 namespace ckptfs::fs {
 
-ReconstructionSpill::Pending::Pending(Pending&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
-
-ReconstructionSpill::Pending& ReconstructionSpill::Pending::operator=(Pending&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-    size_ = other.size_;
-  }
-  return *this;
-}
-
-ReconstructionSpill::Pending::~Pending() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 uint64_t ReconstructionSpill::DefaultCapacity(const std::string& dir) {
   struct statfs fs;
   if (::statfs(dir.c_str(), &fs) != 0 || fs.f_type == TMPFS_MAGIC) return 0;
@@ -49,10 +33,12 @@ std::optional<ReconstructionSpill::Space> StatvfsSpace(const std::string& dir) {
 
 }  // namespace
 
-ReconstructionSpill::ReconstructionSpill(std::string dir, uint64_t capacity_bytes, SpaceProbe probe)
+ReconstructionSpill::ReconstructionSpill(std::string dir, uint64_t capacity_bytes, SpaceProbe probe,
+                                         uint64_t memory_bytes)
     : dir_(std::move(dir)),
       capacity_(capacity_bytes),
-      probe_(probe ? std::move(probe) : [d = dir_] { return StatvfsSpace(d); }) {}
+      probe_(probe ? std::move(probe) : [d = dir_] { return StatvfsSpace(d); }),
+      memory_capacity_(memory_bytes) {}
 
 ReconstructionSpill::~ReconstructionSpill() = default;
 
@@ -81,11 +67,10 @@ bool ReconstructionSpill::MakeRoom(uint64_t size) {
     if (free_bytes >= size && free_bytes - size >= keep_free) return true;
     // Dropping the least recently used gives its space back once no
     // reader holds it (a read in flight delays that a moment).
-    std::shared_ptr<const PosixFile> dropped;
+    std::vector<std::shared_ptr<const void>> released;  // freed after the lock is released
     std::lock_guard lock(mu_);
     if (lru_.empty()) return false;
-    dropped = lru_.back().file;
-    RemoveLocked(std::prev(lru_.end()));
+    RemoveLocked(std::prev(lru_.end()), &released);
   }
 }
 
@@ -93,51 +78,113 @@ Result<ReconstructionSpill::Pending> ReconstructionSpill::Write(ByteSpan reconst
   if (reconstruction.empty() || reconstruction.size() > capacity_ || !MakeRoom(reconstruction.size()))
     return Pending();
   ASSIGN_OR_RETURN(int fd, OpenUnnamed());
-  Pending pending(fd, reconstruction.size());
-  RETURN_IF_ERROR(WriteAll(fd, reconstruction, "a reconstruction in " + dir_));
-  return pending;
+  ASSIGN_OR_RETURN(std::unique_ptr<DirectFile> file,
+                   DirectFile::Write(fd, reconstruction, "a reconstruction in " + dir_, windows_));
+  return Pending(std::move(file));
 }
 
-void ReconstructionSpill::RemoveLocked(std::list<Entry>::iterator it) {
-  bytes_ -= it->file->Size();
+void ReconstructionSpill::RemoveLocked(std::list<Entry>::iterator it,
+                                       std::vector<std::shared_ptr<const void>>* released) {
+  if (it->file) bytes_ -= it->file->Size();
+  in_memory_ -= it->memory.size();
+  released->push_back(std::move(it->file));
+  released->push_back(std::move(it->owner));
   map_.erase(it->blob);
   lru_.erase(it);
 }
 
-void ReconstructionSpill::Keep(const ObjectId& blob, Pending pending, const ObjectId* replaces) {
-  if (pending.empty()) return;
-  std::shared_ptr<const PosixFile> file =
-      PosixFile::Adopt(std::exchange(pending.fd_, -1), pending.size_, "reconstruction in " + dir_);
-  std::vector<std::shared_ptr<const PosixFile>> closed;  // closed after the lock is released
-  std::lock_guard lock(mu_);
+void ReconstructionSpill::InsertLocked(const ObjectId& blob, const ObjectId* replaces, Entry entry,
+                                       std::vector<std::shared_ptr<const void>>* released) {
   for (const ObjectId* id : {&blob, replaces}) {
     if (id == nullptr) continue;
     auto it = map_.find(*id);
     if (it == map_.end()) continue;
-    closed.push_back(it->second->file);
-    RemoveLocked(it->second);
+    RemoveLocked(it->second, released);
   }
-  while (!lru_.empty() && (bytes_ + file->Size() > capacity_ || map_.size() >= kMaxEntries)) {
-    closed.push_back(lru_.back().file);
-    RemoveLocked(std::prev(lru_.end()));
+  const uint64_t file_bytes = entry.file ? entry.file->Size() : 0;
+  auto over = [&] { return bytes_ + file_bytes > capacity_ || map_.size() >= kMaxEntries; };
+  for (auto it = lru_.end(); over() && it != lru_.begin();) {
+    auto victim = std::prev(it);
+    if (!victim->file && map_.size() < kMaxEntries) {  // in memory only: not on the disk's bound
+      it = victim;
+      continue;
+    }
+    RemoveLocked(victim, released);  // `it` stays valid
   }
-  bytes_ += file->Size();
-  lru_.push_front(Entry{blob, std::move(file)});
+  bytes_ += file_bytes;
+  in_memory_ += entry.memory.size();
+  lru_.push_front(std::move(entry));
   map_.emplace(blob, lru_.begin());
 }
 
+void ReconstructionSpill::Keep(const ObjectId& blob, Pending pending, const ObjectId* replaces) {
+  if (pending.empty()) return;
+  std::vector<std::shared_ptr<const void>> released;  // freed after the lock is released
+  std::lock_guard lock(mu_);
+  InsertLocked(blob, replaces, Entry{blob, std::move(pending.file_), {}, nullptr}, &released);
+}
+
+void ReconstructionSpill::KeepReconstruction(const ObjectId& blob, ByteSpan memory, std::shared_ptr<const void> owner,
+                                             const ObjectId* replaces,
+                                             const std::function<void(const Status&)>& on_error) {
+  if (memory.empty()) return;
+  if (memory.size() > memory_capacity_) {  // straight to a file
+    Result<Pending> written = Write(memory);
+    if (!written.ok()) return on_error(written.status());
+    if (written->empty()) {  // no room: the new version is the base, not the one it replaces
+      if (replaces != nullptr) Drop(*replaces);
+      return;
+    }
+    return Keep(blob, std::move(*written), replaces);
+  }
+  struct Leaving {
+    ObjectId blob;
+    ByteSpan memory;
+    std::shared_ptr<const void> owner;
+  };
+  std::vector<Leaving> leaving;
+  {
+    std::vector<std::shared_ptr<const void>> released;  // freed after the lock is released
+    std::lock_guard lock(mu_);
+    InsertLocked(blob, replaces, Entry{blob, nullptr, memory, std::move(owner)}, &released);
+    uint64_t staying = in_memory_;
+    for (auto it = lru_.rbegin(); staying > memory_capacity_ && it != lru_.rend(); ++it) {
+      if (it->memory.empty()) continue;
+      staying -= it->memory.size();
+      leaving.push_back(Leaving{it->blob, it->memory, it->owner});
+    }
+  }
+  // Written outside the lock; readers keep reading the memory meanwhile.
+  for (Leaving& l : leaving) {
+    Result<Pending> written = Write(l.memory);
+    if (!written.ok()) on_error(written.status());
+    std::vector<std::shared_ptr<const void>> released;  // freed after the lock is released
+    released.push_back(std::move(l.owner));
+    std::lock_guard lock(mu_);
+    auto it = map_.find(l.blob);
+    if (it == map_.end() || it->second->memory.data() != l.memory.data()) continue;  // dropped or replaced meanwhile
+    if (!written.ok() || written->empty()) {
+      RemoveLocked(it->second, &released);
+      continue;
+    }
+    Entry moved{l.blob, std::move(written->file_), {}, nullptr};
+    const bool front = it->second == lru_.begin();
+    RemoveLocked(it->second, &released);
+    InsertLocked(l.blob, nullptr, std::move(moved), &released);
+    if (!front) lru_.splice(lru_.end(), lru_, lru_.begin());  // keeps its place among the least recent
+  }
+}
+
 void ReconstructionSpill::Drop(const ObjectId& blob) {
-  std::shared_ptr<const PosixFile> closed;
-  std::shared_ptr<const void> freed;
+  std::vector<std::shared_ptr<const void>> released;  // freed after the lock is released
   std::lock_guard lock(mu_);
   if (auto held = held_.find(blob); held != held_.end()) {
-    freed = std::move(held->second.owner);
+    released.push_back(std::move(held->second.owner));
     held_.erase(held);
   }
   auto it = map_.find(blob);
   if (it == map_.end()) return;
-  closed = it->second->file;
-  RemoveLocked(it->second);
+  RemoveLocked(it->second, &released);
 }
 
 std::shared_ptr<ReconstructionSpill::Held> ReconstructionSpill::Hold(const ObjectId& blob, ByteSpan bytes,
@@ -161,7 +208,7 @@ ReconstructionSpill::Held::~Held() {
 }
 
 bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) {
-  std::shared_ptr<const PosixFile> file;
+  std::shared_ptr<const DirectFile> file;
   ByteSpan memory;
   std::shared_ptr<const void> owner;
   {
@@ -169,7 +216,12 @@ bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByt
     auto it = map_.find(blob);
     if (it != map_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
-      file = it->second->file;
+      if (it->second->memory.empty()) {
+        file = it->second->file;
+      } else {
+        memory = it->second->memory;
+        owner = it->second->owner;
+      }
     } else if (auto held = held_.find(blob); held != held_.end()) {
       memory = held->second.bytes;
       owner = held->second.owner;
@@ -194,6 +246,11 @@ std::vector<ObjectId> ReconstructionSpill::Blobs() const {
 uint64_t ReconstructionSpill::bytes() const {
   std::lock_guard lock(mu_);
   return bytes_;
+}
+
+uint64_t ReconstructionSpill::memory_bytes() const {
+  std::lock_guard lock(mu_);
+  return in_memory_;
 }
 
 size_t ReconstructionSpill::count() const {

@@ -5,8 +5,8 @@
 // decoding the chain again (the chunk cache holds only files up to half
 // its size). The files are O_TMPFILE (or unlinked at once): they never
 // appear in a directory, and their space goes back when the daemon drops
-// them or dies. The page cache keeps the recent ones in memory while it
-// can; the disk holds the rest. Every chunk read from here is checked
+// them or dies. They are written and read around the page cache
+// (direct_file.h says why). Every chunk read from here is checked
 // against its blob's chunk checksum (blob_reader.cc) before it is used.
 #pragma once
 
@@ -18,10 +18,12 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "codec/common/io.h"
 #include "codec/common/status.h"
 #include "codec/container/chunk_spill.h"
+#include "fs/direct_file.h"
 
 namespace ckptfs::fs {
 
@@ -47,10 +49,17 @@ class ReconstructionSpill final : public ChunkSpill {
   // How the spill learns them (nullopt: unknown, nothing is written).
   using SpaceProbe = std::function<std::optional<Space>()>;
 
-  // Reconstructions written to unnamed files in `dir`, at most
-  // `capacity_bytes` of them kept (the least recently used leave first).
-  // `probe` defaults to statvfs of `dir` (tests pass their own).
-  ReconstructionSpill(std::string dir, uint64_t capacity_bytes, SpaceProbe probe = {});
+  // Reconstructions kept in memory, up to `memory_bytes` of them, and
+  // written to unnamed files in `dir` when they leave memory (or do not
+  // fit it), at most `capacity_bytes` of files (the least recently used
+  // leave first). Memory first: a file is written around the page cache
+  // (direct_file.h), and a reconstruction replaced by its file's next
+  // version before it leaves memory is never written at all (through the
+  // page cache, such a file cost the CPU of the cache's fill and never
+  // reached the disk; written directly, it reached the disk and delayed
+  // the next commit's own writes). `probe` defaults to statvfs of `dir`
+  // (tests pass their own).
+  ReconstructionSpill(std::string dir, uint64_t capacity_bytes, SpaceProbe probe = {}, uint64_t memory_bytes = 0);
   ~ReconstructionSpill() override;
   ReconstructionSpill(const ReconstructionSpill&) = delete;
   ReconstructionSpill& operator=(const ReconstructionSpill&) = delete;
@@ -60,16 +69,12 @@ class ReconstructionSpill final : public ChunkSpill {
   class Pending {
    public:
     Pending() = default;
-    Pending(Pending&& other) noexcept;
-    Pending& operator=(Pending&& other) noexcept;
-    ~Pending();
-    bool empty() const { return fd_ < 0; }
+    bool empty() const { return file_ == nullptr; }
 
    private:
     friend class ReconstructionSpill;
-    Pending(int fd, uint64_t size) : fd_(fd), size_(size) {}
-    int fd_ = -1;
-    uint64_t size_ = 0;
+    explicit Pending(std::unique_ptr<DirectFile> file) : file_(std::move(file)) {}
+    std::unique_ptr<DirectFile> file_;
   };
 
   // Writes `reconstruction` into a new unnamed file. A reconstruction
@@ -82,6 +87,14 @@ class ReconstructionSpill final : public ChunkSpill {
   // version's base when that is no anchor), dropped now. Then the least
   // recently used leave until the rest fits the capacity. Thread-safe.
   void Keep(const ObjectId& blob, Pending pending, const ObjectId* replaces = nullptr);
+  // Keeps `memory` (alive while `owner` is) as `blob`'s reconstruction,
+  // `replaces` as for Keep: in memory when it fits the memory bound, the
+  // least recently used there written to their files (by this call) and
+  // let go until the rest fits; else written to a file now. A write that
+  // fails or has no room leaves the reconstruction out (the log gets why
+  // through `on_error`). Thread-safe.
+  void KeepReconstruction(const ObjectId& blob, ByteSpan memory, std::shared_ptr<const void> owner,
+                          const ObjectId* replaces, const std::function<void(const Status&)>& on_error);
   // Drops `blob`'s reconstruction, kept or held.
   void Drop(const ObjectId& blob);
 
@@ -115,12 +128,17 @@ class ReconstructionSpill final : public ChunkSpill {
 
   uint64_t bytes() const;
   size_t count() const;
+  // Bytes of kept reconstructions read from memory now (count() counts
+  // those too).
+  uint64_t memory_bytes() const;
   uint64_t capacity_bytes() const { return capacity_; }
 
  private:
   struct Entry {
     ObjectId blob;
-    std::shared_ptr<const PosixFile> file;  // closed when its last reader lets go
+    std::shared_ptr<const DirectFile> file;  // closed when its last reader lets go; null while in memory only
+    ByteSpan memory;                         // the bytes in memory, or empty
+    std::shared_ptr<const void> owner;       // freed when its last reader lets go
   };
   struct InMemory {
     ByteSpan bytes;
@@ -131,16 +149,25 @@ class ReconstructionSpill final : public ChunkSpill {
   // Whether `size` more bytes leave the filesystem its free share, after
   // dropping kept reconstructions (least recently used first) if needed.
   bool MakeRoom(uint64_t size);
-  void RemoveLocked(std::list<Entry>::iterator it);
+  // Inserts an entry at the front, after dropping `blob`'s and `replaces`'
+  // entries; then the least recently used files leave until the rest fit.
+  void InsertLocked(const ObjectId& blob, const ObjectId* replaces, Entry entry,
+                    std::vector<std::shared_ptr<const void>>* released);
+  // Removes the entry; its file and memory go to `released`, to be freed
+  // after the lock is released.
+  void RemoveLocked(std::list<Entry>::iterator it, std::vector<std::shared_ptr<const void>>* released);
 
   const std::string dir_;
   const uint64_t capacity_;
   const SpaceProbe probe_;
+  const uint64_t memory_capacity_;
+  const std::shared_ptr<BounceWindows> windows_ = std::make_shared<BounceWindows>();
   mutable std::mutex mu_;  // leaf lock; never held during file I/O
   std::list<Entry> lru_;   // front = most recently kept or read
   std::unordered_map<ObjectId, std::list<Entry>::iterator, ObjectIdHash> map_;
   std::unordered_map<ObjectId, InMemory, ObjectIdHash> held_;
   uint64_t bytes_ = 0;
+  uint64_t in_memory_ = 0;
 };
 
 }  // namespace ckptfs::fs

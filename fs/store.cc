@@ -184,7 +184,8 @@ Status Store::ClaimStagingArea() {
     const uint64_t capacity = options_.reconstruction_spill_bytes != 0 ? options_.reconstruction_spill_bytes
                                                                        : ReconstructionSpill::DefaultCapacity(area_dir);
     if (capacity > 0) {
-      spill_ = std::make_unique<ReconstructionSpill>(area_dir, capacity);
+      spill_ = std::make_unique<ReconstructionSpill>(area_dir, capacity, ReconstructionSpill::SpaceProbe{},
+                                                     options_.reconstruction_memory_bytes);
       cache_.SetSpill(spill_.get());
     }
   }

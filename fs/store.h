@@ -94,6 +94,8 @@ struct StoreOptions {
   // filesystem, not tmpfs).
   bool reconstruction_spill = false;
   uint64_t reconstruction_spill_bytes = 0;
+  // Of those, the most recent up to this many bytes stay in memory too.
+  uint64_t reconstruction_memory_bytes = 0;
 };
 
 class Store final : public BlobResolver {

@@ -181,6 +181,53 @@ TEST(ReconstructionSpill, ServesAHeldReconstructionFromMemory) {
   EXPECT_TRUE(ok);
 }
 
+// Reconstructions stay in memory up to the memory bound; the least
+// recently used there go to their files, one too large for memory goes
+// to a file at once, and every byte reads back wherever it is.
+TEST(ReconstructionSpill, KeepsTheNewestInMemoryAndWritesTheRest) {
+  TempDir dir;
+  ReconstructionSpill spill(dir.path(), 1000000, ReconstructionSpill::SpaceProbe{}, /*memory_bytes=*/250000);
+  const auto a = RandomBytes(100000, 1), b = RandomBytes(100000, 2), c = RandomBytes(100001, 3);
+  const auto big = RandomBytes(300000, 4);
+  std::vector<std::string> errors;
+  auto on_error = [&](const Status& s) { errors.push_back(s.ToString()); };
+  auto keep = [&](uint8_t id, const std::vector<std::byte>& bytes, const ObjectId* replaces = nullptr) {
+    auto owner = std::make_shared<std::vector<std::byte>>(bytes);
+    spill.KeepReconstruction(IdOf(id), *owner, owner, replaces, on_error);
+  };
+  auto reads_back = [&](uint8_t id, const std::vector<std::byte>& bytes) {
+    bool ok = false;
+    auto got = Read(spill, IdOf(id), 0, bytes.size(), &ok);
+    return ok && got == bytes;
+  };
+  keep(1, a);
+  keep(2, b);
+  EXPECT_EQ(spill.count(), 2u);
+  EXPECT_EQ(spill.memory_bytes(), 200000u);
+  EXPECT_EQ(spill.bytes(), 0u) << "nothing written while both fit in memory";
+  EXPECT_TRUE(reads_back(1, a));  // 1 is now the most recently used
+  keep(3, c);
+  EXPECT_EQ(spill.count(), 3u);
+  EXPECT_EQ(spill.memory_bytes(), 200001u) << "2, the least recently used, left memory";
+  EXPECT_EQ(spill.bytes(), 100000u) << "for its file";
+  for (auto [id, bytes] : {std::pair{1, &a}, std::pair{2, &b}, std::pair{3, &c}})
+    EXPECT_TRUE(reads_back(static_cast<uint8_t>(id), *bytes)) << id;
+  // Too large for memory: a file at once; replacing 3 drops it.
+  const ObjectId three = IdOf(3);
+  keep(4, big, &three);
+  EXPECT_EQ(spill.count(), 3u);
+  EXPECT_EQ(spill.memory_bytes(), 100000u);
+  EXPECT_EQ(spill.bytes(), 400000u);
+  EXPECT_TRUE(reads_back(4, big));
+  bool ok = true;
+  Read(spill, IdOf(3), 0, 1, &ok);
+  EXPECT_FALSE(ok) << "replaced";
+  spill.Drop(IdOf(1));
+  EXPECT_EQ(spill.memory_bytes(), 0u);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "unnamed files";
+}
+
 TEST(ReconstructionSpill, KeepsAtMostItsEntryCount) {
   TempDir dir;
   ReconstructionSpill spill(dir.path(), uint64_t{1} << 30);
