@@ -336,16 +336,17 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
     // The new version is its file's next base: its base's reconstruction
     // is no longer needed, unless that is an anchor (later anchor frames
     // read it).
-    std::optional<ObjectId> replaces;
+    std::optional<ObjectId> replaces, demotes;
     if (have_base && !candidate->anchor) replaces = candidate->id;
+    else if (have_base) demotes = candidate->id;
     // Served from memory at once, until its file is written and kept.
     std::shared_ptr<ReconstructionSpill::Held> held =
         spill->Hold(v.fields.object, ByteSpan(kept->data(), kept_size), kept);
     v.reconstruction.owner = kept;
     v.reconstruction.pieces.emplace_back(0, ByteSpan(kept->data(), kept_size));
-    v.after_commit = [spill, kept, kept_size, id = v.fields.object, replaces, log, held]() mutable {
+    v.after_commit = [spill, kept, kept_size, id = v.fields.object, replaces, demotes, log, held]() mutable {
       spill->KeepReconstruction(id, ByteSpan(kept->data(), kept_size), kept, replaces ? &*replaces : nullptr,
-                                [&](const Status& s) {
+                                demotes ? &*demotes : nullptr, [&](const Status& s) {
                                   if (log) log->Debug("reconstruction of {} not kept: {}", id.Hex(), s.ToString());
                                 });
       held.reset();  // readers read the spill now (or decode)

@@ -125,7 +125,7 @@ void ReconstructionSpill::Keep(const ObjectId& blob, Pending pending, const Obje
 }
 
 void ReconstructionSpill::KeepReconstruction(const ObjectId& blob, ByteSpan memory, std::shared_ptr<const void> owner,
-                                             const ObjectId* replaces,
+                                             const ObjectId* replaces, const ObjectId* demotes,
                                              const std::function<void(const Status&)>& on_error) {
   if (memory.empty()) return;
   if (memory.size() > memory_capacity_) {  // straight to a file
@@ -148,8 +148,13 @@ void ReconstructionSpill::KeepReconstruction(const ObjectId& blob, ByteSpan memo
     std::lock_guard lock(mu_);
     InsertLocked(blob, replaces, Entry{blob, nullptr, memory, std::move(owner)}, &released);
     uint64_t staying = in_memory_;
+    if (auto it = demotes != nullptr ? map_.find(*demotes) : map_.end();
+        it != map_.end() && *demotes != blob && !it->second->memory.empty()) {
+      staying -= it->second->memory.size();
+      leaving.push_back(Leaving{it->second->blob, it->second->memory, it->second->owner});
+    }
     for (auto it = lru_.rbegin(); staying > memory_capacity_ && it != lru_.rend(); ++it) {
-      if (it->memory.empty()) continue;
+      if (it->memory.empty() || (demotes != nullptr && it->blob == *demotes)) continue;
       staying -= it->memory.size();
       leaving.push_back(Leaving{it->blob, it->memory, it->owner});
     }

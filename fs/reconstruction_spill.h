@@ -90,11 +90,16 @@ class ReconstructionSpill final : public ChunkSpill {
   // Keeps `memory` (alive while `owner` is) as `blob`'s reconstruction,
   // `replaces` as for Keep: in memory when it fits the memory bound, the
   // least recently used there written to their files (by this call) and
-  // let go until the rest fits; else written to a file now. A write that
-  // fails or has no room leaves the reconstruction out (the log gets why
-  // through `on_error`). Thread-safe.
+  // let go until the rest fits; else written to a file now. `demotes`: a
+  // blob whose reconstruction leaves memory for its file now whatever the
+  // bound (the new version's base when that is an anchor: later anchor
+  // frames read it, the next version reads the new one), so that memory
+  // holds one reconstruction per file being saved. A write that fails or
+  // has no room leaves the reconstruction out (the log gets why through
+  // `on_error`). Thread-safe.
   void KeepReconstruction(const ObjectId& blob, ByteSpan memory, std::shared_ptr<const void> owner,
-                          const ObjectId* replaces, const std::function<void(const Status&)>& on_error);
+                          const ObjectId* replaces, const ObjectId* demotes,
+                          const std::function<void(const Status&)>& on_error);
   // Drops `blob`'s reconstruction, kept or held.
   void Drop(const ObjectId& blob);
 

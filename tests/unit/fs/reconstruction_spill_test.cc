@@ -191,9 +191,10 @@ TEST(ReconstructionSpill, KeepsTheNewestInMemoryAndWritesTheRest) {
   const auto big = RandomBytes(300000, 4);
   std::vector<std::string> errors;
   auto on_error = [&](const Status& s) { errors.push_back(s.ToString()); };
-  auto keep = [&](uint8_t id, const std::vector<std::byte>& bytes, const ObjectId* replaces = nullptr) {
+  auto keep = [&](uint8_t id, const std::vector<std::byte>& bytes, const ObjectId* replaces = nullptr,
+                  const ObjectId* demotes = nullptr) {
     auto owner = std::make_shared<std::vector<std::byte>>(bytes);
-    spill.KeepReconstruction(IdOf(id), *owner, owner, replaces, on_error);
+    spill.KeepReconstruction(IdOf(id), *owner, owner, replaces, demotes, on_error);
   };
   auto reads_back = [&](uint8_t id, const std::vector<std::byte>& bytes) {
     bool ok = false;
@@ -224,6 +225,15 @@ TEST(ReconstructionSpill, KeepsTheNewestInMemoryAndWritesTheRest) {
   EXPECT_FALSE(ok) << "replaced";
   spill.Drop(IdOf(1));
   EXPECT_EQ(spill.memory_bytes(), 0u);
+  // A version whose base is an anchor: the base goes to its file at once.
+  const auto d = RandomBytes(50000, 5), e = RandomBytes(50000, 6);
+  keep(6, d);
+  const ObjectId six = IdOf(6);
+  keep(7, e, nullptr, &six);
+  EXPECT_EQ(spill.memory_bytes(), 50000u) << "only the newest in memory";
+  EXPECT_EQ(spill.bytes(), 450000u);
+  EXPECT_TRUE(reads_back(6, d));
+  EXPECT_TRUE(reads_back(7, e));
   EXPECT_TRUE(errors.empty()) << errors.front();
   EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "unnamed files";
 }
