@@ -109,8 +109,9 @@ Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_vie
     if (key == "pid") return std::to_string(::getpid());
     // Chunks this daemon has decoded for reads and encodes since it started.
     if (key == "decoded_chunks") return std::to_string(store_->chunk_cache()->decodes());
-    // Reconstructions kept in the staging area for the next versions
-    // (fs/reconstruction_spill.h), written in the background after commits.
+    // Reconstructions kept for the next versions, in memory or in the
+    // staging area (fs/reconstruction_spill.h), kept in the background
+    // after commits.
     if (key == "spilled") {
       const ReconstructionSpill* spill = store_->reconstruction_spill();
       return std::to_string(spill != nullptr ? spill->count() : 0);
