@@ -5,8 +5,10 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -91,11 +93,23 @@ TEST(DirectFile, GoesAroundThePageCacheOnADisk) {
   TempDir dir;
   const int fd = OpenEmpty(dir.path());
   ASSERT_GE(fd, 0);
-  const std::vector<std::byte> bytes = RandomBytes(3 * kAlign, 9);
+  const size_t size = 64 * kAlign + 100;  // a padded tail too
+  const std::vector<std::byte> bytes = RandomBytes(size, 9);
   auto file = DirectFile::Write(fd, bytes, "test file", std::make_shared<BounceWindows>());
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   if (!(*file)->direct()) GTEST_SKIP() << "the test directory's filesystem refuses O_DIRECT";
-  EXPECT_NE(::fcntl(fd, F_GETFL) & O_DIRECT, 0);
+  std::vector<std::byte> out(size);
+  ASSERT_TRUE((*file)->ReadAt(0, out).ok());
+  ASSERT_EQ(out, bytes);
+  // Neither the write nor the read left the file's pages in the page
+  // cache (a mapping shows what is resident without faulting it in).
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  const size_t pages = (size + kAlign - 1) / kAlign;
+  std::vector<unsigned char> resident(pages);
+  ASSERT_EQ(::mincore(map, size, resident.data()), 0);
+  ::munmap(map, size);
+  EXPECT_EQ(std::count_if(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1) != 0; }), 0);
 }
 
 }  // namespace
