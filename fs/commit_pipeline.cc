@@ -152,9 +152,11 @@ std::optional<std::vector<std::byte>> CompressForSlot(ByteSpan bytes) {
   return frame;
 }
 
-Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::string& staging_path,
+Result<EncodedVersion> EncodeStaged(Store& store, const StagingFile& staging,
                                     const std::vector<BaseCandidate>& candidates, const CommitOptions& options,
                                     Logger* log, std::string_view logical_path) {
+  const int staging_fd = staging.fd();
+  const std::string& staging_path = staging.path();
   ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::FromFd(staging_fd, staging_path));
   ByteSpan bytes = mapped.bytes();
   EncodedVersion v;
@@ -220,7 +222,9 @@ Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::str
   std::optional<ContentInFlight::Claim> claim;  // held until the content index names this version's blob
   std::optional<uint64_t> staged_checksum;  // XXH3-64 of the staged bytes, when hashed
   if (options.dedup) {
-    const FileDigests digests = DigestFile(bytes);
+    const std::optional<FileDigests> written = staging.digest().For(bytes.size());
+    const FileDigests digests = written ? *written : DigestFile(bytes);
+    v.digests = written ? EncodedVersion::Digests::kFromWrites : EncodedVersion::Digests::kHashedAtCommit;
     staged_checksum = digests.checksum;
     content_key = ContentKey(digests, layout, options, logical_path);
     auto reuse = [&](const ContentEntry& same) -> Result<EncodedVersion> {
@@ -436,8 +440,7 @@ Result<EncodedVersion> CommitStagedFile(Store& store, int manifest_fd, Manifest*
   RETURN_IF_ERROR(SyncStaging(staging, options));
   RETURN_IF_ERROR(MarkStaging(manifest_fd, m, staging.id(), static_cast<uint64_t>(st.st_size), options));
   staging.set_keep(true);
-  ASSIGN_OR_RETURN(EncodedVersion v, EncodeStaged(store, staging.fd(), staging.path(), candidates, options, log,
-                                                                logical_path));
+  ASSIGN_OR_RETURN(EncodedVersion v, EncodeStaged(store, staging, candidates, options, log, logical_path));
   RETURN_IF_ERROR(CommitManifest(manifest_fd, m, v, options));
   RETURN_IF_ERROR(RemoveStagingFile(staging, options));
   if (v.after_commit) std::exchange(v.after_commit, nullptr)();

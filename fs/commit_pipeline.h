@@ -138,6 +138,10 @@ struct EncodedVersion {
   // Nothing was encoded: a DCP shard waits for its save's .metadata
   // (CommitOptions::await_dcp_names).
   bool awaiting_names = false;
+  // How the content index's digests were had: from the writes as they
+  // arrived, or by hashing the staged file (neither: no dedup, or a file
+  // small enough to stay inline).
+  enum class Digests { kNone, kFromWrites, kHashedAtCommit } digests = Digests::kNone;
   // Run once the version's manifest is recorded: keeps its reconstruction
   // in the store's spill (the daemon queues it as background work, off
   // the commit's latency; CommitStagedFile runs it before it returns).
@@ -167,7 +171,9 @@ Status MarkStaging(int manifest_fd, Manifest* m, const StagingId& staging, uint6
 // (base_candidates.h) picks the delta base, keeping every chain shorter
 // than options.keyframe.
 // Thread safety: reentrant (Store is thread-safe).
-Result<EncodedVersion> EncodeStaged(Store& store, int staging_fd, const std::string& staging_path,
+// The content index's digests of the file come from the staging file's
+// writes when they cover it (fs/staged_digest.h), else from a pass over it.
+Result<EncodedVersion> EncodeStaged(Store& store, const StagingFile& staging,
                                     const std::vector<BaseCandidate>& candidates, const CommitOptions& options,
                                     Logger* log, std::string_view logical_path = {});
 

@@ -92,18 +92,6 @@ std::string CodingSignature(const EncodeOptions& e) {
                      e.momentum_dither, e.trellis, e.blob_version);
 }
 
-FileDigests DigestFile(ByteSpan file) {
-  ObjectIdStream id;
-  Checksum64Stream checksum;
-  constexpr size_t kBlock = 256 << 10;  // hashed by both while in cache
-  for (size_t off = 0; off < file.size(); off += kBlock) {
-    const ByteSpan block = file.subspan(off, std::min(kBlock, file.size() - off));
-    id.Update(block);
-    checksum.Update(block);
-  }
-  return FileDigests{id.Digest(), checksum.Digest()};
-}
-
 ObjectId ContentKey(const FileDigests& file, const Layout& layout, const CommitOptions& options,
                     std::string_view logical_path) {
   // What the key covers besides the bytes: the settings of the encoder and

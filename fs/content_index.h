@@ -47,14 +47,9 @@ struct ContentEntry {
 // Compression levels are left out: they change the bytes, not the values.
 std::string CodingSignature(const EncodeOptions& encode);
 
-// The two hashes of a file's bytes the index uses, from one pass over them
-// (a commit hashes every file it stores: the bytes are read from memory
-// once): XXH3-128 (ObjectId::Of) and XXH3-64 (Checksum64).
-struct FileDigests {
-  ObjectId id;
-  uint64_t checksum = 0;
-};
-FileDigests DigestFile(ByteSpan file);
+// A file's digests (FileDigests, fs/staged_digest.h): XXH3-128
+// (ObjectId::Of) and XXH3-64 (Checksum64) of its bytes, hashed as they were
+// written or, failing that, by DigestFile at commit time.
 
 // The content key of `file` (parsed as `layout`) stored with `options` at
 // `logical_path`: its bytes, the encoder's settings (options.coding) and

@@ -130,6 +130,7 @@ Status Filesystem::EnsureStagingLocked(Inode& inode, bool truncate) {
                                     static_cast<size_t>(st.st_size - in_off), 0);
       if (n <= 0) return Status::Io(n < 0 ? errno : EIO, "copy staging to " + fresh->path());
     }
+    if (!truncate) fresh->digest().Invalidate();  // its bytes came from the copy, not from writes
     f.superseded.push_back(std::move(f.staging));
     f.staging = std::move(fresh);
     f.phase = FilePhase::kStaging;
@@ -137,11 +138,19 @@ Status Filesystem::EnsureStagingLocked(Inode& inode, bool truncate) {
     return Status::Ok();
   }
   if (f.phase == FilePhase::kStaging) {
-    if (truncate && ::ftruncate(f.staging->fd(), 0) != 0) return Status::Io(errno, "truncate staging");
+    if (truncate) {
+      if (::ftruncate(f.staging->fd(), 0) != 0) {
+        const int error = errno;
+        f.staging->digest().Invalidate();
+        return Status::Io(error, "truncate staging");
+      }
+      f.staging->digest().Truncated(0);  // in-flight writes' tickets fail with it
+    }
     return Status::Ok();
   }
   ASSIGN_OR_RETURN(std::unique_ptr<StagingFile> staging, store_->CreateStaging());
   if (!truncate) {
+    staging->digest().Invalidate();  // filled from the committed content below
     // Materialize: decode the committed bytes so that appends and in-place
     // updates work on a plain file.
     ASSIGN_OR_RETURN(auto content, ContentLocked(inode));
@@ -240,7 +249,9 @@ Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& st
   commit_options.retention = retention;
   commit_options.await_dcp_names = await_names;
   Result<EncodedVersion> version =
-      EncodeStaged(*store_, staging.fd(), staging.path(), candidates, commit_options, log_, rel_path);
+      EncodeStaged(*store_, staging, candidates, commit_options, log_, rel_path);
+  if (version.ok() && version->digests == EncodedVersion::Digests::kFromWrites) ++digests_from_writes_;
+  if (version.ok() && version->digests == EncodedVersion::Digests::kHashedAtCommit) ++digests_hashed_at_commit_;
   // after_commit holds the encode's reconstruction until it has run. With
   // mem= it runs now, within this encode's reservation (a background job
   // holding a reservation could wait behind commits waiting for it);

@@ -281,6 +281,10 @@ class Filesystem {
   // fsyncs committing a file (node-local staging) right now: `pending`
   // counts them, so `ckptfs sync` and umount wait for them too.
   std::atomic<uint64_t> fsync_commits_{0};
+  // Commits whose content digests came from the staged writes / from a
+  // pass over the staged file (EncodedVersion::digests; root xattrs).
+  std::atomic<uint64_t> digests_from_writes_{0};
+  std::atomic<uint64_t> digests_hashed_at_commit_{0};
 
   // Open file handles, so that handles the kernel never released (a lazy
   // or aborted unmount) are freed at exit. Leaf lock.

@@ -66,7 +66,11 @@ void Filesystem::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
       bool in_staging = f.phase == FilePhase::kStaging || f.phase == FilePhase::kEncoding;
       if (s.ok() && (in_staging || size != static_cast<uint64_t>(attr->st_size))) {
         s = EnsureStagingLocked(*inode, attr->st_size == 0);
-        if (s.ok() && ::ftruncate(f.staging->fd(), attr->st_size) != 0) s = Status::Io(errno, "truncate staging");
+        if (s.ok()) {
+          if (::ftruncate(f.staging->fd(), attr->st_size) != 0) s = Status::Io(errno, "truncate staging");
+          if (s.ok()) f.staging->digest().Truncated(static_cast<uint64_t>(attr->st_size));
+          else f.staging->digest().Invalidate();
+        }
         if (s.ok()) {
           f.MarkChanged(/*touch_times=*/true);
           f.cached_gen = f.content_gen;
@@ -117,6 +121,10 @@ Result<std::string> Filesystem::VirtualXattrLocked(Inode& inode, std::string_vie
       return std::to_string(spill != nullptr ? spill->count() : 0);
     }
     if (key == "level") return options_.level;  // the preset the mount's options started from
+    // Commits whose content digests were hashed as the bytes were written,
+    // and those that hashed the staged file instead (fs/staged_digest.h).
+    if (key == "digests_from_writes") return std::to_string(digests_from_writes_.load());
+    if (key == "digests_hashed_at_commit") return std::to_string(digests_hashed_at_commit_.load());
   }
   if (!inode.is_reg()) return Status::Io(ENODATA, "no such attribute");
   RETURN_IF_ERROR(LoadLocked(inode));

@@ -98,15 +98,21 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, siz
   // Before the bytes change, as ext4; not for the kernel's write-back of
   // mmap'ed pages, which ext4 does not clear them for either.
   if (!fi->writepage) ClearSetIdForCaller(req, *handle->inode);
+  const StagedDigest::Ticket ticket = staging->digest().BeginWrite();
   size_t done = 0;
   while (done < size) {
     ssize_t n = ::pwrite(staging->fd(), data + done, size - done, off + static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return (void)fuse_reply_err(req, errno);
+      const int error = errno;
+      staging->digest().Invalidate();  // some of the bytes may have landed
+      return (void)fuse_reply_err(req, error);
     }
     done += static_cast<size_t>(n);
   }
+  // Hashed while the bytes are in the CPU's cache (fs/staged_digest.h).
+  staging->digest().Append(ticket, static_cast<uint64_t>(off),
+                           ByteSpan(reinterpret_cast<const std::byte*>(data), done));
   fuse_reply_write(req, done);
 }
 
@@ -117,7 +123,11 @@ void Filesystem::Fallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t o
   // The staging file has the real layout; the committed object will not
   // keep preallocated space, which only matters while staging.
   int rc = ::fallocate(staging->fd(), mode, offset, length);
-  fuse_reply_err(req, rc != 0 ? errno : 0);
+  const int error = rc != 0 ? errno : 0;
+  // Holes punched, ranges zeroed or the size extended: whatever it did,
+  // the digests no longer follow the bytes.
+  staging->digest().Invalidate();
+  fuse_reply_err(req, error);
 }
 
 }  // namespace ckptfs::fs

@@ -22,6 +22,7 @@
 #include "codec/container/blob.h"
 #include "fs/manifest.h"
 #include "fs/reconstruction_spill.h"
+#include "fs/staged_digest.h"
 
 namespace ckptfs::fs {
 
@@ -60,6 +61,10 @@ class StagingFile {
   const StagingId& id() const { return id_; }
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
+  // The digests of the bytes written so far (unknown for a file recovery
+  // found; Store::CreateStaging starts them on the empty file).
+  StagedDigest& digest() { return digest_; }
+  const StagedDigest& digest() const { return digest_; }
   // Marks the file as referenced by a durable manifest: never unlinked by
   // the destructor (recovery owns it after a crash or exit).
   void set_keep(bool keep) { keep_ = keep; }
@@ -72,6 +77,7 @@ class StagingFile {
   std::string path_;
   std::atomic<bool> keep_{false};
   std::atomic<bool> removed_{false};
+  StagedDigest digest_;
 };
 
 struct StoreOptions {
