@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "codec/optimizer/step_sources.h"
 
 namespace ckptfs {
@@ -81,7 +85,36 @@ std::vector<uint64_t> SegmentLengths(const Layout& layout) {
   return lengths;
 }
 
+#if defined(__x86_64__)
+// Four vectors of eight: each lane's bits * 0x9E3779B1 shifted right by
+// 32 - shift is zero, and its magnitude is not.
+__attribute__((target("avx2"))) uint32_t SampledMask32Avx2(const std::byte* p, uint32_t shift) {
+  const __m256i golden = _mm256_set1_epi32(static_cast<int32_t>(0x9E3779B1u));
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+  const __m128i count = _mm_cvtsi32_si128(static_cast<int>(32 - shift));
+  const __m256i zero = _mm256_setzero_si256();
+  uint32_t mask = 0;
+  for (int v = 0; v < 4; ++v) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * v));
+    const __m256i hashed = _mm256_srl_epi32(_mm256_mullo_epi32(bits, golden), count);
+    const __m256i sampled = _mm256_andnot_si256(_mm256_cmpeq_epi32(_mm256_and_si256(bits, magnitude), zero),
+                                                _mm256_cmpeq_epi32(hashed, zero));
+    mask |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(sampled))) << (8 * v);
+  }
+  return mask;
+}
+#endif
+
 }  // namespace
+
+uint32_t SampledMask32(const std::byte* p, uint32_t shift, SimdLevel max_simd) {
+#if defined(__x86_64__)
+  if (max_simd >= SimdLevel::kAvx2 && BestSimdLevel() >= SimdLevel::kAvx2) return SampledMask32Avx2(p, shift);
+#endif
+  uint32_t mask = 0;
+  for (uint32_t j = 0; j < 32; ++j) mask |= static_cast<uint32_t>(IsSampledValue(BitsAt(p + 4 * j), shift)) << j;
+  return mask;
+}
 
 ValueSample SampleValues(const Layout& layout, ByteSpan file) {
   ValueSample sample;
@@ -104,10 +137,11 @@ ValueSample SampleValues(const Layout& layout, ByteSpan file) {
   for (size_t t : sampled) {
     const uint64_t n = lengths[t] / 4;
     const std::byte* data = file.data() + *offsets[t];
-    for (uint64_t i = 0; i < n && sample.entries.size() < 2 * kMaxValueSamples; ++i) {
-      const uint32_t bits = BitsAt(data + i * 4);
-      if (IsSampledValue(bits, shift)) sample.entries.emplace_back(bits, *offsets[t] + i * 4);
-    }
+    ScanSampledValues(data, n, shift, [&](uint64_t i, uint32_t bits) {
+      if (sample.entries.size() >= 2 * kMaxValueSamples) return false;
+      sample.entries.emplace_back(bits, *offsets[t] + i * 4);
+      return true;
+    });
     sample.extents.emplace_back(*offsets[t], *offsets[t] + n * 4);
   }
   std::sort(sample.entries.begin(), sample.entries.end());
@@ -142,10 +176,10 @@ RefRuns FindRefRuns(const Layout& layout, ByteSpan file, const std::vector<bool>
     extents.emplace_back(*offsets[t], *offsets[t] + n * 4);
     values.emplace_back();
     const std::byte* data = file.data() + *offsets[t];
-    for (uint64_t e = 0; e < n; ++e) {
-      const uint32_t bits = BitsAt(data + e * 4);
-      if (IsSampledValue(bits)) values.back().push_back(Sampled{*offsets[t] + e * 4, bits});
-    }
+    ScanSampledValues(data, n, kValueSampleShift, [&](uint64_t e, uint32_t bits) {
+      values.back().push_back(Sampled{*offsets[t] + e * 4, bits});
+      return true;
+    });
   }
   uint64_t best_bytes = 0;
   for (size_t k = 0; k < candidates.size(); ++k) {

@@ -19,12 +19,14 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "codec/common/bytes.h"
+#include "codec/common/simd_level.h"
 #include "codec/container/blob.h"
 #include "codec/container/chunk_plan.h"
 #include "codec/format/layout.h"
@@ -60,6 +62,34 @@ ValueSample SampleValues(const Layout& layout, ByteSpan file);
 // sampled more sparsely.
 inline bool IsSampledValue(uint32_t bits, uint32_t shift = kValueSampleShift) {
   return (bits & 0x7fffffffu) != 0 && ((bits * 0x9E3779B1u) >> (32 - shift)) == 0;
+}
+
+// Bit j set where the f32 at p + 4 j (j < 32) IsSampledValue at `shift`
+// (1..31): by AVX2 where the CPU has it and max_simd allows, the same bits
+// as the scalar test. A commit scans every weight of a file this way
+// before its encode starts (SampleValues), so the scan is on the commit's
+// serial head: 0.14-0.21 s per 600 MB checkpoint one element at a time.
+uint32_t SampledMask32(const std::byte* p, uint32_t shift, SimdLevel max_simd = SimdLevel::kAvx512);
+
+// on_hit(i, bits) for each i < n, in order, whose f32 `bits` at data + 4 i
+// IsSampledValue at `shift`; stops when on_hit returns false.
+template <typename F>
+void ScanSampledValues(const std::byte* data, uint64_t n, uint32_t shift, F&& on_hit,
+                       SimdLevel max_simd = SimdLevel::kAvx512) {
+  uint64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (uint32_t mask = SampledMask32(data + 4 * i, shift, max_simd); mask != 0; mask &= mask - 1) {
+      const uint64_t at = i + static_cast<uint64_t>(__builtin_ctz(mask));
+      uint32_t bits;
+      std::memcpy(&bits, data + 4 * at, 4);
+      if (!on_hit(at, bits)) return;
+    }
+  }
+  for (; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, data + 4 * i, 4);
+    if (IsSampledValue(bits, shift) && !on_hit(i, bits)) return;
+  }
 }
 
 // An earlier file's blob and the sample of the values it was made from.

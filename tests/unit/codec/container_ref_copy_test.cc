@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -114,6 +115,50 @@ TEST(RefCopies, SampleKeepsValuesOfLargeF32TensorsOnce) {
   FileBuilder twice;
   twice.Tensor("a", DType::kF32, {kN}, F32Bytes(model.l1)).Tensor("b", DType::kF32, {kN}, F32Bytes(model.l1));
   EXPECT_TRUE(SampleValues(twice.layout, twice.bytes).entries.empty());
+}
+
+// The vector scan finds exactly the values the scalar test samples, at
+// every rate, across the ends of 32-element blocks, and stops when asked.
+TEST(RefCopies, SampledScanIsTheScalarTest) {
+  std::mt19937 rng(5);
+  std::vector<uint32_t> words(4096 + 17);
+  for (auto& w : words) w = rng();
+  // Sampled words at the base rate, zeros of either sign (never sampled),
+  // and the words a multiply could confuse with them.
+  uint32_t found = 0;
+  for (uint32_t w = 1; found < 64; ++w)
+    if (IsSampledValue(w)) words[(found++ * 61) % words.size()] = w;
+  for (size_t i = 0; i < words.size(); i += 97) words[i] = 0;
+  for (size_t i = 50; i < words.size(); i += 101) words[i] = 0x80000000u;
+  const auto* data = reinterpret_cast<const std::byte*>(words.data());
+  for (uint32_t shift = 1; shift <= 31; ++shift) {
+    SCOPED_TRACE(shift);
+    for (size_t at = 0; at + 32 <= words.size(); at += 29) {
+      uint32_t want = 0;
+      for (uint32_t j = 0; j < 32; ++j) want |= static_cast<uint32_t>(IsSampledValue(words[at + j], shift)) << j;
+      ASSERT_EQ(SampledMask32(data + 4 * at, shift, SimdLevel::kScalar), want);
+      ASSERT_EQ(SampledMask32(data + 4 * at, shift, SimdLevel::kAvx2), want);
+    }
+    for (const uint64_t n : {uint64_t{0}, uint64_t{31}, uint64_t{32}, uint64_t{33}, uint64_t{words.size()}}) {
+      std::vector<std::pair<uint64_t, uint32_t>> want, have;
+      for (uint64_t i = 0; i < n; ++i)
+        if (IsSampledValue(words[i], shift)) want.emplace_back(i, words[i]);
+      ScanSampledValues(data, n, shift, [&](uint64_t i, uint32_t bits) {
+        have.emplace_back(i, bits);
+        return true;
+      });
+      ASSERT_EQ(have, want);
+      if (want.size() < 2) continue;
+      have.clear();
+      ScanSampledValues(data, n, shift, [&](uint64_t i, uint32_t bits) {
+        have.emplace_back(i, bits);
+        return have.size() < 2;
+      });
+      const std::vector<std::pair<uint64_t, uint32_t>> first_two(want.begin(), want.begin() + 2);
+      ASSERT_EQ(have, first_two);
+    }
+  }
+  EXPECT_GT(found, 0u);
 }
 
 struct RefChain {
