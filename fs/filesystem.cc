@@ -475,6 +475,7 @@ Status RunDaemon(const MountOptions& options) {
   // machine's (the page cache held them before they were written around
   // it); with mem= none do, outside its bound.
   store_options.reconstruction_memory_bytes = options.mem_mib == 0 ? PhysicalMemoryBytes() / 8 : 0;
+  store_options.hash_staged_writes = options.compress;  // compress=off never looks content up
   // A read-only backing directory (or -o ro) mounts read-only: no staging
   // area, no recovery, no GC; files a dead daemon left in staging are
   // served from their staging files.

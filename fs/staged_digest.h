@@ -47,8 +47,10 @@ class StagedDigest {
   };
 
   // Starts unknown (a staging file found by recovery, or one whose
-  // content came from elsewhere) until Reset.
-  StagedDigest();
+  // content came from elsewhere) until Reset. With `enabled` false the
+  // digests are never known, and every call returns at once (a mount that
+  // never reads them does not pay for the hashing).
+  explicit StagedDigest(bool enabled = true);
   StagedDigest(const StagedDigest&) = delete;
   StagedDigest& operator=(const StagedDigest&) = delete;
 
@@ -71,6 +73,7 @@ class StagedDigest {
   std::optional<FileDigests> For(uint64_t size) const;
 
  private:
+  const bool enabled_;
   mutable std::mutex mu_;
   uint64_t generation_ = 0;  // bumped by Reset and Invalidate
   bool known_ = false;

@@ -222,7 +222,7 @@ Result<std::unique_ptr<StagingFile>> Store::CreateStaging() {
   std::string path = StagingRoot() + "/" + id.DirHex() + "/" + id.FileHex();
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Io(errno, "create staging " + path);
-  auto staging = std::make_unique<StagingFile>(id, fd, path);
+  auto staging = std::make_unique<StagingFile>(id, fd, path, options_.hash_staged_writes);
   staging->digest().Reset();  // empty, and O_EXCL: nobody else wrote to it
   return staging;
 }

@@ -54,7 +54,11 @@ class TempFile {
 // are atomic.
 class StagingFile {
  public:
-  StagingFile(StagingId id, int fd, std::string path) : id_(id), fd_(fd), path_(std::move(path)) {}
+  // `hash_writes`: the digests follow the file's writes from its first
+  // truncate to zero on (Store::CreateStaging: from now); otherwise (and
+  // for a file recovery found) they are never known.
+  StagingFile(StagingId id, int fd, std::string path, bool hash_writes = false)
+      : id_(id), fd_(fd), path_(std::move(path)), digest_(hash_writes) {}
   ~StagingFile();
   StagingFile(const StagingFile&) = delete;
   StagingFile& operator=(const StagingFile&) = delete;
@@ -102,6 +106,11 @@ struct StoreOptions {
   uint64_t reconstruction_spill_bytes = 0;
   // Of those, the most recent up to this many bytes stay in memory too.
   uint64_t reconstruction_memory_bytes = 0;
+  // Staging files hash their writes as they arrive (fs/staged_digest.h):
+  // for mounts whose commits look content up in the index. A mount that
+  // stores files as they are (compress=off) never reads the digests, and
+  // its writes skip the hashing.
+  bool hash_staged_writes = true;
 };
 
 class Store final : public BlobResolver {

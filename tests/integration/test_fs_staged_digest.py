@@ -111,3 +111,11 @@ def test_digests_from_writes_and_every_change_that_voids_them(mnt):
                        ("changed.bin", changed), ("rewritten.bin", original), ("holed.bin", holed)):
         with open(m.path(name), "rb") as f:
             assert f.read() == data, name
+
+
+def test_a_mount_that_stores_files_as_they_are_does_not_hash_them(store):
+    store.mount("compress=off")
+    data = os.urandom(SIZE)
+    write_in_order(store.path("a.bin"), data)
+    committed(store, "a.bin", data)
+    assert counters(store) == (0, 0)

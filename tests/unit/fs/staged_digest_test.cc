@@ -41,6 +41,17 @@ TEST(StagedDigest, UnknownUntilReset) {
   ExpectDigestsOf(digest, ByteSpan());
 }
 
+TEST(StagedDigest, DisabledIsNeverKnown) {
+  const std::vector<std::byte> bytes = RandomBytes(1000, 3);
+  StagedDigest digest(/*enabled=*/false);
+  digest.Reset();
+  EXPECT_FALSE(digest.For(0));
+  digest.Append(digest.BeginWrite(), 0, Piece(bytes, 0, bytes.size()));
+  digest.Truncated(0);
+  EXPECT_FALSE(digest.For(0));
+  EXPECT_FALSE(digest.For(bytes.size()));
+}
+
 TEST(StagedDigest, InOrderWritesOfAnySizeGiveTheFilesDigests) {
   const std::vector<std::byte> bytes = RandomBytes(3 << 20, 7);
   std::mt19937 rng(3);
