@@ -240,6 +240,28 @@ bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByt
   return true;
 }
 
+std::optional<ChunkSpill::View> ReconstructionSpill::ViewInMemory(const ObjectId& blob, uint64_t offset,
+                                                                 uint64_t length) {
+  ByteSpan memory;
+  std::shared_ptr<const void> owner;
+  {
+    std::lock_guard lock(mu_);
+    auto it = map_.find(blob);
+    if (it != map_.end() && !it->second->memory.empty()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      memory = it->second->memory;
+      owner = it->second->owner;
+    } else if (auto held = held_.find(blob); it == map_.end() && held != held_.end()) {
+      memory = held->second.bytes;
+      owner = held->second.owner;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (offset > memory.size() || length > memory.size() - offset) return std::nullopt;
+  return View{std::move(owner), memory.subspan(offset, length)};
+}
+
 std::vector<ObjectId> ReconstructionSpill::Blobs() const {
   std::lock_guard lock(mu_);
   std::vector<ObjectId> out;

@@ -129,6 +129,7 @@ class ReconstructionSpill final : public ChunkSpill {
 
   // ChunkSpill.
   bool Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) override;
+  std::optional<View> ViewInMemory(const ObjectId& blob, uint64_t offset, uint64_t length) override;
   void Forget(const ObjectId& blob) override { Drop(blob); }
 
   uint64_t bytes() const;

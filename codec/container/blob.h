@@ -264,6 +264,18 @@ class BlobReader {
   // decoded bytes fail their checksum is ChecksumMismatch naming the chunk.
   virtual Status ReadAt(uint64_t offset, MutableByteSpan out) const = 0;
 
+  // [offset, +buffer.size()) of the reconstructed file, in place where the
+  // reader has it in memory (a cached chunk, a reconstruction its cache's
+  // spill keeps in memory; *hold keeps it valid), else read into `buffer`
+  // as by ReadAt. The view is 4-byte aligned when `buffer` is. An encode
+  // reads its base this way: one copy fewer per byte, none where the
+  // daemon kept the base's reconstruction.
+  virtual Result<ByteSpan> ViewAt(uint64_t offset, MutableByteSpan buffer, std::shared_ptr<const void>* hold) const {
+    (void)hold;
+    RETURN_IF_ERROR(ReadAt(offset, buffer));
+    return ByteSpan(buffer);
+  }
+
   // Decodes chunk `index` and checks it (fsck).
   virtual Status VerifyChunk(uint32_t index) const = 0;
 

@@ -74,6 +74,9 @@ class BlobReaderImpl final : public BlobReader {
   }
 
   Status ReadPieces(uint64_t offset, uint64_t length, std::vector<Piece>* pieces) const override;
+  Result<ByteSpan> ViewAt(uint64_t offset, MutableByteSpan buffer, std::shared_ptr<const void>* hold) const override {
+    return ViewAtDepth(offset, buffer, 0, hold);
+  }
 
   Status Prefetch(uint32_t index, uint64_t ticket) const override {
     if (index >= index_.chunks.size())
@@ -117,7 +120,7 @@ class BlobReaderImpl final : public BlobReader {
   // cache and the range lies in one chunk at an address aligned to 4 bytes
   // (the kernels load whole elements), else read into `buffer`.
   Result<ByteSpan> ViewAtDepth(uint64_t offset, MutableByteSpan buffer, uint32_t depth,
-                               std::shared_ptr<const ChunkBuffer>* hold, ChunkUse use = ChunkUse::kNow) const;
+                               std::shared_ptr<const void>* hold, ChunkUse use = ChunkUse::kNow) const;
 
  private:
   // The stream's reader has (part of) a chunk that `later` chunks of this
@@ -158,9 +161,12 @@ class BlobReaderImpl final : public BlobReader {
   // Chunk `c` from the cache's spill, when it holds it with the chunk's
   // checksum: true. REQUIRES: cache_ && id_.
   bool ReadSpilledChunk(uint32_t c, MutableByteSpan out) const;
+  // Chunk `c` in the spill's memory, checked like a copy (ViewAtDepth
+  // reads it in place). REQUIRES: cache_ && id_.
+  std::optional<ChunkSpill::View> SpilledChunkView(uint32_t c) const;
   // The base version's bytes a delta chunk XORs against (ViewAtDepth).
   Result<ByteSpan> ViewBase(uint32_t c, MutableByteSpan buffer, uint32_t depth,
-                            std::shared_ptr<const ChunkBuffer>* hold) const;
+                            std::shared_ptr<const void>* hold) const;
   // Corruption unless [offset, +length) of the base lies inside it and
   // covers no step-predicted chunk of the base.
   Status CheckBaseStepRange(uint32_t c, uint64_t offset, uint64_t length) const;
@@ -173,7 +179,7 @@ class BlobReaderImpl final : public BlobReader {
   // [offset, +buffer.size()) of the base version or the ref (ViewAtDepth,
   // one level deeper).
   Result<ByteSpan> ViewLinkRange(uint32_t c, Link link, uint64_t offset, MutableByteSpan buffer, uint32_t depth,
-                                 std::shared_ptr<const ChunkBuffer>* hold) const;
+                                 std::shared_ptr<const void>* hold) const;
   // The prediction a step-predicted chunk is a delta frame against, from
   // the base's weights `weight_base` (step_predictor.h).
   Status Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
@@ -182,7 +188,7 @@ class BlobReaderImpl final : public BlobReader {
   // into `scratch`.
   Result<lossy::StepSources> PredictionSources(uint32_t c, const StepPrediction& step, ByteSpan weight_base,
                                                CodecScratch& scratch, uint32_t depth,
-                                               std::shared_ptr<const ChunkBuffer> (&holds)[4]) const;
+                                               std::shared_ptr<const void> (&holds)[4]) const;
   Result<std::shared_ptr<const BlobReader>> OpenLink(Link link) const;
   Result<std::shared_ptr<const BlobReader>> OpenBase() const { return OpenLink(Link::kBase); }
   Status ChunkError(StatusCode code, uint32_t c, std::string_view why) const;
@@ -331,6 +337,18 @@ Result<std::shared_ptr<const ChunkBuffer>> BlobReaderImpl::CachedChunk(uint32_t 
   return data;
 }
 
+std::optional<ChunkSpill::View> BlobReaderImpl::SpilledChunkView(uint32_t c) const {
+  ChunkSpill* spill = cache_->spill();
+  if (spill == nullptr) return std::nullopt;
+  const ChunkInfo& chunk = index_.chunks[c];
+  std::optional<ChunkSpill::View> view = spill->ViewInMemory(*id_, chunk.logical_offset, chunk.logical_length);
+  if (!view) return std::nullopt;
+  // Checked as ReadSpilledChunk checks a copy.
+  if (Checksum64(view->bytes) == chunk.checksum) return view;
+  spill->Forget(*id_);
+  return std::nullopt;
+}
+
 bool BlobReaderImpl::ReadSpilledChunk(uint32_t c, MutableByteSpan out) const {
   ChunkSpill* spill = cache_->spill();
   if (spill == nullptr || !spill->Read(*id_, index_.chunks[c].logical_offset, out)) return false;
@@ -376,13 +394,13 @@ Result<std::shared_ptr<const BlobReader>> BlobReaderImpl::OpenLink(Link link) co
 }
 
 Result<ByteSpan> BlobReaderImpl::ViewBase(uint32_t c, MutableByteSpan buffer, uint32_t depth,
-                                          std::shared_ptr<const ChunkBuffer>* hold) const {
+                                          std::shared_ptr<const void>* hold) const {
   return ViewLinkRange(c, Link::kBase, index_.base_offsets[c], buffer, depth, hold);
 }
 
 Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan weight_base, CodecScratch& scratch,
                                MutableByteSpan out, uint32_t depth) const {
-  std::shared_ptr<const ChunkBuffer> holds[4];  // cached chunks the sources point into
+  std::shared_ptr<const void> holds[4];  // cached chunks the sources point into
   ASSIGN_OR_RETURN(const lossy::StepSources sources, PredictionSources(c, step, weight_base, scratch, depth, holds));
   lossy::PredictWeights(step.predictor, sources, out);
   return Status::Ok();
@@ -391,7 +409,7 @@ Status BlobReaderImpl::Predict(uint32_t c, const StepPrediction& step, ByteSpan 
 Result<lossy::StepSources> BlobReaderImpl::PredictionSources(uint32_t c, const StepPrediction& step,
                                                              ByteSpan weight_base, CodecScratch& scratch,
                                                              uint32_t depth,
-                                                             std::shared_ptr<const ChunkBuffer> (&holds)[4]) const {
+                                                             std::shared_ptr<const void> (&holds)[4]) const {
   const ChunkInfo& chunk = index_.chunks[c];
   ASSIGN_OR_RETURN(lossy::ElementType weight_type,
                    lossy::ElementTypeOf(index_.tensors[index_.segments[chunk.segment].tensor].dtype));
@@ -460,7 +478,7 @@ Status BlobReaderImpl::CheckBaseStepRange(uint32_t c, uint64_t offset, uint64_t 
 }
 
 Result<ByteSpan> BlobReaderImpl::ViewLinkRange(uint32_t c, Link link, uint64_t base_offset, MutableByteSpan out,
-                                               uint32_t depth, std::shared_ptr<const ChunkBuffer>* hold) const {
+                                               uint32_t depth, std::shared_ptr<const void>* hold) const {
   if (depth + 1 > limits_.max_chain_depth)
     return ChunkError(StatusCode::kCorruption, c,
                       fmt::format("delta chain deeper than the limit {}", limits_.max_chain_depth));
@@ -543,13 +561,13 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     ctx.base_slices = &*row_column;
   }
   // Cached chunks that the views below (v, the base) point into.
-  std::shared_ptr<const ChunkBuffer> v_hold, base_hold;
+  std::shared_ptr<const void> v_hold, base_hold;
   // A first moment in step space whose base (if any) is at most scaled:
   // the decoder makes the base in step space and the output slice by
   // slice (StepSpaceSlices). Otherwise over the whole chunk, below.
   std::optional<StepSpaceSlices> step_slices;
   // Step-predicted f32 weights: their prediction made slice by slice.
-  std::shared_ptr<const ChunkBuffer> prediction_holds[4];
+  std::shared_ptr<const void> prediction_holds[4];
   lossy::StepSources prediction_sources;
   std::optional<lossy::PredictionSlices> prediction_slices;
   // A step-space chunk's second moment: viewed in the cache, or read into
@@ -796,13 +814,20 @@ Status CheckFileChecksum(const BlobReader& reader, uint64_t have) {
 }
 
 Result<ByteSpan> BlobReaderImpl::ViewAtDepth(uint64_t offset, MutableByteSpan buffer, uint32_t depth,
-                                             std::shared_ptr<const ChunkBuffer>* hold, ChunkUse use) const {
+                                             std::shared_ptr<const void>* hold, ChunkUse use) const {
   const uint64_t size = index_.header.logical_size;
   if (cache_ != nullptr && id_ && !buffer.empty() && offset <= size && buffer.size() <= size - offset) {
     const uint32_t c = ChunkIndexAt(index_.chunks, offset);
     const ChunkInfo& chunk = index_.chunks[c];
     const uint64_t from = offset - chunk.logical_offset;
     if (buffer.size() <= chunk.logical_length - from) {
+      if (std::optional<ChunkSpill::View> spilled = SpilledChunkView(c)) {
+        const std::byte* at = spilled->bytes.data() + from;
+        if (reinterpret_cast<uintptr_t>(at) % 4 == 0) {
+          *hold = std::move(spilled->owner);
+          return ByteSpan(at, buffer.size());
+        }
+      }
       ASSIGN_OR_RETURN(std::shared_ptr<const ChunkBuffer> data, CachedChunk(c, depth, use));
       const std::byte* at = data->data() + from;
       if (reinterpret_cast<uintptr_t>(at) % 4 == 0) {

@@ -155,7 +155,10 @@ class WorkspaceLease {
     }
     workspace_->in_use = true;
   }
-  ~WorkspaceLease() { workspace_->in_use = false; }
+  ~WorkspaceLease() {
+    workspace_->scratch.base_hold.reset();  // the base's memory is not this workspace's to keep
+    workspace_->in_use = false;
+  }
   WorkspaceLease(const WorkspaceLease&) = delete;
   WorkspaceLease& operator=(const WorkspaceLease&) = delete;
   EncodeWorkspace& operator*() { return *workspace_; }

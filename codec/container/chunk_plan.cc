@@ -87,8 +87,10 @@ ByteSpan ReadBaseBytes(const PlannedChunk& plan, const BaseRef* base, CodecScrat
   // A base that cannot be read (damaged, or its own base is gone) must not
   // stop the new version from being stored: the chunk becomes a key frame.
   std::byte* buffer = scratch.base.Reserve(plan.length);
-  if (!base->reader->ReadAt(*plan.base_offset, MutableByteSpan(buffer, plan.length)).ok()) return {};
-  return ByteSpan(buffer, plan.length);
+  Result<ByteSpan> bytes = base->reader->ViewAt(*plan.base_offset, MutableByteSpan(buffer, plan.length),
+                                                &scratch.base_hold);
+  if (!bytes.ok()) return {};
+  return *bytes;
 }
 
 std::vector<StepCandidate> StepCandidates(const Layout& layout, const StepStates& states,

@@ -41,8 +41,9 @@ std::vector<std::optional<uint64_t>> MatchBaseTensors(const Layout& layout, cons
 std::vector<std::optional<uint64_t>> StepSpaceSources(const Layout& layout, const StepStates& states,
                                                       const std::vector<PlannedChunk>& plan);
 
-// Reads the base's reconstructed bytes for `plan` into scratch.base; empty
-// when there is no base range or it cannot be read.
+// The base's reconstructed bytes for `plan`: in place where its reader has
+// them in memory (held by scratch.base_hold until the next call), else read
+// into scratch.base; empty when there is no base range or it cannot be read.
 ByteSpan ReadBaseBytes(const PlannedChunk& plan, const BaseRef* base, CodecScratch& scratch);
 
 // The optimizer states that may predict chunk `plan` (a tensor that no state

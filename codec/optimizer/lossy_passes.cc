@@ -548,7 +548,9 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
     if (!base_bytes.empty() && !source.unchanged) {
       StageTimer timer;
       const std::vector<StepCandidate> candidates = StepCandidates(layout, states, base_match, plan[i]);
-      auto read_base = [&](uint64_t offset, MutableByteSpan out) { return base->reader->ReadAt(offset, out); };
+      auto read_base = [&](uint64_t offset, MutableByteSpan buffer, std::shared_ptr<const void>* hold) {
+        return base->reader->ViewAt(offset, buffer, hold);
+      };
       prediction = PredictChunk(*lossy::ElementTypeOf(plan[i].dtype), chunk_data(i), base_bytes, recon, candidates,
                                 read_base, scratch);
       stages.Add(EncodeStage::kPrediction, timer.Seconds());

@@ -112,7 +112,7 @@ StepStates FindStepStates(const Layout& layout) {
 
 std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, ByteSpan values, ByteSpan base,
                                             ByteSpan recon, const std::vector<StepCandidate>& candidates,
-                                            const std::function<Status(uint64_t, MutableByteSpan)>& read_base,
+                                            const BaseViewer& read_base,
                                             CodecScratch& scratch) {
   if (base.empty() || base.size() != values.size() || candidates.empty()) return std::nullopt;
   const uint64_t n = values.size() / lossy::ElementSize(weight_type);
@@ -146,13 +146,17 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
   sources.m = recon.subspan(best->m_offset, length);
   sources.v = best->has_v ? recon.subspan(best->v_offset, length) : ByteSpan();
   sources.m_base = sources.v_base = ByteSpan();
+  // The base's state, in place where its reader holds it (until this
+  // returns: only the fit reads it).
+  std::shared_ptr<const void> m_hold, v_hold;
   if (best->m_base_offset && (!best->has_v || best->v_base_offset)) {
-    MutableByteSpan m_base(scratch.step_inputs[2].Reserve(length), length);
-    MutableByteSpan v_base(scratch.step_inputs[3].Reserve(length), length);
-    if (read_base(*best->m_base_offset, m_base).ok() &&
-        (!best->has_v || read_base(*best->v_base_offset, v_base).ok())) {
-      sources.m_base = m_base;
-      if (best->has_v) sources.v_base = v_base;
+    MutableByteSpan m_buffer(scratch.step_inputs[2].Reserve(length), length);
+    MutableByteSpan v_buffer(scratch.step_inputs[3].Reserve(length), length);
+    Result<ByteSpan> m_base = read_base(*best->m_base_offset, m_buffer, &m_hold);
+    Result<ByteSpan> v_base = best->has_v ? read_base(*best->v_base_offset, v_buffer, &v_hold) : ByteSpan();
+    if (m_base.ok() && v_base.ok()) {
+      sources.m_base = *m_base;
+      if (best->has_v) sources.v_base = *v_base;
       step.has_base_step = true;
       step.m_base_offset = *best->m_base_offset;
       step.v_base_offset = best->has_v ? *best->v_base_offset : 0;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -82,10 +83,14 @@ inline constexpr double kMaxPredictedEnergy = 0.99;
 // parameters (72 bytes more than a plain chunk's) would outweigh what it
 // saves (a 9 kB blob of a small MLP grew by 2 % with them).
 inline constexpr uint64_t kMinPredictedElements = 4096;
+// The base's bytes at [offset, +buffer.size()): in place where its reader
+// has them in memory (kept valid by *hold), else read into `buffer`
+// (BlobReader::ViewAt).
+using BaseViewer = std::function<Result<ByteSpan>(uint64_t offset, MutableByteSpan buffer,
+                                                   std::shared_ptr<const void>* hold)>;
 std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, ByteSpan values, ByteSpan base,
                                             ByteSpan recon, const std::vector<StepCandidate>& candidates,
-                                            const std::function<Status(uint64_t, MutableByteSpan)>& read_base,
-                                            CodecScratch& scratch);
+                                            const BaseViewer& read_base, CodecScratch& scratch);
 
 // A first moment m (Adam's exp_avg, SGD's momentum_buffer) decays by beta1
 // per step between versions: the chunk `values` predicted as scale * base

@@ -93,6 +93,10 @@ class CodecScratch {
   ScratchBuffer planes;    // split planes (encode) or decoded planes (decode)
   ScratchBuffer xored;     // XOR residual against the base
   ScratchBuffer base;      // base version bytes for delta chunks
+  // What a view of the base's bytes points into (BlobReader::ViewAt: a
+  // cached chunk, a kept reconstruction) until the next one replaces it;
+  // released when the encode ends, so that it pins nothing after it.
+  std::shared_ptr<const void> base_hold;
   ScratchBuffer candidate; // a second encoding when codecs compete
   ScratchBuffer decoded;   // a decoded chunk not wholly wanted by a read
   ScratchBuffer stored;    // a chunk's stored bytes read from a file

@@ -238,6 +238,49 @@ TEST(ReconstructionSpill, KeepsTheNewestInMemoryAndWritesTheRest) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "unnamed files";
 }
 
+// What the spill keeps in memory is viewed in place (a base read of the
+// next encode), alive while the view's owner is held; what it keeps in a
+// file is not in memory, and Read copies it.
+TEST(ReconstructionSpill, ViewsWhatItKeepsInMemory) {
+  TempDir dir;
+  ReconstructionSpill spill(dir.path(), 1000000, ReconstructionSpill::SpaceProbe{}, /*memory_bytes=*/150000);
+  const auto a = RandomBytes(100000, 1), b = RandomBytes(100000, 2);
+  std::vector<std::string> errors;
+  auto on_error = [&](const Status& s) { errors.push_back(s.ToString()); };
+  auto owner_a = std::make_shared<std::vector<std::byte>>(a);
+  spill.KeepReconstruction(IdOf(1), *owner_a, owner_a, nullptr, nullptr, on_error);
+  std::optional<ChunkSpill::View> view = spill.ViewInMemory(IdOf(1), 1000, 5000);
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->bytes.data(), owner_a->data() + 1000) << "in place";
+  EXPECT_EQ(view->bytes.size(), 5000u);
+  EXPECT_FALSE(spill.ViewInMemory(IdOf(1), 99000, 2000)) << "past its end";
+  EXPECT_FALSE(spill.ViewInMemory(IdOf(9), 0, 10)) << "not kept";
+  // 2 pushes 1 out of memory, to its file: no view, but Read has it.
+  auto owner_b = std::make_shared<std::vector<std::byte>>(b);
+  spill.KeepReconstruction(IdOf(2), *owner_b, owner_b, nullptr, nullptr, on_error);
+  EXPECT_FALSE(spill.ViewInMemory(IdOf(1), 0, 10));
+  bool ok = false;
+  EXPECT_EQ(Read(spill, IdOf(1), 1000, 5000, &ok), std::vector<std::byte>(a.begin() + 1000, a.begin() + 6000));
+  EXPECT_TRUE(ok);
+  // The earlier view still holds its memory, whatever the spill let go of.
+  owner_a.reset();
+  EXPECT_TRUE(std::equal(view->bytes.begin(), view->bytes.end(), a.begin() + 1000));
+  std::optional<ChunkSpill::View> view_b = spill.ViewInMemory(IdOf(2), 0, b.size());
+  ASSERT_TRUE(view_b.has_value());
+  owner_b.reset();
+  spill.Drop(IdOf(2));
+  EXPECT_FALSE(spill.ViewInMemory(IdOf(2), 0, 10));
+  EXPECT_TRUE(std::equal(view_b->bytes.begin(), view_b->bytes.end(), b.begin()));
+  // A reconstruction held from commit to background job is in memory too.
+  const auto c = RandomBytes(3000, 3);
+  auto owner_c = std::make_shared<std::vector<std::byte>>(c);
+  auto held = spill.Hold(IdOf(3), *owner_c, owner_c);
+  std::optional<ChunkSpill::View> view_c = spill.ViewInMemory(IdOf(3), 10, 20);
+  ASSERT_TRUE(view_c.has_value());
+  EXPECT_EQ(view_c->bytes.data(), owner_c->data() + 10);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+}
+
 TEST(ReconstructionSpill, KeepsAtMostItsEntryCount) {
   TempDir dir;
   ReconstructionSpill spill(dir.path(), uint64_t{1} << 30);
