@@ -212,54 +212,34 @@ ReconstructionSpill::Held::~Held() {
   spill_->held_.erase(it);
 }
 
-bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) {
-  std::shared_ptr<const DirectFile> file;
-  ByteSpan memory;
-  std::shared_ptr<const void> owner;
-  {
-    std::lock_guard lock(mu_);
-    auto it = map_.find(blob);
-    if (it != map_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      if (it->second->memory.empty()) {
-        file = it->second->file;
-      } else {
-        memory = it->second->memory;
-        owner = it->second->owner;
-      }
-    } else if (auto held = held_.find(blob); held != held_.end()) {
-      memory = held->second.bytes;
-      owner = held->second.owner;
-    } else {
-      return false;
-    }
+ReconstructionSpill::Found ReconstructionSpill::Find(const ObjectId& blob) {
+  std::lock_guard lock(mu_);
+  auto it = map_.find(blob);
+  if (it != map_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    if (it->second->memory.empty()) return Found{true, it->second->file, {}, nullptr};
+    return Found{true, nullptr, it->second->memory, it->second->owner};
   }
-  if (file) return file->ReadAt(offset, out).ok();  // past its end, or unreadable: not held
-  if (offset > memory.size() || out.size() > memory.size() - offset) return false;
+  if (auto held = held_.find(blob); held != held_.end())
+    return Found{true, nullptr, held->second.bytes, held->second.owner};
+  return Found{};
+}
+
+bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) {
+  const Found found = Find(blob);
+  if (found.file) return found.file->ReadAt(offset, out).ok();  // past its end, or unreadable: not held
+  const ByteSpan memory = found.memory;
+  if (!found.held || offset > memory.size() || out.size() > memory.size() - offset) return false;
   std::copy_n(memory.data() + offset, out.size(), out.data());
   return true;
 }
 
 std::optional<ChunkSpill::View> ReconstructionSpill::ViewInMemory(const ObjectId& blob, uint64_t offset,
                                                                  uint64_t length) {
-  ByteSpan memory;
-  std::shared_ptr<const void> owner;
-  {
-    std::lock_guard lock(mu_);
-    auto it = map_.find(blob);
-    if (it != map_.end() && !it->second->memory.empty()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      memory = it->second->memory;
-      owner = it->second->owner;
-    } else if (auto held = held_.find(blob); it == map_.end() && held != held_.end()) {
-      memory = held->second.bytes;
-      owner = held->second.owner;
-    } else {
-      return std::nullopt;
-    }
-  }
-  if (offset > memory.size() || length > memory.size() - offset) return std::nullopt;
-  return View{std::move(owner), memory.subspan(offset, length)};
+  Found found = Find(blob);
+  if (found.file || !found.held || offset > found.memory.size() || length > found.memory.size() - offset)
+    return std::nullopt;
+  return View{std::move(found.owner), found.memory.subspan(offset, length)};
 }
 
 std::vector<ObjectId> ReconstructionSpill::Blobs() const {

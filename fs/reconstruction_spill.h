@@ -133,6 +133,7 @@ class ReconstructionSpill final : public ChunkSpill {
   void Forget(const ObjectId& blob) override { Drop(blob); }
 
   uint64_t bytes() const;
+
   size_t count() const;
   // Bytes of kept reconstructions read from memory now (count() counts
   // those too).
@@ -140,6 +141,16 @@ class ReconstructionSpill final : public ChunkSpill {
   uint64_t capacity_bytes() const { return capacity_; }
 
  private:
+  // Where `blob`'s reconstruction is (made the most recently used): in its
+  // file, or in memory (an entry's, or one held from commit to job).
+  struct Found {
+    bool held = false;  // false: not kept at all
+    std::shared_ptr<const DirectFile> file;  // null while it is in memory
+    ByteSpan memory;
+    std::shared_ptr<const void> owner;
+  };
+  Found Find(const ObjectId& blob);
+
   struct Entry {
     ObjectId blob;
     std::shared_ptr<const DirectFile> file;  // closed when its last reader lets go; null while in memory only

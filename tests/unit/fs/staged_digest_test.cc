@@ -111,24 +111,20 @@ TEST(StagedDigest, TruncateKeepsOnlyZeroOrTheHashedLength) {
 
 TEST(StagedDigest, AWriteRacedByATruncateIsNeverCounted) {
   const std::vector<std::byte> bytes = RandomBytes(8192, 13);
-  StagedDigest digest;
-  digest.Reset();
-  digest.Append(digest.BeginWrite(), 0, Piece(bytes, 0, 4096));
-  // A write takes its ticket, a truncate to zero lands, then the write's
-  // bytes are appended at what is now the end: they would be hashed for a
-  // file that no longer holds them.
-  const StagedDigest::Ticket before_truncate = digest.BeginWrite();
-  digest.Truncated(0);
-  digest.Append(before_truncate, 0, Piece(bytes, 4096, 4096));
-  EXPECT_FALSE(digest.For(4096));
-  EXPECT_FALSE(digest.For(0));
-  // The same with the hashed length kept by the truncate.
-  digest.Reset();
-  digest.Append(digest.BeginWrite(), 0, Piece(bytes, 0, 4096));
-  const StagedDigest::Ticket stale = digest.BeginWrite();
-  digest.Truncated(4096);
-  digest.Append(stale, 4096, Piece(bytes, 4096, 4096));
-  EXPECT_FALSE(digest.For(8192));
+  // A write takes its ticket, a truncate lands (to zero, or to the hashed
+  // length), then the write's bytes are appended at what is now the end:
+  // they would be hashed for a file that does not hold them there.
+  for (const uint64_t truncated_to : {uint64_t{0}, uint64_t{4096}}) {
+    SCOPED_TRACE(truncated_to);
+    StagedDigest digest;
+    digest.Reset();
+    digest.Append(digest.BeginWrite(), 0, Piece(bytes, 0, 4096));
+    const StagedDigest::Ticket stale = digest.BeginWrite();
+    digest.Truncated(truncated_to);
+    digest.Append(stale, truncated_to, Piece(bytes, 4096, 4096));
+    EXPECT_FALSE(digest.For(truncated_to));
+    EXPECT_FALSE(digest.For(truncated_to + 4096));
+  }
 }
 
 // Writers on several threads, as FUSE's worker threads write one file:
