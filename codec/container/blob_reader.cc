@@ -116,9 +116,10 @@ class BlobReaderImpl final : public BlobReader {
   // ReadAt at delta-chain level `depth` (0 for the caller's blob).
   Status ReadAtDepth(uint64_t offset, MutableByteSpan out, uint32_t depth, ChunkUse use) const;
   // [offset, +buffer.size()) at level `depth`, without a copy where it can:
-  // a view into the cached chunk (held by *hold) when the reader has a
-  // cache and the range lies in one chunk at an address aligned to 4 bytes
-  // (the kernels load whole elements), else read into `buffer`.
+  // when the reader has a cache and the range lies in one chunk at an
+  // address aligned to 4 bytes (the kernels load whole elements), a view
+  // into the spill's memory (checked, SpilledChunkView) or into the cached
+  // chunk, held by *hold; else read into `buffer`.
   Result<ByteSpan> ViewAtDepth(uint64_t offset, MutableByteSpan buffer, uint32_t depth,
                                std::shared_ptr<const void>* hold, ChunkUse use = ChunkUse::kNow) const;
 
