@@ -27,8 +27,8 @@ ScratchBuffer::Memory ScratchBuffer::AllocateLarge(size_t n) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t rounded = (n + page - 1) / page * page;
   // In the system's default pages: no transparent huge pages asked for
-  // (scratch.h says why).
-  void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // (scratch.h says why), and populated at once (scratch.h too).
+  void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   return Memory(static_cast<std::byte*>(p), Free{rounded});
 }
