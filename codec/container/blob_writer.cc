@@ -307,7 +307,9 @@ Result<EncodeStats> EncodeBlob(ByteSpan file, const Layout& layout, const BaseRe
     // Each chunk fills its own range of the reconstruction: a lossy one
     // with its reconstruction (or the original bytes), any other with a copy
     // (the chunks cover the file exactly once).
-    MutableByteSpan recon(recon_buffer.Reserve(file.size()), file.size());
+    // Mapped kOnFirstTouch: each chunk's encode populates its part
+    // (EncodeLossyChunks), so the zeroing runs on every encode thread.
+    MutableByteSpan recon(recon_buffer.Reserve(file.size(), ScratchBuffer::Pages::kOnFirstTouch), file.size());
     const ParallelFor parallel_for = [&](size_t count, unsigned max_threads,
                                          const std::function<void(size_t, CodecScratch&)>& body) {
       parallel(count, max_threads, body);

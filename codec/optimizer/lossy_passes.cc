@@ -14,6 +14,7 @@
 #include "codec/tensor/chunk_encoder.h"
 #include "codec/tensor/lossy/row_column_base.h"
 #include "codec/tensor/lossy/stream.h"
+#include "codec/tensor/scratch.h"
 
 namespace ckptfs {
 namespace {
@@ -472,6 +473,9 @@ Status EncodeLossyChunks(const LossyPassesInput& in, MutableByteSpan recon, std:
   };
   // A caller's kernel backend is one object: never used by two threads.
   parallel(plan.size(), lossy_threads, [&](size_t i, CodecScratch& scratch) {
+    // Every chunk passes here first: its part of the reconstruction is
+    // mapped by the thread that encodes it (scratch.h, PopulateForWrite).
+    ScratchBuffer::PopulateForWrite(recon.subspan(plan[i].offset, plan[i].length));
     if (deferred[i] || in_step_space(i) || copy[i]) return;
     if (plan[i].lossy()) {
       const ByteSpan base_bytes = read_base_bytes(plan[i], scratch);

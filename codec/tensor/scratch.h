@@ -40,10 +40,15 @@ class ScratchBuffer {
     capacity_ = std::exchange(other.capacity_, 0);
     return *this;
   }
+  // How a fresh mapping gets its pages (AllocateLarge).
+  enum class Pages {
+    kPopulated,    // all of them when it is made
+    kOnFirstTouch  // each when first written, or by PopulateForWrite
+  };
   // Returns at least `n` writable bytes; earlier contents are not kept.
-  std::byte* Reserve(size_t n) {
+  std::byte* Reserve(size_t n, Pages pages = Pages::kPopulated) {
     if (n > capacity_) {
-      data_ = AllocateLarge(n);
+      data_ = AllocateLarge(n, pages);
       capacity_ = n;
     }
     return data_.get();
@@ -69,9 +74,16 @@ class ScratchBuffer {
   // it whole at once, and one call that maps every page took a 600 MiB
   // first touch from 1.7-2.1 s to 1.0-1.1 s here, where each page's fault
   // is a trip through the hypervisor (docs/bench.md, "Mappings populated
-  // when made").
+  // when made"). A buffer that several threads write, each its own part
+  // (a file's reconstruction), is mapped kOnFirstTouch and each part
+  // populated by its writer (PopulateForWrite): populated when made, the
+  // zeroing of its pages ran on one thread before the others started.
   static constexpr size_t kMappedFrom = size_t{4} << 20;
-  static Memory AllocateLarge(size_t n);
+  static Memory AllocateLarge(size_t n, Pages pages = Pages::kPopulated);
+  // Maps the pages under `bytes` for writing, where they are not yet (a
+  // part of a kOnFirstTouch mapping; elsewhere a no-op). Advice: on a
+  // kernel without it, the writes fault the pages in as before.
+  static void PopulateForWrite(MutableByteSpan bytes);
 
  private:
   Memory data_;
