@@ -36,11 +36,17 @@ constexpr int kMaxAttempts = 4;
 // the chunk, as when almost all of it is pruned).
 constexpr double kMinGain = 1.001;
 constexpr double kMaxGain = 2.0;
-// A gain held by the cap is aimed this far inside it: the closed form's
-// error and the quantized one differ by the rounding of the scaled levels
-// (up to 5e-7 of the cap measured, on a third of `mlp-init` v1's gained
-// chunks), and a gain that lands past the cap is dropped, costing a third
+// A gain held by an allowance above the budget (first moments) is aimed
+// this far inside it: the closed form's error and the quantized one differ
+// by the rounding of the scaled levels (up to 5e-7 of the cap, measured on
+// `mlp-init` v1's gained chunks; a third of those held by the cap landed
+// past it), and a gain that lands past the cap is dropped, costing a third
 // quantization pass and the unbiasing.
+// Weights (allowance 1: the gain takes the room the search left under the
+// budget) keep the cap itself: aimed inside it, every held gain put their
+// reconstruction at the budget where a rounding past it had left some
+// below, and bf16 copies predicted from those fp32 masters then needed
+// more bits (`mixed` v1 5 % larger, its copies at 2 bits instead of 1).
 constexpr double kGainCapMargin = 1e-5;
 // A miss scales the target by this times allowed / measured.
 constexpr double kRetryScale = 0.9;
@@ -270,7 +276,8 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     if (unbiased && fits && attempt >= 0 && table.num_levels > 0) {
       const double cap_sq = allowance * allowance * allowed_sq;
       const double g =
-          UnbiasingGain(GainSums::Of(residual, recon, base, table.exact_from), cap_sq * (1 - kGainCapMargin));
+          UnbiasingGain(GainSums::Of(residual, recon, base, table.exact_from),
+                        allowance > 1 ? cap_sq * (1 - kGainCapMargin) : cap_sq);
       if (g > kMinGain) gained = ScaledLevels(table, std::min(g, kMaxGain));
       if (gained) {
         RETURN_IF_ERROR(k.QuantizePack(type, *gained, values, base, residual, packed, recon, error_partials,
