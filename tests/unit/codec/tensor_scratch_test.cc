@@ -1,14 +1,18 @@
 // Scratch memory (codec/tensor/scratch.h): large blocks are mappings of
-// their own, aligned for huge pages, given back to the system when freed.
+// their own, page-aligned, given back to the system when freed, with their
+// pages mapped when made or when their writer asks (PopulateForWrite).
 #include "codec/tensor/scratch.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ckptfs {
 namespace {
@@ -55,6 +59,48 @@ TEST(ScratchMemory, LargeBlocksAreMappedAndUnmappedWhenFreed) {
   std::byte* again = buffer.Reserve(64);
   ASSERT_NE(again, nullptr);
   again[63] = std::byte{2};
+}
+
+// How many of the pages of [p, p + n) (page-aligned) are resident.
+size_t ResidentPages(const std::byte* p, size_t n) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((n + page - 1) / page);
+  if (::mincore(const_cast<std::byte*>(p), n, in.data()) != 0) return SIZE_MAX;
+  size_t count = 0;
+  for (unsigned char c : in) count += c & 1;
+  return count;
+}
+
+TEST(ScratchMemory, PagesAreMappedWhenMadeOrWhenTheWriterAsks) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t n = size_t{16} << 20, pages = n / page;
+  ScratchBuffer::Memory populated = ScratchBuffer::AllocateLarge(n);
+  EXPECT_EQ(ResidentPages(populated.get(), n), pages) << "mapped with its pages";
+  ScratchBuffer::Memory lazy = ScratchBuffer::AllocateLarge(n, ScratchBuffer::Pages::kOnFirstTouch);
+  EXPECT_EQ(ResidentPages(lazy.get(), n), 0u) << "no page before its first write";
+  // A writer's part, not page-aligned: the pages under it, none far from
+  // it (a system that puts every mapping in 2 MiB pages may fill the huge
+  // pages around it).
+  const size_t huge = size_t{2} << 20;
+  const size_t from = 2 * huge + 3 * page + 100, length = (size_t{6} << 20) - 200;
+  {
+    // Whether this kernel has the advice (Linux 5.14 on), asked of a mapping of its own.
+    void* probe = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(probe, MAP_FAILED);
+    const bool supported = ::madvise(probe, page, MADV_POPULATE_WRITE) == 0;
+    ::munmap(probe, page);
+    if (!supported) GTEST_SKIP() << "MADV_POPULATE_WRITE not supported by this kernel";
+  }
+  ScratchBuffer::PopulateForWrite(MutableByteSpan(lazy.get() + from, length));
+  const size_t first = from / page, end = (from + length + page - 1) / page;
+  EXPECT_EQ(ResidentPages(lazy.get() + first * page, (end - first) * page), end - first);
+  EXPECT_EQ(ResidentPages(lazy.get(), huge), 0u);
+  const size_t after = (end * page + 2 * huge - 1) / huge * huge;  // past the huge page holding the end, and one more
+  ASSERT_LT(after, n);
+  EXPECT_EQ(ResidentPages(lazy.get() + after, n - after), 0u);
+  // A part too small to be worth the call is left to its writes.
+  ScratchBuffer::PopulateForWrite(MutableByteSpan(lazy.get() + n - 2 * page, page));
+  EXPECT_EQ(ResidentPages(lazy.get() + after, n - after), 0u);
 }
 
 }  // namespace
