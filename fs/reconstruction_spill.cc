@@ -227,9 +227,9 @@ ReconstructionSpill::Found ReconstructionSpill::Find(const ObjectId& blob) {
 
 bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByteSpan out) {
   const Found found = Find(blob);
-  if (found.file) return found.file->ReadAt(offset, out).ok();  // past its end, or unreadable: not held
+  if (found.file) return found.file->ReadAt(offset, out).ok();  // past its end, or unreadable: not kept
   const ByteSpan memory = found.memory;
-  if (!found.held || offset > memory.size() || out.size() > memory.size() - offset) return false;
+  if (!found.kept || offset > memory.size() || out.size() > memory.size() - offset) return false;
   std::copy_n(memory.data() + offset, out.size(), out.data());
   return true;
 }
@@ -237,7 +237,7 @@ bool ReconstructionSpill::Read(const ObjectId& blob, uint64_t offset, MutableByt
 std::optional<ChunkSpill::View> ReconstructionSpill::ViewInMemory(const ObjectId& blob, uint64_t offset,
                                                                  uint64_t length) {
   Found found = Find(blob);
-  if (found.file || !found.held || offset > found.memory.size() || length > found.memory.size() - offset)
+  if (found.file || !found.kept || offset > found.memory.size() || length > found.memory.size() - offset)
     return std::nullopt;
   return View{std::move(found.owner), found.memory.subspan(offset, length)};
 }

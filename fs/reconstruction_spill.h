@@ -133,7 +133,6 @@ class ReconstructionSpill final : public ChunkSpill {
   void Forget(const ObjectId& blob) override { Drop(blob); }
 
   uint64_t bytes() const;
-
   size_t count() const;
   // Bytes of kept reconstructions read from memory now (count() counts
   // those too).
@@ -144,7 +143,7 @@ class ReconstructionSpill final : public ChunkSpill {
   // Where `blob`'s reconstruction is (made the most recently used): in its
   // file, or in memory (an entry's, or one held from commit to job).
   struct Found {
-    bool held = false;  // false: not kept at all
+    bool kept = false;  // false: not kept at all
     std::shared_ptr<const DirectFile> file;  // null while it is in memory
     ByteSpan memory;
     std::shared_ptr<const void> owner;

@@ -81,8 +81,9 @@ class ScratchBuffer {
   static constexpr size_t kMappedFrom = size_t{4} << 20;
   static Memory AllocateLarge(size_t n, Pages pages = Pages::kPopulated);
   // Maps the pages under `bytes` for writing, where they are not yet (a
-  // part of a kOnFirstTouch mapping; elsewhere a no-op). Advice: on a
-  // kernel without it, the writes fault the pages in as before.
+  // part of a kOnFirstTouch mapping; pages already mapped stay as they
+  // are, and so do the bytes). Advice: on a kernel without it, the writes
+  // fault the pages in as before.
   static void PopulateForWrite(MutableByteSpan bytes);
 
  private:
