@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -153,6 +154,23 @@ void RunSpecChecks(ElementType type) {
         for (uint32_t j = 0; j < 255; ++j) dense.levels[j] = -0.01f + 0.02f * static_cast<float>(j) / 254.0f;
         FillBounds(&dense);
         CheckAgainstSpec<E>(type, values, base, dense);
+        // Tables on both sides of the AVX-512 pass's register lookup (up
+        // to 28 levels: permutes; more: gathers), spread over the residual.
+        float spread = 0;
+        for (float x : r)
+          if (std::isfinite(x)) spread = std::max(spread, std::fabs(x));
+        for (uint32_t levels : {1u, 3u, 12u, 28u, 29u}) {
+          SCOPED_TRACE("levels=" + std::to_string(levels));
+          QuantizeTable even;
+          even.num_levels = levels;
+          even.bits = static_cast<uint32_t>(std::bit_width(levels));
+          even.prune_below = 0;
+          even.exact_from = kNonFiniteBits;
+          for (uint32_t j = 0; j < levels; ++j)
+            even.levels[j] = levels == 1 ? 0.0f : spread * (-1.0f + 2.0f * static_cast<float>(j) / (levels - 1));
+          FillBounds(&even);
+          CheckAgainstSpec<E>(type, values, base, even);
+        }
       }
     }
   }
