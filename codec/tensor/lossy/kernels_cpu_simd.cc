@@ -126,9 +126,30 @@ struct F16V : Half16 {
   }
 };
 
+// Tables of up to kRegisterLevels levels are read by register permutes
+// instead of gathers: a bound or level index is then at most
+// num_levels - 1 + kProbe < 16, and the permutes read the entries the
+// gather would (two 8-entry permutes, the index's bit 3 picking one).
+inline constexpr uint32_t kRegisterLevels = 16 - kProbe;
+
+struct RegisterTable {
+  __m256 lo, hi;
+};
+
+__attribute__((target("avx2"), always_inline)) inline RegisterTable LoadRegisterTable(const float* table) {
+  return {_mm256_load_ps(table), _mm256_load_ps(table + 8)};
+}
+
+// table[index] for indices under 16.
+__attribute__((target("avx2"), always_inline)) inline __m256 LookupRegisters(const RegisterTable& t, __m256i index) {
+  const __m256 low = _mm256_permutevar8x32_ps(t.lo, index), high = _mm256_permutevar8x32_ps(t.hi, index);
+  return _mm256_blendv_ps(low, high, _mm256_castsi256_ps(_mm256_slli_epi32(index, 28)));
+}
+
 // kProbes: how many bounds past the bin's start are compared; enough when
 // it is at least the table's max_span (bounds beyond never compare below r).
-template <typename V, typename E, uint32_t kProbes>
+// kInRegisters: the table has at most kRegisterLevels levels.
+template <typename V, typename E, uint32_t kProbes, bool kInRegisters>
 __attribute__((target("avx2,f16c"))) void QuantizeBlockAvx2(const QuantizeTable& t, const LevelLookup& lut,
                                                        const typename V::Bits* values, const typename V::Bits* base,
                                                        uint64_t start, uint64_t end, const float* residual,
@@ -143,6 +164,7 @@ __attribute__((target("avx2,f16c"))) void QuantizeBlockAvx2(const QuantizeTable&
   const __m256i byte_pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12,
                                              -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   const __m256d sign_pd = _mm256_set1_pd(-0.0);
+  const RegisterTable bounds = LoadRegisterTable(lut.bounds), levels = LoadRegisterTable(lut.levels);
   __m256d acc[8];
   for (int v = 0; v < 8; ++v) acc[v] = _mm256_loadu_pd(lanes + 4 * v);
   __m256d vmax = _mm256_set1_pd(*max_err);
@@ -162,10 +184,13 @@ __attribute__((target("avx2,f16c"))) void QuantizeBlockAvx2(const QuantizeTable&
       const __m256i first = _mm256_i32gather_epi32(lut.start, _mm256_srli_epi32(rb, kHistogramShift), 4);
       __m256i k = first;
       for (uint32_t p = 0; p < kProbes; ++p) {
-        const __m256 bound = _mm256_i32gather_ps(lut.bounds + p, first, 4);
+        const __m256 bound =
+            kInRegisters
+                ? LookupRegisters(bounds, _mm256_add_epi32(first, _mm256_set1_epi32(static_cast<int>(p))))
+                : _mm256_i32gather_ps(lut.bounds + p, first, 4);
         k = _mm256_sub_epi32(k, _mm256_castps_si256(_mm256_cmp_ps(bound, rv, _CMP_LT_OQ)));
       }
-      const __m256 level = _mm256_i32gather_ps(lut.levels, k, 4);
+      const __m256 level = kInRegisters ? LookupRegisters(levels, k) : _mm256_i32gather_ps(lut.levels, k, 4);
       const __m256 bf = base ? V::ToFloat(bb) : _mm256_setzero_ps();
       const __m256i q = V::FromFloat(_mm256_add_ps(bf, level));
       __m256i out = _mm256_blendv_epi8(q, bb, is_pruned);
@@ -336,10 +361,16 @@ void QuantizeBlockSimd(ElementType type, const QuantizeTable& t, const LevelLook
       kernel(t, lut, static_cast<const Bits*>(values), static_cast<const Bits*>(base), start, end, residual, symbols,
              static_cast<Bits*>(recon), lanes, max_err, pruned, exact);
     };
-    if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0>);
-    if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1>);
-    if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2>);
-    return run(QuantizeBlockAvx2<V, E, kProbe>);
+    if (t.num_levels <= kRegisterLevels) {
+      if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0, true>);
+      if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1, true>);
+      if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2, true>);
+      return run(QuantizeBlockAvx2<V, E, kProbe, true>);
+    }
+    if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0, false>);
+    if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1, false>);
+    if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2, false>);
+    return run(QuantizeBlockAvx2<V, E, kProbe, false>);
   });
 }
 
