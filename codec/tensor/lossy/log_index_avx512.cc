@@ -441,6 +441,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DecodeKeyTableF32Avx51
                                                                                  std::byte* out) {
   SymbolBlocks blocks(packed, bits, LogVbmiAvailable());
   uint64_t i = 0;
+  if (bits <= 6) {
+    // Up to 64 entries: register permutes instead of a gather (the same
+    // entries; the padding past 2^bits is never indexed).
+    alignas(64) uint32_t padded[64] = {};
+    std::memcpy(padded, table, (size_t{1} << bits) * sizeof(uint32_t));
+    const Table64 t = LoadTable(padded);
+    const __m512i upper = _mm512_set1_epi32(32);
+    for (; i + 16 <= n; i += 16) {
+      const __m512i sym = _mm512_loadu_si512(blocks.Group(i, n));
+      _mm512_storeu_si512(out + 4 * i, Lookup(t, sym, _mm512_test_epi32_mask(sym, upper)));
+    }
+  }
   for (; i + 16 <= n; i += 16) {
     const __m512i sym = _mm512_loadu_si512(blocks.Group(i, n));
     _mm512_storeu_si512(out + 4 * i, _mm512_i32gather_epi32(sym, table, 4));
