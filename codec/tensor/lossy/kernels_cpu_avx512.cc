@@ -6,6 +6,7 @@
 // rule (a NaN error never replaces the running max), so every output equals
 // the scalar reference bit for bit.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "codec/common/simd_level.h"
@@ -29,24 +30,36 @@ namespace {
 // Elements 8..15 (AVX-512 F only: no DQ extract).
 CKPTFS_Q512 __m256 UpperHalf(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
+// How a lane finds its level. kGather: the bin's first candidate from
+// lut.start, then kProbes bounds, then the level, each by a gather.
+// kRegisters, for tables of up to kRegisterLevels levels: the bounds and
+// the level by register permutes (an index is at most num_levels - 1 +
+// kProbe, under 32 then; the permute reads the entries the gather would).
+// kCompare, for tables of up to kCompareLevels levels whose bounds
+// ascend: the level's index counted as the bounds below the residual,
+// which is what the lookup finds (NearestLevel's count), without a
+// gather. On the AMD EPYC the project is measured on, the gathers were
+// most of this pass's time in cache, and the default's tables mostly have
+// 3 to 12 levels (`ckptfs encode` of the suite's checkpoints).
+enum class LevelFind { kGather, kRegisters, kCompare };
+inline constexpr uint32_t kRegisterLevels = 32 - kProbe;
+inline constexpr uint32_t kCompareLevels = 8;
+
 struct Consts512 {
   __m512i abs_mask, exact_from, prune_below, non_finite, one;
   __mmask16 no_levels;
-  // The first 32 bounds and levels, for tables that fit them (kInRegisters).
+  // The first 32 bounds and levels, for tables that fit them (kRegisters,
+  // kCompare).
   __m512 bounds_lo, bounds_hi, levels_lo, levels_hi;
+  // kCompare: the table's bounds, each in every lane.
+  __m512 bound[kCompareLevels - 1];
+  uint32_t bound_count = 0;
 };
 
-// Tables of up to kRegisterLevels levels are read by register permutes: a
-// bound or level index is at most num_levels - 1 + kProbe, which is under
-// 32 then, and the permute reads the same entries the gather would. On the
-// AMD EPYC the project is measured on, the three gathers per 16 elements
-// were most of this pass's time, and the default's tables mostly have 3 to
-// 12 levels (`ckptfs encode` of the suite's checkpoints).
-inline constexpr uint32_t kRegisterLevels = 32 - kProbe;
 
 // Sixteen elements at `at`: symbols, reconstruction, and the errors into
 // acc_lo (lanes of the first eight) and acc_hi (the next eight).
-template <uint32_t kProbes, bool kInRegisters>
+template <uint32_t kProbes, LevelFind kFind>
 CKPTFS_Q512 void Quantize16(const Consts512& c, const LevelLookup& lut, const uint32_t* values, const uint32_t* base,
                             const float* residual, uint64_t at, uint8_t* symbols, uint32_t* recon, __m512d* acc_lo,
                             __m512d* acc_hi, __m512d* vmax, uint64_t* n_pruned, uint64_t* n_exact) {
@@ -58,18 +71,24 @@ CKPTFS_Q512 void Quantize16(const Consts512& c, const LevelLookup& lut, const ui
   const __mmask16 is_exact = _mm512_cmpge_epu32_mask(mag, c.exact_from);
   const __mmask16 is_pruned =
       static_cast<__mmask16>(~is_exact & (_mm512_cmplt_epu32_mask(mag, c.prune_below) | c.no_levels));
-  const __m512i first = _mm512_i32gather_epi32(_mm512_srli_epi32(rb, kHistogramShift), lut.start, 4);
-  __m512i k = first;
-  for (uint32_t p = 0; p < kProbes; ++p) {
-    const __m512 bound =
-        kInRegisters
-            ? _mm512_permutex2var_ps(c.bounds_lo, _mm512_add_epi32(first, _mm512_set1_epi32(static_cast<int>(p))),
-                                     c.bounds_hi)
-            : _mm512_i32gather_ps(first, lut.bounds + p, 4);
-    k = _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(bound, rv, _CMP_LT_OQ), k, c.one);
+  __m512i k = _mm512_setzero_si512();
+  if constexpr (kFind == LevelFind::kCompare) {
+    for (uint32_t j = 0; j < c.bound_count; ++j)
+      k = _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(c.bound[j], rv, _CMP_LT_OQ), k, c.one);
+  } else {
+    const __m512i first = _mm512_i32gather_epi32(_mm512_srli_epi32(rb, kHistogramShift), lut.start, 4);
+    k = first;
+    for (uint32_t p = 0; p < kProbes; ++p) {
+      const __m512 bound =
+          kFind == LevelFind::kRegisters
+              ? _mm512_permutex2var_ps(c.bounds_lo, _mm512_add_epi32(first, _mm512_set1_epi32(static_cast<int>(p))),
+                                       c.bounds_hi)
+              : _mm512_i32gather_ps(first, lut.bounds + p, 4);
+      k = _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(bound, rv, _CMP_LT_OQ), k, c.one);
+    }
   }
-  const __m512 level =
-      kInRegisters ? _mm512_permutex2var_ps(c.levels_lo, k, c.levels_hi) : _mm512_i32gather_ps(k, lut.levels, 4);
+  const __m512 level = kFind == LevelFind::kGather ? _mm512_i32gather_ps(k, lut.levels, 4)
+                                                   : _mm512_permutex2var_ps(c.levels_lo, k, c.levels_hi);
   const __m512 bf = base ? _mm512_castsi512_ps(bb) : _mm512_setzero_ps();
   const __m512i q = _mm512_castps_si512(_mm512_add_ps(bf, level));
   __m512i out = _mm512_mask_blend_epi32(is_pruned, q, bb);
@@ -94,7 +113,7 @@ CKPTFS_Q512 void Quantize16(const Consts512& c, const LevelLookup& lut, const ui
   *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_hi, _mm512_abs_pd(e_hi)), *vmax);
 }
 
-template <uint32_t kProbes, bool kInRegisters>
+template <uint32_t kProbes, LevelFind kFind>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeF32Avx512(
     const QuantizeTable& t, const LevelLookup& lut, const uint32_t* values, const uint32_t* base, uint64_t start,
     uint64_t end, const float* residual, uint8_t* symbols, uint32_t* recon, double* lanes, double* max_err,
@@ -110,16 +129,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeF32Avx512(
   c.bounds_hi = _mm512_load_ps(lut.bounds + 16);
   c.levels_lo = _mm512_load_ps(lut.levels);
   c.levels_hi = _mm512_load_ps(lut.levels + 16);
+  if constexpr (kFind == LevelFind::kCompare) {
+    c.bound_count = t.num_levels - 1;
+    for (uint32_t j = 0; j < c.bound_count; ++j) c.bound[j] = _mm512_set1_ps(t.bounds[j]);
+  }
   __m512d acc[4];
   for (int v = 0; v < 4; ++v) acc[v] = _mm512_loadu_pd(lanes + 8 * v);
   __m512d vmax = _mm512_set1_pd(*max_err);
   uint64_t n_pruned = 0, n_exact = 0;
   uint64_t i = start;
   for (; i + kReduceLanes <= end; i += kReduceLanes) {
-    Quantize16<kProbes, kInRegisters>(c, lut, values, base, residual, i, symbols + (i - start), recon, &acc[0],
-                                      &acc[1], &vmax, &n_pruned, &n_exact);
-    Quantize16<kProbes, kInRegisters>(c, lut, values, base, residual, i + 16, symbols + (i + 16 - start), recon,
-                                      &acc[2], &acc[3], &vmax, &n_pruned, &n_exact);
+    Quantize16<kProbes, kFind>(c, lut, values, base, residual, i, symbols + (i - start), recon, &acc[0], &acc[1],
+                               &vmax, &n_pruned, &n_exact);
+    Quantize16<kProbes, kFind>(c, lut, values, base, residual, i + 16, symbols + (i + 16 - start), recon, &acc[2],
+                               &acc[3], &vmax, &n_pruned, &n_exact);
   }
   for (int v = 0; v < 4; ++v) _mm512_storeu_pd(lanes + 8 * v, acc[v]);
   alignas(64) double m[8];
@@ -149,6 +172,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeF32Avx512(
   *exact += n_exact;
 }
 
+// Whether the bounds of `t` before its last level ascend (NaN fails):
+// then the count of those below a residual is NearestLevel's answer.
+bool BoundsAscend(const QuantizeTable& t) {
+  for (uint32_t j = 0; j + 2 < t.num_levels; ++j)
+    if (!(t.bounds[j] <= t.bounds[j + 1])) return false;
+  return t.num_levels < 2 || !std::isnan(t.bounds[0]);
+}
+
 }  // namespace
 
 void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, const void* values, const void* base,
@@ -158,16 +189,18 @@ void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, cons
     kernel(t, lut, static_cast<const uint32_t*>(values), static_cast<const uint32_t*>(base), start, end, residual,
            symbols, static_cast<uint32_t*>(recon), lanes, max_err, pruned, exact);
   };
+  if (t.num_levels >= 1 && t.num_levels <= kCompareLevels && BoundsAscend(t))
+    return run(QuantizeF32Avx512<0, LevelFind::kCompare>);
   if (t.num_levels <= kRegisterLevels) {
-    if (lut.max_span == 0) return run(QuantizeF32Avx512<0, true>);
-    if (lut.max_span == 1) return run(QuantizeF32Avx512<1, true>);
-    if (lut.max_span == 2) return run(QuantizeF32Avx512<2, true>);
-    return run(QuantizeF32Avx512<kProbe, true>);
+    if (lut.max_span == 0) return run(QuantizeF32Avx512<0, LevelFind::kRegisters>);
+    if (lut.max_span == 1) return run(QuantizeF32Avx512<1, LevelFind::kRegisters>);
+    if (lut.max_span == 2) return run(QuantizeF32Avx512<2, LevelFind::kRegisters>);
+    return run(QuantizeF32Avx512<kProbe, LevelFind::kRegisters>);
   }
-  if (lut.max_span == 0) return run(QuantizeF32Avx512<0, false>);
-  if (lut.max_span == 1) return run(QuantizeF32Avx512<1, false>);
-  if (lut.max_span == 2) return run(QuantizeF32Avx512<2, false>);
-  return run(QuantizeF32Avx512<kProbe, false>);
+  if (lut.max_span == 0) return run(QuantizeF32Avx512<0, LevelFind::kGather>);
+  if (lut.max_span == 1) return run(QuantizeF32Avx512<1, LevelFind::kGather>);
+  if (lut.max_span == 2) return run(QuantizeF32Avx512<2, LevelFind::kGather>);
+  return run(QuantizeF32Avx512<kProbe, LevelFind::kGather>);
 }
 
 // Eight `bits`-wide symbols of the group at `p` (one little-endian word)

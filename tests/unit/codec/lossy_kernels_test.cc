@@ -177,6 +177,34 @@ void RunSpecChecks(ElementType type) {
 }
 
 TEST(LossyKernelsTest, F32PathsMatchSpec) { RunSpecChecks<F32Elem>(ElementType::kF32); }
+
+// Residuals exactly at a bound, a step either side of it, at the levels
+// and at the thresholds: where a lane's level is counted from the bounds
+// (few levels) instead of looked up, ties must fall as in the spec.
+TEST(LossyKernelsTest, F32TiesAtTheBoundsMatchSpec) {
+  for (uint32_t levels : {1u, 2u, 3u, 5u, 8u, 9u, 12u}) {
+    SCOPED_TRACE("levels=" + std::to_string(levels));
+    QuantizeTable t;
+    t.num_levels = levels;
+    t.bits = static_cast<uint32_t>(std::bit_width(levels));
+    t.prune_below = FloatBits(0.01f);
+    t.exact_from = FloatBits(3.0f);
+    for (uint32_t j = 0; j < levels; ++j) t.levels[j] = -2.0f + 0.37f * static_cast<float>(j * j);
+    FillBounds(&t);
+    std::vector<float> v;
+    for (uint32_t j = 0; j < levels; ++j) {
+      for (float x : {t.bounds[j], t.levels[j]})
+        if (std::isfinite(x)) {
+          v.push_back(x);
+          v.push_back(std::nextafter(x, INFINITY));
+          v.push_back(std::nextafter(x, -INFINITY));
+        }
+    }
+    for (float x : {0.0f, 0.01f, -0.01f, 3.0f, -3.0f, std::nextafter(3.0f, 0.0f)}) v.push_back(x);
+    while (v.size() < 100) v.insert(v.end(), v.begin(), v.begin() + std::min<size_t>(v.size(), 100 - v.size()));
+    CheckAgainstSpec<F32Elem>(ElementType::kF32, testing::ToElements(ElementType::kF32, v), {}, t);
+  }
+}
 TEST(LossyKernelsTest, F16PathsMatchSpec) { RunSpecChecks<F16Elem>(ElementType::kF16); }
 TEST(LossyKernelsTest, BF16PathsMatchSpec) { RunSpecChecks<BF16Elem>(ElementType::kBF16); }
 
