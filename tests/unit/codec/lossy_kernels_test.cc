@@ -154,12 +154,13 @@ void RunSpecChecks(ElementType type) {
         for (uint32_t j = 0; j < 255; ++j) dense.levels[j] = -0.01f + 0.02f * static_cast<float>(j) / 254.0f;
         FillBounds(&dense);
         CheckAgainstSpec<E>(type, values, base, dense);
-        // Tables on both sides of the AVX-512 pass's register lookup (up
-        // to 28 levels: permutes; more: gathers), spread over the residual.
+        // Tables on both sides of the vector passes' register lookups
+        // (quantize: up to 8, 12 or 28 levels; dequantize: up to 7 bits),
+        // spread over the residual.
         float spread = 0;
         for (float x : r)
           if (std::isfinite(x)) spread = std::max(spread, std::fabs(x));
-        for (uint32_t levels : {1u, 3u, 12u, 28u, 29u}) {
+        for (uint32_t levels : {1u, 3u, 12u, 28u, 29u, 100u}) {
           SCOPED_TRACE("levels=" + std::to_string(levels));
           QuantizeTable even;
           even.num_levels = levels;
