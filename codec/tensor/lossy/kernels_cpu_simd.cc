@@ -286,6 +286,10 @@ __attribute__((target("avx2,f16c"))) void DequantizeAvx2(const LevelLookup& lut,
   const __m256i shift_hi = _mm256_setr_epi64x(4 * b, 5 * b, 6 * b, 7 * b);
   const __m256i mask = _mm256_set1_epi64x((int64_t{1} << bits) - 1);
   const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  // Symbols of up to 4 bits look their values up in registers (the same
+  // entries as the gathers).
+  const bool in_registers = bits <= 4;
+  const RegisterTable values = LoadRegisterTable(lut.symbol_values);
   __m256i vmax = _mm256_setzero_si256();
   for (uint64_t g = g0; g < g0 + groups; ++g) {
     uint64_t word;
@@ -293,11 +297,11 @@ __attribute__((target("avx2,f16c"))) void DequantizeAvx2(const LevelLookup& lut,
     const __m256i w = _mm256_set1_epi64x(static_cast<int64_t>(word));
     const __m256i s_lo = _mm256_and_si256(_mm256_srlv_epi64(w, shift_lo), mask);
     const __m256i s_hi = _mm256_and_si256(_mm256_srlv_epi64(w, shift_hi), mask);
-    const __m128 v_lo = _mm256_i64gather_ps(lut.symbol_values, s_lo, 4);
-    const __m128 v_hi = _mm256_i64gather_ps(lut.symbol_values, s_hi, 4);
-    const __m256 vals = _mm256_set_m128(v_hi, v_lo);
     const __m256i sym = _mm256_set_m128i(_mm256_castsi256_si128(_mm256_permutevar8x32_epi32(s_hi, even)),
                                          _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(s_lo, even)));
+    const __m256 vals = in_registers ? LookupRegisters(values, sym)
+                                     : _mm256_set_m128(_mm256_i64gather_ps(lut.symbol_values, s_hi, 4),
+                                                       _mm256_i64gather_ps(lut.symbol_values, s_lo, 4));
     vmax = _mm256_max_epu32(vmax, sym);
     const __m256i bb = base ? V::Load(base + g * kPackGroup) : _mm256_setzero_si256();
     const __m256 bf = base ? V::ToFloat(bb) : _mm256_setzero_ps();
