@@ -30,20 +30,11 @@ namespace {
 // Elements 8..15 (AVX-512 F only: no DQ extract).
 CKPTFS_Q512 __m256 UpperHalf(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
-// How a lane finds its level. kGather: the bin's first candidate from
-// lut.start, then kProbes bounds, then the level, each by a gather.
-// kRegisters, for tables of up to kRegisterLevels levels: the bounds and
-// the level by register permutes (an index is at most num_levels - 1 +
-// kProbe, under 32 then; the permute reads the entries the gather would).
-// kCompare, for tables of up to kCompareLevels levels whose bounds
-// ascend: the level's index counted as the bounds below the residual,
-// which is what the lookup finds (NearestLevel's count), without a
-// gather. On the AMD EPYC the project is measured on, the gathers were
-// most of this pass's time in cache, and the default's tables mostly have
-// 3 to 12 levels (`ckptfs encode` of the suite's checkpoints).
-enum class LevelFind { kGather, kRegisters, kCompare };
+// LevelFind::kRegisters (kernels_cpu_simd.h) for tables of up to
+// kRegisterLevels levels: an index is then at most num_levels - 1 +
+// kProbe, under 32, and a two-register permute reads the entry the gather
+// would.
 inline constexpr uint32_t kRegisterLevels = 32 - kProbe;
-inline constexpr uint32_t kCompareLevels = 8;
 
 struct Consts512 {
   __m512i abs_mask, exact_from, prune_below, non_finite, one;
@@ -170,14 +161,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeF32Avx512(
   *max_err = mx;
   *pruned += n_pruned;
   *exact += n_exact;
-}
-
-// Whether the bounds of `t` before its last level ascend (NaN fails):
-// then the count of those below a residual is NearestLevel's answer.
-bool BoundsAscend(const QuantizeTable& t) {
-  for (uint32_t j = 0; j + 2 < t.num_levels; ++j)
-    if (!(t.bounds[j] <= t.bounds[j + 1])) return false;
-  return t.num_levels < 2 || !std::isnan(t.bounds[0]);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "codec/tensor/lossy/kernels_cpu_simd.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iterator>
 
@@ -43,6 +44,12 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
       lut->max_span = std::max(lut->max_span, hi - lo);
     }
   }
+}
+
+bool BoundsAscend(const QuantizeTable& t) {
+  for (uint32_t j = 0; j + 2 < t.num_levels; ++j)
+    if (!(t.bounds[j] <= t.bounds[j + 1])) return false;
+  return t.num_levels < 2 || !std::isnan(t.bounds[0]);
 }
 
 #if defined(__x86_64__)
@@ -126,10 +133,10 @@ struct F16V : Half16 {
   }
 };
 
-// Tables of up to kRegisterLevels levels are read by register permutes
-// instead of gathers: a bound or level index is then at most
-// num_levels - 1 + kProbe < 16, and the permutes read the entries the
-// gather would (two 8-entry permutes, the index's bit 3 picking one).
+// LevelFind::kRegisters for tables of up to kRegisterLevels levels: an
+// index is then at most num_levels - 1 + kProbe < 16, and two 8-entry
+// permutes (the index's bit 3 picking one) read the entries the gather
+// would.
 inline constexpr uint32_t kRegisterLevels = 16 - kProbe;
 
 struct RegisterTable {
@@ -148,8 +155,7 @@ __attribute__((target("avx2"), always_inline)) inline __m256 LookupRegisters(con
 
 // kProbes: how many bounds past the bin's start are compared; enough when
 // it is at least the table's max_span (bounds beyond never compare below r).
-// kInRegisters: the table has at most kRegisterLevels levels.
-template <typename V, typename E, uint32_t kProbes, bool kInRegisters>
+template <typename V, typename E, uint32_t kProbes, LevelFind kFind>
 __attribute__((target("avx2,f16c"))) void QuantizeBlockAvx2(const QuantizeTable& t, const LevelLookup& lut,
                                                        const typename V::Bits* values, const typename V::Bits* base,
                                                        uint64_t start, uint64_t end, const float* residual,
@@ -165,6 +171,9 @@ __attribute__((target("avx2,f16c"))) void QuantizeBlockAvx2(const QuantizeTable&
                                              -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   const __m256d sign_pd = _mm256_set1_pd(-0.0);
   const RegisterTable bounds = LoadRegisterTable(lut.bounds), levels = LoadRegisterTable(lut.levels);
+  __m256 bound_each[kCompareLevels - 1];
+  const uint32_t bound_count = kFind == LevelFind::kCompare ? t.num_levels - 1 : 0;
+  for (uint32_t j = 0; j < bound_count; ++j) bound_each[j] = _mm256_set1_ps(t.bounds[j]);
   __m256d acc[8];
   for (int v = 0; v < 8; ++v) acc[v] = _mm256_loadu_pd(lanes + 4 * v);
   __m256d vmax = _mm256_set1_pd(*max_err);
@@ -181,16 +190,23 @@ __attribute__((target("avx2,f16c"))) void QuantizeBlockAvx2(const QuantizeTable&
       const __m256i is_exact = _mm256_cmpgt_epi32(mag, exact_lim);
       const __m256i is_pruned =
           _mm256_andnot_si256(is_exact, _mm256_or_si256(_mm256_cmpgt_epi32(prune_lim, mag), no_levels));
-      const __m256i first = _mm256_i32gather_epi32(lut.start, _mm256_srli_epi32(rb, kHistogramShift), 4);
-      __m256i k = first;
-      for (uint32_t p = 0; p < kProbes; ++p) {
-        const __m256 bound =
-            kInRegisters
-                ? LookupRegisters(bounds, _mm256_add_epi32(first, _mm256_set1_epi32(static_cast<int>(p))))
-                : _mm256_i32gather_ps(lut.bounds + p, first, 4);
-        k = _mm256_sub_epi32(k, _mm256_castps_si256(_mm256_cmp_ps(bound, rv, _CMP_LT_OQ)));
+      __m256i k = _mm256_setzero_si256();
+      if constexpr (kFind == LevelFind::kCompare) {
+        for (uint32_t j = 0; j < bound_count; ++j)
+          k = _mm256_sub_epi32(k, _mm256_castps_si256(_mm256_cmp_ps(bound_each[j], rv, _CMP_LT_OQ)));
+      } else {
+        const __m256i first = _mm256_i32gather_epi32(lut.start, _mm256_srli_epi32(rb, kHistogramShift), 4);
+        k = first;
+        for (uint32_t p = 0; p < kProbes; ++p) {
+          const __m256 bound =
+              kFind == LevelFind::kRegisters
+                  ? LookupRegisters(bounds, _mm256_add_epi32(first, _mm256_set1_epi32(static_cast<int>(p))))
+                  : _mm256_i32gather_ps(lut.bounds + p, first, 4);
+          k = _mm256_sub_epi32(k, _mm256_castps_si256(_mm256_cmp_ps(bound, rv, _CMP_LT_OQ)));
+        }
       }
-      const __m256 level = kInRegisters ? LookupRegisters(levels, k) : _mm256_i32gather_ps(lut.levels, k, 4);
+      const __m256 level =
+          kFind == LevelFind::kGather ? _mm256_i32gather_ps(lut.levels, k, 4) : LookupRegisters(levels, k);
       const __m256 bf = base ? V::ToFloat(bb) : _mm256_setzero_ps();
       const __m256i q = V::FromFloat(_mm256_add_ps(bf, level));
       __m256i out = _mm256_blendv_epi8(q, bb, is_pruned);
@@ -365,16 +381,18 @@ void QuantizeBlockSimd(ElementType type, const QuantizeTable& t, const LevelLook
       kernel(t, lut, static_cast<const Bits*>(values), static_cast<const Bits*>(base), start, end, residual, symbols,
              static_cast<Bits*>(recon), lanes, max_err, pruned, exact);
     };
+    if (t.num_levels >= 1 && t.num_levels <= kCompareLevels && BoundsAscend(t))
+      return run(QuantizeBlockAvx2<V, E, 0, LevelFind::kCompare>);
     if (t.num_levels <= kRegisterLevels) {
-      if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0, true>);
-      if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1, true>);
-      if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2, true>);
-      return run(QuantizeBlockAvx2<V, E, kProbe, true>);
+      if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0, LevelFind::kRegisters>);
+      if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1, LevelFind::kRegisters>);
+      if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2, LevelFind::kRegisters>);
+      return run(QuantizeBlockAvx2<V, E, kProbe, LevelFind::kRegisters>);
     }
-    if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0, false>);
-    if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1, false>);
-    if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2, false>);
-    return run(QuantizeBlockAvx2<V, E, kProbe, false>);
+    if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0, LevelFind::kGather>);
+    if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1, LevelFind::kGather>);
+    if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2, LevelFind::kGather>);
+    return run(QuantizeBlockAvx2<V, E, kProbe, LevelFind::kGather>);
   });
 }
 

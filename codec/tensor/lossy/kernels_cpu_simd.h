@@ -34,6 +34,23 @@ struct LevelLookup {
 // thresholds matter; others get start 0).
 void BuildLookup(const QuantizeTable& t, LevelLookup* lut);
 
+// How a vector quantize pass finds a lane's level. kGather: the bin's
+// first candidate from LevelLookup::start, then the probed bounds, then the
+// level, each by a gather. kRegisters, for tables small enough for the
+// pass's registers: the bounds and the level by register permutes, which
+// read the entries the gathers would. kCompare, for tables of up to
+// kCompareLevels levels whose bounds ascend: the level's index counted as
+// the bounds below the residual (NearestLevel's count), without a gather.
+// On the AMD EPYC the project is measured on, the gathers were most of the
+// pass's time in cache, and the default's tables mostly have 3 to 12
+// levels.
+enum class LevelFind { kGather, kRegisters, kCompare };
+inline constexpr uint32_t kCompareLevels = 8;
+
+// Whether the bounds of `t` before its last level ascend (a NaN fails):
+// then the count of those below a residual is NearestLevel's answer.
+bool BoundsAscend(const QuantizeTable& t);
+
 // The nearest level by lookup. REQUIRES: lut.probe_ok.
 CKPTFS_HD uint32_t LookupLevel(const LevelLookup& lut, float r) {
   const uint32_t start = static_cast<uint32_t>(lut.start[FloatBits(r) >> kHistogramShift]);
