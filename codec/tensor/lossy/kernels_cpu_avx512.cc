@@ -6,7 +6,6 @@
 // rule (a NaN error never replaces the running max), so every output equals
 // the scalar reference bit for bit.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "codec/common/simd_level.h"
@@ -30,11 +29,8 @@ namespace {
 // Elements 8..15 (AVX-512 F only: no DQ extract).
 CKPTFS_Q512 __m256 UpperHalf(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
-// LevelFind::kRegisters (kernels_cpu_simd.h) for tables of up to
-// kRegisterLevels levels: an index is then at most num_levels - 1 +
-// kProbe, under 32, and a two-register permute reads the entry the gather
-// would.
-inline constexpr uint32_t kRegisterLevels = 32 - kProbe;
+// LevelFind::kRegisters (kernels_cpu_simd.h): a two-register permute.
+inline constexpr uint32_t kAvx512RegisterEntries = 32;
 
 struct Consts512 {
   __m512i abs_mask, exact_from, prune_below, non_finite, one;
@@ -46,7 +42,6 @@ struct Consts512 {
   __m512 bound[kCompareLevels - 1];
   uint32_t bound_count = 0;
 };
-
 
 // Sixteen elements at `at`: symbols, reconstruction, and the errors into
 // acc_lo (lanes of the first eight) and acc_hi (the next eight).
@@ -172,9 +167,9 @@ void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, cons
     kernel(t, lut, static_cast<const uint32_t*>(values), static_cast<const uint32_t*>(base), start, end, residual,
            symbols, static_cast<uint32_t*>(recon), lanes, max_err, pruned, exact);
   };
-  if (t.num_levels >= 1 && t.num_levels <= kCompareLevels && BoundsAscend(t))
-    return run(QuantizeF32Avx512<0, LevelFind::kCompare>);
-  if (t.num_levels <= kRegisterLevels) {
+  const LevelFind find = ChooseLevelFind(t, lut, kAvx512RegisterEntries);
+  if (find == LevelFind::kCompare) return run(QuantizeF32Avx512<0, LevelFind::kCompare>);
+  if (find == LevelFind::kRegisters) {
     if (lut.max_span == 0) return run(QuantizeF32Avx512<0, LevelFind::kRegisters>);
     if (lut.max_span == 1) return run(QuantizeF32Avx512<1, LevelFind::kRegisters>);
     if (lut.max_span == 2) return run(QuantizeF32Avx512<2, LevelFind::kRegisters>);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <limits>
 
 #include "codec/common/simd_level.h"
 
@@ -28,6 +29,10 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
   std::fill(std::begin(lut->start), std::end(lut->start), 0);
   lut->probe_ok = true;
   lut->max_span = 0;
+  lut->max_start = 0;
+  lut->bounds_ascend = !std::isnan(t.bounds[0]);
+  for (uint32_t j = 0; j + 1 < kMaxLevels; ++j)
+    if (!(t.bounds[j] <= t.bounds[j + 1])) lut->bounds_ascend = false;
   const uint32_t prune_key = t.prune_below >> kHistogramShift;
   const uint32_t exact_key =
       std::min<uint32_t>(kMagnitudeBins, (t.exact_from + (1u << kHistogramShift) - 1) >> kHistogramShift);
@@ -42,14 +47,19 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut) {
       lut->start[key] = static_cast<int32_t>(lo);
       if (hi - lo > kProbe) lut->probe_ok = false;
       lut->max_span = std::max(lut->max_span, hi - lo);
+      lut->max_start = std::max(lut->max_start, lo);
     }
   }
 }
 
-bool BoundsAscend(const QuantizeTable& t) {
-  for (uint32_t j = 0; j + 2 < t.num_levels; ++j)
-    if (!(t.bounds[j] <= t.bounds[j + 1])) return false;
-  return t.num_levels < 2 || !std::isnan(t.bounds[0]);
+LevelFind ChooseLevelFind(const QuantizeTable& t, const LevelLookup& lut, uint32_t register_entries) {
+  if (t.num_levels >= 1 && t.num_levels <= kCompareLevels && lut.bounds_ascend &&
+      t.bounds[t.num_levels - 1] == std::numeric_limits<float>::infinity())
+    return LevelFind::kCompare;
+  // The largest bound index is max_start + probes - 1, the largest level
+  // index max_start + probes.
+  if (lut.max_start + ProbesFor(lut.max_span) < register_entries) return LevelFind::kRegisters;
+  return LevelFind::kGather;
 }
 
 #if defined(__x86_64__)
@@ -133,11 +143,9 @@ struct F16V : Half16 {
   }
 };
 
-// LevelFind::kRegisters for tables of up to kRegisterLevels levels: an
-// index is then at most num_levels - 1 + kProbe < 16, and two 8-entry
-// permutes (the index's bit 3 picking one) read the entries the gather
-// would.
-inline constexpr uint32_t kRegisterLevels = 16 - kProbe;
+// LevelFind::kRegisters: two 8-entry permutes, the index's bit 3 picking
+// one.
+inline constexpr uint32_t kAvx2RegisterEntries = 16;
 
 struct RegisterTable {
   __m256 lo, hi;
@@ -381,9 +389,9 @@ void QuantizeBlockSimd(ElementType type, const QuantizeTable& t, const LevelLook
       kernel(t, lut, static_cast<const Bits*>(values), static_cast<const Bits*>(base), start, end, residual, symbols,
              static_cast<Bits*>(recon), lanes, max_err, pruned, exact);
     };
-    if (t.num_levels >= 1 && t.num_levels <= kCompareLevels && BoundsAscend(t))
-      return run(QuantizeBlockAvx2<V, E, 0, LevelFind::kCompare>);
-    if (t.num_levels <= kRegisterLevels) {
+    const LevelFind find = ChooseLevelFind(t, lut, kAvx2RegisterEntries);
+    if (find == LevelFind::kCompare) return run(QuantizeBlockAvx2<V, E, 0, LevelFind::kCompare>);
+    if (find == LevelFind::kRegisters) {
       if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0, LevelFind::kRegisters>);
       if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1, LevelFind::kRegisters>);
       if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2, LevelFind::kRegisters>);

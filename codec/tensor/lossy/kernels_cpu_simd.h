@@ -27,7 +27,11 @@ struct LevelLookup {
   alignas(64) float symbol_values[256];           // [0] = 0, [s] = levels[s - 1]
   alignas(64) int32_t start[kHistogramBins];
   bool probe_ok = true;
-  uint32_t max_span = 0;  // the most bounds inside one quantized bin
+  uint32_t max_span = 0;   // the most bounds inside one quantized bin
+  uint32_t max_start = 0;  // the largest start
+  // Every bound of the table (all kMaxLevels) at most the next one (a NaN
+  // fails): NearestLevel's answer is then the count of bounds below r.
+  bool bounds_ascend = false;
 };
 
 // Fills `lut` for table `t` (only bins between the prune and exact
@@ -36,20 +40,23 @@ void BuildLookup(const QuantizeTable& t, LevelLookup* lut);
 
 // How a vector quantize pass finds a lane's level. kGather: the bin's
 // first candidate from LevelLookup::start, then the probed bounds, then the
-// level, each by a gather. kRegisters, for tables small enough for the
-// pass's registers: the bounds and the level by register permutes, which
-// read the entries the gathers would. kCompare, for tables of up to
-// kCompareLevels levels whose bounds ascend: the level's index counted as
-// the bounds below the residual (NearestLevel's count), without a gather.
-// On the AMD EPYC the project is measured on, the gathers were most of the
-// pass's time in cache, and the default's tables mostly have 3 to 12
-// levels.
+// level, each by a gather. kRegisters, when every bound and level index the
+// lookup can form (a start plus its probes) fits the pass's registers: the
+// same entries by register permutes. kCompare, for tables of 1 to
+// kCompareLevels levels whose bounds ascend and whose bound past the last
+// level is +Inf: the level's index counted as the bounds below the
+// residual (NearestLevel's count, ties included), without a gather. On the
+// AMD EPYC the project is measured on, the gathers were most of the pass's
+// time in cache, and the default's tables mostly have 3 to 12 levels.
 enum class LevelFind { kGather, kRegisters, kCompare };
 inline constexpr uint32_t kCompareLevels = 8;
 
-// Whether the bounds of `t` before its last level ascend (a NaN fails):
-// then the count of those below a residual is NearestLevel's answer.
-bool BoundsAscend(const QuantizeTable& t);
+// The bounds a pass probes past a bin's start for a table of `max_span`.
+constexpr uint32_t ProbesFor(uint32_t max_span) { return max_span <= 2 ? max_span : kProbe; }
+
+// The way for table `t` with lookup `lut`, for a pass whose registers hold
+// `register_entries` bounds and as many levels.
+LevelFind ChooseLevelFind(const QuantizeTable& t, const LevelLookup& lut, uint32_t register_entries);
 
 // The nearest level by lookup. REQUIRES: lut.probe_ok.
 CKPTFS_HD uint32_t LookupLevel(const LevelLookup& lut, float r) {
@@ -78,9 +85,9 @@ void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, cons
                             double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact);
 
 // DequantizeSimd for f32 with AVX-512: groups [0, groups), sixteen lanes,
-// the symbols' values by register permutes for up to 6-bit symbols (a
-// gather otherwise); the same bits. REQUIRES: QuantizeAvx512Available(),
-// as DequantizeSimd.
+// the symbols' values by register permutes (the same entries a gather
+// reads); the same bits. REQUIRES: QuantizeAvx512Available(), as
+// DequantizeSimd.
 void DequantizeF32Avx512(const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const void* base,
                          uint64_t groups, void* out, uint32_t* max_symbol);
 

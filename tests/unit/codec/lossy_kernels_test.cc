@@ -154,9 +154,9 @@ void RunSpecChecks(ElementType type) {
         for (uint32_t j = 0; j < 255; ++j) dense.levels[j] = -0.01f + 0.02f * static_cast<float>(j) / 254.0f;
         FillBounds(&dense);
         CheckAgainstSpec<E>(type, values, base, dense);
-        // Tables on both sides of the vector passes' register lookups
-        // (quantize: up to 8, 12 or 28 levels; dequantize: up to 7 bits),
-        // spread over the residual.
+        // Tables on both sides of the vector passes' ways to find a level
+        // (counted bounds, register lookups, gathers) and of the
+        // dequantizer's symbol widths, spread over the residual.
         float spread = 0;
         for (float x : r)
           if (std::isfinite(x)) spread = std::max(spread, std::fabs(x));
@@ -179,31 +179,120 @@ void RunSpecChecks(ElementType type) {
 
 TEST(LossyKernelsTest, F32PathsMatchSpec) { RunSpecChecks<F32Elem>(ElementType::kF32); }
 
-// Residuals exactly at a bound, a step either side of it, at the levels
-// and at the thresholds: where a lane's level is counted from the bounds
-// (few levels) instead of looked up, ties must fall as in the spec.
+// Residuals exactly at a bound, a step either side of it, at the levels,
+// at +-0 and at the thresholds: where a lane's level is counted from the
+// bounds (few levels) instead of looked up, ties must fall as in the spec.
 TEST(LossyKernelsTest, F32TiesAtTheBoundsMatchSpec) {
-  for (uint32_t levels : {1u, 2u, 3u, 5u, 8u, 9u, 12u}) {
+  auto ties = [](const QuantizeTable& t) {
+    std::vector<float> v;
+    for (uint32_t j = 0; j < t.num_levels; ++j)
+      for (float x : {t.bounds[j], t.levels[j]})
+        if (std::isfinite(x))
+          for (float y : {x, std::nextafter(x, INFINITY), std::nextafter(x, -INFINITY)}) v.push_back(y);
+    for (float x : {0.0f, -0.0f, 0.01f, -0.01f, 100.0f, -100.0f, std::nextafter(100.0f, 0.0f)}) v.push_back(x);
+    while (v.size() < 100) v.insert(v.end(), v.begin(), v.begin() + std::min<size_t>(v.size(), 100 - v.size()));
+    return testing::ToElements(ElementType::kF32, v);
+  };
+  for (uint32_t levels : {0u, 1u, 2u, 3u, 5u, 8u, 9u, 12u}) {
     SCOPED_TRACE("levels=" + std::to_string(levels));
     QuantizeTable t;
     t.num_levels = levels;
-    t.bits = static_cast<uint32_t>(std::bit_width(levels));
+    t.bits = levels == 0 ? 1 : static_cast<uint32_t>(std::bit_width(levels));
     t.prune_below = FloatBits(0.01f);
-    t.exact_from = FloatBits(3.0f);
+    t.exact_from = FloatBits(100.0f);  // above every level: every bound is reached
     for (uint32_t j = 0; j < levels; ++j) t.levels[j] = -2.0f + 0.37f * static_cast<float>(j * j);
     FillBounds(&t);
-    std::vector<float> v;
-    for (uint32_t j = 0; j < levels; ++j) {
-      for (float x : {t.bounds[j], t.levels[j]})
-        if (std::isfinite(x)) {
-          v.push_back(x);
-          v.push_back(std::nextafter(x, INFINITY));
-          v.push_back(std::nextafter(x, -INFINITY));
-        }
+    CheckAgainstSpec<F32Elem>(ElementType::kF32, ties(t), {}, t);
+  }
+  // Symmetric, a bound at 0 and nothing pruned: +0 and -0 on the bound.
+  for (uint32_t levels : {2u, 4u, 8u}) {
+    SCOPED_TRACE("symmetric levels=" + std::to_string(levels));
+    QuantizeTable t;
+    t.num_levels = levels;
+    t.bits = static_cast<uint32_t>(std::bit_width(levels));
+    t.prune_below = 0;
+    t.exact_from = FloatBits(100.0f);
+    for (uint32_t j = 0; j < levels; ++j)
+      t.levels[j] = static_cast<float>(2 * static_cast<int>(j) - static_cast<int>(levels) + 1);
+    FillBounds(&t);
+    ASSERT_EQ(t.bounds[levels / 2 - 1], 0.0f);
+    CheckAgainstSpec<F32Elem>(ElementType::kF32, ties(t), {}, t);
+  }
+}
+
+// Tables whose top levels crowd into one histogram bin (a bin spans up to
+// kProbe bounds): the register lookups then form their largest indices
+// (the last start plus every probe, the +Inf padding included).
+TEST(LossyKernelsTest, CrowdedTopLevelsMatchSpec) {
+  for (uint32_t levels : {12u, 16u, 17u, 28u, 32u, 33u}) {
+    for (uint32_t crowded : {2u, 3u, 5u}) {
+      SCOPED_TRACE("levels=" + std::to_string(levels) + " crowded=" + std::to_string(crowded));
+      QuantizeTable t;
+      t.num_levels = levels;
+      t.bits = static_cast<uint32_t>(std::bit_width(levels));
+      t.prune_below = 0;
+      t.exact_from = kNonFiniteBits;
+      const uint32_t spread = levels - crowded;
+      for (uint32_t j = 0; j < spread; ++j) t.levels[j] = -1.0f + 0.05f * static_cast<float>(j);
+      // 1.0, 1.0 + 2^-20, ...: one bin (the top 14 bits of the float).
+      for (uint32_t j = 0; j < crowded; ++j)
+        t.levels[spread + j] = 1.0f + std::ldexp(1.0f, -20) * static_cast<float>(j);
+      FillBounds(&t);
+      std::vector<float> v;
+      for (uint32_t j = 0; j < levels; ++j)
+        for (float x : {t.levels[j], t.bounds[j]})
+          if (std::isfinite(x)) {
+            v.push_back(x);
+            v.push_back(std::nextafter(x, INFINITY));
+            v.push_back(std::nextafter(x, -INFINITY));
+          }
+      v.push_back(1.5f);
+      v.push_back(-1.5f);
+      while (v.size() % 32 != 7) v.push_back(v[v.size() % 17]);
+      CheckAgainstSpec<F32Elem>(ElementType::kF32, testing::ToElements(ElementType::kF32, v), {}, t);
     }
-    for (float x : {0.0f, 0.01f, -0.01f, 3.0f, -3.0f, std::nextafter(3.0f, 0.0f)}) v.push_back(x);
-    while (v.size() < 100) v.insert(v.end(), v.begin(), v.begin() + std::min<size_t>(v.size(), 100 - v.size()));
-    CheckAgainstSpec<F32Elem>(ElementType::kF32, testing::ToElements(ElementType::kF32, v), {}, t);
+  }
+}
+
+// Every symbol of every width decodes as the spec says, whatever the
+// quantizer would have made (the vector paths read a value per symbol from
+// registers or by gather).
+TEST(LossyKernelsTest, DequantizeEverySymbolMatchesSpec) {
+  std::mt19937 rng(7);
+  QuantizeTable t;
+  t.num_levels = kMaxLevels;
+  for (uint32_t j = 0; j < kMaxLevels; ++j) t.levels[j] = static_cast<float>(j) * 0.5f - 60.0f;
+  const std::span<const float> levels(t.levels, kMaxLevels);
+  std::unique_ptr<LossyKernels> scalar = MakeCpuKernels(false);
+  for (uint32_t bits = 1; bits <= 8; ++bits) {
+    for (bool delta : {false, true}) {
+      SCOPED_TRACE("bits=" + std::to_string(bits) + " delta=" + std::to_string(delta));
+      const uint64_t n = 1000 + bits;
+      std::vector<std::byte> packed(PackedBytes(n, bits));
+      for (auto& b : packed) b = static_cast<std::byte>(rng());
+      std::vector<float> base_values(n);
+      for (float& x : base_values) x = static_cast<float>(rng() % 1000) * 0.25f;
+      const std::vector<std::byte> base = delta ? testing::ToElements(ElementType::kF32, base_values)
+                                                : std::vector<std::byte>();
+      std::vector<std::byte> want(n * 4), got(n * 4);
+      uint32_t want_max = 0;
+      ASSERT_TRUE(scalar->Dequantize(ElementType::kF32, bits, levels, packed, base, want, &want_max).ok());
+      for (uint64_t i = 0; i < n; ++i) {
+        uint32_t b = 0, w;
+        if (delta) std::memcpy(&b, base.data() + 4 * i, 4);
+        std::memcpy(&w, want.data() + 4 * i, 4);
+        ASSERT_EQ(w, DequantizeElement<F32Elem>(t.levels, SymbolAt(packed, bits, i), b, delta)) << "element " << i;
+      }
+      for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+        if (!CpuHasSimd(level)) continue;
+        SCOPED_TRACE(level == SimdLevel::kAvx2 ? "avx2" : "avx512");
+        uint32_t got_max = 0;
+        std::unique_ptr<LossyKernels> simd = MakeCpuKernels(level);
+        ASSERT_TRUE(simd->Dequantize(ElementType::kF32, bits, levels, packed, base, got, &got_max).ok());
+        EXPECT_EQ(got, want);
+        EXPECT_EQ(got_max, want_max);
+      }
+    }
   }
 }
 TEST(LossyKernelsTest, F16PathsMatchSpec) { RunSpecChecks<F16Elem>(ElementType::kF16); }
