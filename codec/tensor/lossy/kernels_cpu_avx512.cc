@@ -163,22 +163,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeF32Avx512(
 void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, const void* values, const void* base,
                             uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, void* recon,
                             double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact) {
-  auto run = [&](auto kernel) {
-    kernel(t, lut, static_cast<const uint32_t*>(values), static_cast<const uint32_t*>(base), start, end, residual,
-           symbols, static_cast<uint32_t*>(recon), lanes, max_err, pruned, exact);
-  };
-  const LevelFind find = ChooseLevelFind(t, lut, kAvx512RegisterEntries);
-  if (find == LevelFind::kCompare) return run(QuantizeF32Avx512<0, LevelFind::kCompare>);
-  if (find == LevelFind::kRegisters) {
-    if (lut.max_span == 0) return run(QuantizeF32Avx512<0, LevelFind::kRegisters>);
-    if (lut.max_span == 1) return run(QuantizeF32Avx512<1, LevelFind::kRegisters>);
-    if (lut.max_span == 2) return run(QuantizeF32Avx512<2, LevelFind::kRegisters>);
-    return run(QuantizeF32Avx512<kProbe, LevelFind::kRegisters>);
-  }
-  if (lut.max_span == 0) return run(QuantizeF32Avx512<0, LevelFind::kGather>);
-  if (lut.max_span == 1) return run(QuantizeF32Avx512<1, LevelFind::kGather>);
-  if (lut.max_span == 2) return run(QuantizeF32Avx512<2, LevelFind::kGather>);
-  return run(QuantizeF32Avx512<kProbe, LevelFind::kGather>);
+  WithLevelFind(t, lut, kAvx512RegisterEntries, [&]<uint32_t kProbes, LevelFind kFind>() {
+    QuantizeF32Avx512<kProbes, kFind>(t, lut, static_cast<const uint32_t*>(values), static_cast<const uint32_t*>(base),
+                                      start, end, residual, symbols, static_cast<uint32_t*>(recon), lanes, max_err,
+                                      pruned, exact);
+  });
 }
 
 // Eight `bits`-wide symbols of the group at `p` (one little-endian word)

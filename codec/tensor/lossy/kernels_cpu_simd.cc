@@ -385,22 +385,11 @@ void QuantizeBlockSimd(ElementType type, const QuantizeTable& t, const LevelLook
                        void* recon, double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact) {
   WithVector(type, [&]<typename V, typename E>() {
     using Bits = typename V::Bits;
-    auto run = [&](auto kernel) {
-      kernel(t, lut, static_cast<const Bits*>(values), static_cast<const Bits*>(base), start, end, residual, symbols,
-             static_cast<Bits*>(recon), lanes, max_err, pruned, exact);
-    };
-    const LevelFind find = ChooseLevelFind(t, lut, kAvx2RegisterEntries);
-    if (find == LevelFind::kCompare) return run(QuantizeBlockAvx2<V, E, 0, LevelFind::kCompare>);
-    if (find == LevelFind::kRegisters) {
-      if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0, LevelFind::kRegisters>);
-      if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1, LevelFind::kRegisters>);
-      if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2, LevelFind::kRegisters>);
-      return run(QuantizeBlockAvx2<V, E, kProbe, LevelFind::kRegisters>);
-    }
-    if (lut.max_span == 0) return run(QuantizeBlockAvx2<V, E, 0, LevelFind::kGather>);
-    if (lut.max_span == 1) return run(QuantizeBlockAvx2<V, E, 1, LevelFind::kGather>);
-    if (lut.max_span == 2) return run(QuantizeBlockAvx2<V, E, 2, LevelFind::kGather>);
-    return run(QuantizeBlockAvx2<V, E, kProbe, LevelFind::kGather>);
+    WithLevelFind(t, lut, kAvx2RegisterEntries, [&]<uint32_t kProbes, LevelFind kFind>() {
+      QuantizeBlockAvx2<V, E, kProbes, kFind>(t, lut, static_cast<const Bits*>(values), static_cast<const Bits*>(base),
+                                              start, end, residual, symbols, static_cast<Bits*>(recon), lanes, max_err,
+                                              pruned, exact);
+    });
   });
 }
 

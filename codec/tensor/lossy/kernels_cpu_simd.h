@@ -58,6 +58,27 @@ constexpr uint32_t ProbesFor(uint32_t max_span) { return max_span <= 2 ? max_spa
 // `register_entries` bounds and as many levels.
 LevelFind ChooseLevelFind(const QuantizeTable& t, const LevelLookup& lut, uint32_t register_entries);
 
+// Calls run.operator()<kProbes, kFind>() with the way ChooseLevelFind
+// picks and ProbesFor(lut.max_span) probes (none for kCompare): a pass's
+// kernel instantiated for the table.
+template <typename Run>
+void WithLevelFind(const QuantizeTable& t, const LevelLookup& lut, uint32_t register_entries, const Run& run) {
+  const auto by_probes = [&]<LevelFind kFind>() {
+    if (lut.max_span == 0) return run.template operator()<0, kFind>();
+    if (lut.max_span == 1) return run.template operator()<1, kFind>();
+    if (lut.max_span == 2) return run.template operator()<2, kFind>();
+    return run.template operator()<kProbe, kFind>();
+  };
+  switch (ChooseLevelFind(t, lut, register_entries)) {
+    case LevelFind::kCompare:
+      return run.template operator()<0, LevelFind::kCompare>();
+    case LevelFind::kRegisters:
+      return by_probes.template operator()<LevelFind::kRegisters>();
+    case LevelFind::kGather:
+      return by_probes.template operator()<LevelFind::kGather>();
+  }
+}
+
 // The nearest level by lookup. REQUIRES: lut.probe_ok.
 CKPTFS_HD uint32_t LookupLevel(const LevelLookup& lut, float r) {
   const uint32_t start = static_cast<uint32_t>(lut.start[FloatBits(r) >> kHistogramShift]);
