@@ -18,13 +18,6 @@ class OutputFileSink final : public ByteSink {
     progress_->Add(data.size());
     return file_.Append(data);
   }
-  // A new file (not a FIFO or device written in place) takes pieces at
-  // their offsets from the decode's threads.
-  bool writes_at() const override { return file_.replaces(); }
-  Status WriteAt(uint64_t offset, ByteSpan data) override {
-    progress_->Add(data.size());
-    return file_.WriteAt(offset, data);
-  }
   Status Finish() { return file_.Commit(); }
 
  private:

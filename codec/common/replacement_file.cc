@@ -111,12 +111,6 @@ Status ReplacementFile::Append(ByteSpan data) {
   return WriteAll(fd_, data, path_);
 }
 
-Status ReplacementFile::WriteAt(uint64_t offset, ByteSpan data) {
-  if (fd_ < 0) return Status::Internal("write to " + path_ + " after its commit");
-  if (!replaces()) return Status::Internal("positional write into " + path_ + " itself");
-  return WriteAllAt(fd_, offset, data, path_);
-}
-
 Status ReplacementFile::Commit() {
   if (fd_ < 0) return Status::Internal("second commit of " + path_);
   if (::close(std::exchange(fd_, -1)) != 0) return Status::Io(errno, "close " + path_);

@@ -51,10 +51,6 @@ class ReplacementFile {
   ~ReplacementFile();
 
   Status Append(ByteSpan data);
-  // Writes `data` at `offset` of the new file (pwrite), from any thread.
-  // REQUIRES: replaces() (a new regular file; `path` itself may be a FIFO
-  // or a device), and no Append.
-  Status WriteAt(uint64_t offset, ByteSpan data);
   // Closes the new file and puts it at `path`.
   Status Commit();
   const std::string& path() const { return path_; }

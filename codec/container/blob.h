@@ -52,15 +52,6 @@ class ByteSink {
  public:
   virtual ~ByteSink() = default;
   virtual Status Append(ByteSpan data) = 0;
-  // A sink that is a file may also take bytes at their offsets, from
-  // several threads at once (DecodeToSink's threads then write their own
-  // pieces, instead of one thread appending every byte); a sink takes
-  // either appends or WriteAt, not both.
-  virtual bool writes_at() const { return false; }
-  // REQUIRES: writes_at(). Thread-safe.
-  virtual Status WriteAt(uint64_t /*offset*/, ByteSpan /*data*/) {
-    return Status::Internal("this sink takes appends only");
-  }
 };
 
 // Collects the blob in memory.
@@ -337,11 +328,11 @@ class ReaderStream {
 Result<std::vector<std::byte>> DecodeAll(const BlobReader& reader);
 
 // Decodes the whole file into `sink` in file order: pieces of whole chunks
-// (about kDecodePieceBytes) decoded on `threads` threads into buffers that
-// are reused from piece to piece, so memory stays at a few pieces per
-// thread whatever the file's size (and no fresh memory is touched per
-// piece). The whole-file checksum is checked at the end, when the sink has
-// received every byte: on an error the caller discards what it received.
+// (about kDecodePieceBytes) decoded on `threads` threads into the chunk
+// cache's reused buffers and appended from them by the calling thread, so
+// memory stays at a few pieces per thread whatever the file's size. The
+// whole-file checksum is checked at the end, when the sink has received
+// every byte: on an error the caller discards what it received.
 inline constexpr uint64_t kDecodePieceBytes = uint64_t{8} << 20;
 Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads = 1,
                     uint64_t piece_bytes = kDecodePieceBytes);

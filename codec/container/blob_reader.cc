@@ -857,11 +857,12 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
   // thread, whole chunks still), so that the threads finish together.
   if (threads > 1) piece_bytes = std::min(piece_bytes, reader.logical_size() / (4 * uint64_t{threads}));
   const auto pieces = ChunkPieces(reader.chunks(), std::max<uint64_t>(1, piece_bytes));
-  // A sink that takes bytes at their offsets (a new file) gets the decoded
-  // chunks' own memory from the thread that decoded them; this thread
-  // only hashes them in order. Otherwise this thread appends every byte
-  // (the kernel's copy into the file was a third thread on two cores).
-  const bool at = sink->writes_at();
+  // The decoded chunks' own memory goes to the sink from one thread, in
+  // file order, hashed on the way for the whole-file checksum: no copy of
+  // a piece, and one writer. (Threads that wrote their own pieces at
+  // their offsets, by pwrite, queued on the output file's lock in the
+  // kernel, which spins: a decode of a 957 MB delta version on two
+  // threads took twice the system time, docs/bench.md.)
   Checksum64Stream hash;
   // Read as pieces of the decoded chunks (ReadPieces): with a chunk cache
   // a chunk leaves it once all its bytes were taken, so the cache holds
@@ -870,10 +871,10 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
   // filling with the whole file and pushing out the bases' chunks; as a
   // stream, the ones decoded ahead of it wait for it outside the LRU.
   const ReaderStream stream(reader);
-  auto emit = [&](uint64_t begin, const std::vector<BlobReader::Piece>& parts) -> Status {
+  auto emit = [&](const std::vector<BlobReader::Piece>& parts) -> Status {
     for (const BlobReader::Piece& part : parts) {
-      RETURN_IF_ERROR(at ? sink->WriteAt(begin, part.data) : sink->Append(part.data));
-      begin += part.data.size();
+      hash.Update(part.data);
+      RETURN_IF_ERROR(sink->Append(part.data));
     }
     return Status::Ok();
   };
@@ -882,79 +883,56 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
     for (auto [begin, end] : pieces) {
       parts.clear();
       RETURN_IF_ERROR(reader.ReadPieces(begin, end - begin, &parts));
-      for (const BlobReader::Piece& part : parts) hash.Update(part.data);
-      RETURN_IF_ERROR(emit(begin, parts));
+      RETURN_IF_ERROR(emit(parts));
     }
     return CheckFileChecksum(reader, hash.Digest());
   }
   // `threads` decoders fill a ring of 2 slots per thread in file order
-  // while this thread hashes (and, without `at`, appends) the finished
-  // pieces in order, so that work overlaps the decode of the next pieces.
-  // A slot holds the piece's decoded chunks (`at`) or a copy of them.
+  // while this thread hashes and writes the finished pieces in order, so
+  // that the writes overlap the decode of the next pieces. A slot holds
+  // its piece's decoded chunks until they are written.
   const size_t slots = 2 * size_t{threads};
-  std::vector<ScratchBuffer> buffers(at ? 0 : slots);
-  std::vector<std::vector<BlobReader::Piece>> held(at ? slots : 0);
+  std::vector<std::vector<BlobReader::Piece>> held(slots);
   std::mutex mu;
   std::condition_variable cv;
-  size_t next_to_take = 0, next_to_append = 0;
+  size_t next_to_take = 0, next_to_write = 0;
   std::vector<char> done(pieces.size(), 0);
   Status failure;
   bool stop = false;
-  auto decode_piece = [&](size_t i) -> Status {
-    auto [begin, end] = pieces[i];
-    if (at) {
-      std::vector<BlobReader::Piece>& parts = held[i % slots];  // emptied by the hashing thread
-      parts.clear();
-      RETURN_IF_ERROR(reader.ReadPieces(begin, end - begin, &parts));
-      return emit(begin, parts);
-    }
-    std::vector<BlobReader::Piece> parts;
-    RETURN_IF_ERROR(reader.ReadPieces(begin, end - begin, &parts));
-    std::byte* out = buffers[i % slots].Reserve(end - begin);
-    for (const BlobReader::Piece& part : parts) {
-      std::memcpy(out, part.data.data(), part.data.size());
-      out += part.data.size();
-    }
-    return Status::Ok();
-  };
   auto decoder = [&] {
     for (;;) {
       size_t i;
       {
         std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return stop || next_to_take >= pieces.size() || next_to_take < next_to_append + slots; });
+        cv.wait(lock, [&] { return stop || next_to_take >= pieces.size() || next_to_take < next_to_write + slots; });
         if (stop || next_to_take >= pieces.size()) return;
         i = next_to_take++;
       }
-      Status s = decode_piece(i);
+      auto [begin, end] = pieces[i];
+      std::vector<BlobReader::Piece>& parts = held[i % slots];  // emptied by the writing thread
+      parts.clear();
+      Status s = reader.ReadPieces(begin, end - begin, &parts);
       std::lock_guard lock(mu);
       if (!s.ok() && failure.ok()) failure = std::move(s), stop = true;
       done[i] = 1;
       cv.notify_all();
     }
   };
-  Status appended;
+  Status written;
   {
     std::vector<std::jthread> workers;
     for (unsigned t = 0; t < threads; ++t) workers.emplace_back(decoder);
-    for (size_t k = 0; k < pieces.size() && appended.ok(); ++k) {
+    for (size_t k = 0; k < pieces.size() && written.ok(); ++k) {
       {
         std::unique_lock lock(mu);
         cv.wait(lock, [&] { return stop || done[k]; });
         if (stop) break;
       }
-      auto [begin, end] = pieces[k];
-      if (at) {
-        for (const BlobReader::Piece& part : held[k % slots]) hash.Update(part.data);
-        held[k % slots].clear();  // the chunks go back to the cache's idle buffers
-      } else {
-        const ByteSpan piece(buffers[k % slots].data(), end - begin);
-        hash.Update(piece);
-        appended = sink->Append(piece);
-      }
+      written = emit(held[k % slots]);
+      held[k % slots].clear();  // the chunks go back to the cache's idle buffers
       std::lock_guard lock(mu);
-      next_to_append = k + 1;
-      if (!appended.ok()) stop = true;
+      next_to_write = k + 1;
+      if (!written.ok()) stop = true;
       cv.notify_all();
     }
     std::lock_guard lock(mu);  // the workers see stop or the end and return
@@ -962,7 +940,7 @@ Status DecodeToSink(const BlobReader& reader, ByteSink* sink, unsigned threads, 
     cv.notify_all();
   }
   RETURN_IF_ERROR(std::move(failure));
-  RETURN_IF_ERROR(std::move(appended));
+  RETURN_IF_ERROR(std::move(written));
   return CheckFileChecksum(reader, hash.Digest());
 }
 

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <random>
 
 #include "codec/container/blob.h"
@@ -123,29 +122,6 @@ class MapResolver final : public BlobResolver {
 
  private:
   std::map<ObjectId, std::vector<std::byte>> blobs_;
-};
-
-// A sink that takes bytes at their offsets (as a new output file does),
-// from several threads, into a buffer of the file's size.
-class OffsetSink final : public ByteSink {
- public:
-  explicit OffsetSink(size_t size) : bytes(size) {}
-  Status Append(ByteSpan) override { return Status::Internal("an offset sink was appended to"); }
-  bool writes_at() const override { return true; }
-  Status WriteAt(uint64_t offset, ByteSpan data) override {
-    std::lock_guard lock(mu);
-    if (offset > bytes.size() || data.size() > bytes.size() - offset)
-      return Status::Internal("write past the file's size");
-    std::memcpy(bytes.data() + offset, data.data(), data.size());
-    written += data.size();
-    ++writes;
-    return writes == fail_at ? Status::Io(5, "write out: device error") : Status::Ok();
-  }
-  std::mutex mu;
-  std::vector<std::byte> bytes;
-  uint64_t written = 0;
-  int writes = 0;
-  int fail_at = -1;  // the write that fails (-1: none)
 };
 
 // Parses a valid blob, lets `edit` change its index and payloads, and

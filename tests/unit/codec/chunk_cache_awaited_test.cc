@@ -174,7 +174,7 @@ TEST(ChunkCacheAwaited, AStreamDecodesEachChunkOfAPredictedVersionOnce) {
 int DecodedTwiceBySink(AdamChain& chain, unsigned threads, uint64_t awaited_room) {
   CountedNewest n(chain, awaited_room);
   if (!n.reader) return -1;
-  OffsetSink sink(chain.newest().size());
+  VectorSink sink;
   EXPECT_TRUE(DecodeToSink(*n.reader, &sink, threads, 64 << 10).ok());
   EXPECT_TRUE(sink.bytes == chain.newest());
   EXPECT_EQ(n.cache.awaited_bytes(), 0u);
