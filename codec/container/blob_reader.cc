@@ -254,13 +254,6 @@ struct DecodingMark {
 // of waiting for each other.
 constexpr std::chrono::seconds kLinkedWait{5};
 
-// The buffers a view of a cached chunk falls back to (ViewAtDepth,
-// ViewBase, ViewLinkRange write them only when the chunk is not held in
-// memory, or not aligned) are reserved with their pages mapped when
-// written: populated when reserved, four or five such buffers per decode
-// scratch were 200-300 MB of a cold 957 MB load's peak RSS, never written.
-constexpr ScratchBuffer::Pages kUntilUsed = ScratchBuffer::Pages::kOnFirstTouch;
-
 // Whether a step-space chunk is decoded slice by slice (StepSpaceSlices):
 // a lossy first moment whose base in step space is used as it is or
 // scaled (the default); the rarer predictions (a low-rank term, a dither,
@@ -433,7 +426,7 @@ Result<lossy::StepSources> BlobReaderImpl::PredictionSources(uint32_t c, const S
     // A ref copy's range too: the ref's plain chunks only, so a chain of
     // refs stops after one hop.
     if (step.ref) RETURN_IF_ERROR(CheckRefRange(c, offset, length));
-    MutableByteSpan buffer(scratch.step_inputs[slot].Reserve(length, kUntilUsed), length);
+    MutableByteSpan buffer(scratch.step_inputs[slot].ReserveForFallback(length), length);
     // This file's ranges cover no predicted chunk, a copy's no copy (checked
     // at Open): no cycle. A ref copy reads another blob, one level deeper
     // (the depth limit bounds a hostile loop of refs).
@@ -582,7 +575,7 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
   ByteSpan v;
   std::byte* v_buffer = nullptr;
   if ((lossy_flags & LossyChunkParams::kFlagStepSpace) != 0) {
-    v_buffer = scratch.step_inputs[1].Reserve(out.size(), kUntilUsed);
+    v_buffer = scratch.step_inputs[1].ReserveForFallback(out.size());
     Result<ByteSpan> viewed =
         ViewAtDepth(params->step_space->v_offset, MutableByteSpan(v_buffer, out.size()), depth, &v_hold, InputUse(depth));
     if (!viewed.ok())
@@ -594,7 +587,7 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     ByteSpan base_m;
     if (lossy_delta) {
       ASSIGN_OR_RETURN(base_m,
-                       ViewBase(c, MutableByteSpan(scratch.base.Reserve(out.size(), kUntilUsed), out.size()), depth, &base_hold));
+                       ViewBase(c, MutableByteSpan(scratch.base.ReserveForFallback(out.size()), out.size()), depth, &base_hold));
     }
     const bool predicted = lossy_delta && (lossy_flags & LossyChunkParams::kFlagPredicted) != 0;
     step_slices.emplace(v, params->step_space->eps, base_m, predicted ? &params->prediction->predictor : nullptr);
@@ -615,7 +608,7 @@ Status BlobReaderImpl::DecodeChunk(uint32_t c, MutableByteSpan out, uint32_t dep
     // own scratch, never this one. (A base version replaces a row-column
     // base, as the encoder never writes both.)
     ctx.base_slices = nullptr;
-    std::byte* base = scratch.base.Reserve(out.size(), kUntilUsed);
+    std::byte* base = scratch.base.ReserveForFallback(out.size());
     if (params && params->copy()) {
       // A copy's prediction reads no base version (its scale is 0).
       std::fill(base, base + out.size(), std::byte{0});

@@ -86,9 +86,7 @@ ByteSpan ReadBaseBytes(const PlannedChunk& plan, const BaseRef* base, CodecScrat
   if (!plan.base_offset) return {};
   // A base that cannot be read (damaged, or its own base is gone) must not
   // stop the new version from being stored: the chunk becomes a key frame.
-  // The buffer is the view's fallback, written only when the reader does
-  // not hold the bytes: its pages are mapped when written, not before.
-  std::byte* buffer = scratch.base.Reserve(plan.length, ScratchBuffer::Pages::kOnFirstTouch);
+  std::byte* buffer = scratch.base.ReserveForFallback(plan.length);
   Result<ByteSpan> bytes = base->reader->ViewAt(*plan.base_offset, MutableByteSpan(buffer, plan.length),
                                                 &scratch.base_hold);
   if (!bytes.ok()) return {};

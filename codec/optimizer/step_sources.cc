@@ -150,10 +150,8 @@ std::optional<ChunkPrediction> PredictChunk(lossy::ElementType weight_type, Byte
   // returns: only the fit reads it).
   std::shared_ptr<const void> m_hold, v_hold;
   if (best->m_base_offset && (!best->has_v || best->v_base_offset)) {
-    // The views' fallbacks (written only when the reader does not hold
-    // the bytes): pages mapped when written.
-    MutableByteSpan m_buffer(scratch.step_inputs[2].Reserve(length, ScratchBuffer::Pages::kOnFirstTouch), length);
-    MutableByteSpan v_buffer(scratch.step_inputs[3].Reserve(length, ScratchBuffer::Pages::kOnFirstTouch), length);
+    MutableByteSpan m_buffer(scratch.step_inputs[2].ReserveForFallback(length), length);
+    MutableByteSpan v_buffer(scratch.step_inputs[3].ReserveForFallback(length), length);
     Result<ByteSpan> m_base = read_base(*best->m_base_offset, m_buffer, &m_hold);
     Result<ByteSpan> v_base = best->has_v ? read_base(*best->v_base_offset, v_buffer, &v_hold) : ByteSpan();
     if (m_base.ok() && v_base.ok()) {

@@ -103,5 +103,19 @@ TEST(ScratchMemory, PagesAreMappedWhenMadeOrWhenTheWriterAsks) {
   EXPECT_EQ(ResidentPages(lazy.get() + after, n - after), 0u);
 }
 
+// A buffer reserved for a view's fallback takes no memory until written;
+// an ordinary reservation is mapped whole.
+TEST(ScratchMemory, AFallbackBufferIsMappedOnlyWhereWritten) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t n = size_t{8} << 20;
+  ScratchBuffer fallback;
+  std::byte* p = fallback.ReserveForFallback(n);
+  EXPECT_EQ(ResidentPages(p, n), 0u) << "no page before a write";
+  p[0] = std::byte{1};
+  EXPECT_EQ(ResidentPages(p + n / 2, n / 2), 0u) << "only the written pages";
+  ScratchBuffer ordinary;
+  EXPECT_EQ(ResidentPages(ordinary.Reserve(n), n), n / page);
+}
+
 }  // namespace
 }  // namespace ckptfs
