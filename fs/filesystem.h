@@ -43,6 +43,16 @@ int ToErrno(const Status& status);
 // Unsupported when the store has an unknown format version.
 Status RunDaemon(const MountOptions& options);
 
+// A bufvec of one memory buffer of SIZE bytes: what libfuse's
+// FUSE_BUFVEC_INIT makes, without its C compound literal (not C++).
+inline fuse_bufvec OneBufferVec(size_t size) {
+  fuse_bufvec vec{};
+  vec.count = 1;
+  vec.buf[0].size = size;
+  vec.buf[0].fd = -1;
+  return vec;
+}
+
 // An open file (fuse_file_info::fh).
 struct FileHandle {
   std::shared_ptr<Inode> inode;

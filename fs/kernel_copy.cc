@@ -110,7 +110,7 @@ void Filesystem::CopyToKernel(const std::shared_ptr<Inode>& inode, uint64_t gen,
       whole = f.content_gen == gen && f.writers == 0 && !f.kernel_copy_raced;
     }
     if (!whole) break;
-    fuse_bufvec data = FUSE_BUFVEC_INIT(n);
+    fuse_bufvec data = OneBufferVec(n);
     data.buf[0].mem = const_cast<std::byte*>(window);  // NOLINT: the kernel only reads it
     // No lock is held: the kernel may wait on a READ of this inode.
     const int rc =

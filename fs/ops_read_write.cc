@@ -52,7 +52,7 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fu
   }
   // libfuse reads (or splices) the staging file itself; a short read at
   // the end of the file gives a short reply.
-  fuse_bufvec data = FUSE_BUFVEC_INIT(size);
+  fuse_bufvec data = OneBufferVec(size);
   data.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
   data.buf[0].fd = staging->fd();
   data.buf[0].pos = off;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang-14 and runs each for N seconds
+# Builds the libFuzzer targets with clang-14 (in the sanitizer build that
+# scripts/test.sh's unit tests under ASan share) and runs each for N seconds
 # (default 15) over its committed seed corpus. New inputs go to a scratch
 # copy, so the committed corpus only changes on purpose.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
@@ -7,9 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-15}
 shift || true
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_FUZZ=ON -DCKPTFS_BUILD_TESTS=ON \
-  -DCKPTFS_SANITIZE=ON -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DCMAKE_CUDA_HOST_COMPILER=g++ >/dev/null
+source scripts/lib/sanitize_build.sh
+ckptfs_configure_sanitize_build
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   for src in tests/fuzz/*_fuzz.cc; do
@@ -21,7 +21,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   echo "no fuzz targets"
   exit 0
 fi
-ninja -C build-fuzz "${targets[@]}"
+ninja -C "$CKPTFS_SANITIZE_BUILD" "${targets[@]}"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 status=0
@@ -32,7 +32,7 @@ for t in "${targets[@]}"; do
     cp -r "tests/fuzz/corpus/$corpus_name/." "$scratch/$corpus_name/"
   fi
   echo "-- $t for ${seconds}s"
-  if ! "build-fuzz/tests/$t" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
+  if ! "$CKPTFS_SANITIZE_BUILD/tests/$t" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
       -artifact_prefix="$scratch/" "$scratch/$corpus_name" 2>"$scratch/$t.log"; then
     echo "FUZZ FAILURE in $t:"
     tail -40 "$scratch/$t.log"

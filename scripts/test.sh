@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of ckptfs on a fresh Debian 12 machine: installs what is
-# missing, builds (release and ASan+UBSan), runs the unit tests, the GPU
+# missing, builds (release, and one clang build with ASan+UBSan and the
+# fuzzers' instrumentation), runs the unit tests, the GPU
 # tests (they skip without a device), short fuzz runs of every parser, and the
 # integration tests that mount real FUSE filesystems.
 #
@@ -35,15 +36,18 @@ ninja -C build -j "$jobs"
 run_suite "unit tests" ctest --test-dir build --output-on-failure -j "$jobs" -L unit
 run_suite "gpu tests (skip without a device)" ctest --test-dir build --output-on-failure -L gpu --no-tests=ignore
 
+source scripts/lib/sanitize_build.sh
 if [ "${CKPTFS_SKIP_SANITIZE:-0}" != 1 ]; then
-  echo "== build (ASan + UBSan)"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=ON -DCKPTFS_BUILD_TESTS=ON >/dev/null
-  ninja -C build-asan -j "$jobs" codec_tests $(ninja -C build-asan -t targets all | grep -o '^fs_tests:' | tr -d :)
+  echo "== build (clang, ASan + UBSan)"
+  ckptfs_configure_sanitize_build
+  ninja -C "$CKPTFS_SANITIZE_BUILD" -j "$jobs" codec_tests \
+    $(ninja -C "$CKPTFS_SANITIZE_BUILD" -t targets all | grep -o '^fs_tests:' | tr -d :)
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  run_suite "unit tests under ASan+UBSan" ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+  run_suite "unit tests under ASan+UBSan" ctest --test-dir "$CKPTFS_SANITIZE_BUILD" --output-on-failure -j "$jobs" -L unit
 fi
 
 if [ "${CKPTFS_SKIP_FUZZ:-0}" != 1 ]; then
+  # The same build: only the fuzz targets' own sources are left to compile.
   run_suite "fuzz smoke" scripts/fuzz.sh "${CKPTFS_FUZZ_SECONDS:-15}"
 fi
 

@@ -12,7 +12,16 @@
 #include <random>
 #include <vector>
 
+// GCC says it builds with ASan by __SANITIZE_ADDRESS__, clang by
+// __has_feature(address_sanitizer).
 #if defined(__SANITIZE_ADDRESS__)
+#define CKPTFS_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CKPTFS_TEST_ASAN 1
+#endif
+#endif
+#if defined(CKPTFS_TEST_ASAN)
 #include <sanitizer/lsan_interface.h>
 #endif
 
@@ -413,7 +422,7 @@ TEST(RefCopies, LinksThatLoopOrChainFailInsteadOfHanging) {
   // object that is itself with its base named back. Its decode reaches its
   // own chunk again and fails: it does not wait for itself.
   {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(CKPTFS_TEST_ASAN)
     // The two readers hold each other as bases (the loop): never freed,
     // as in such a store.
     __lsan::ScopedDisabler loop_readers_are_never_freed;
