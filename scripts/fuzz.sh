@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang-14 (in the sanitizer build that
 # scripts/test.sh's unit tests under ASan share) and runs each for N seconds
-# (default 15) over its committed seed corpus. New inputs go to a scratch
+# (default 10) over its committed seed corpus. New inputs go to a scratch
 # copy, so the committed corpus only changes on purpose.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${1:-15}
+seconds=${1:-10}
 shift || true
 source scripts/lib/sanitize_build.sh
 ckptfs_configure_sanitize_build
