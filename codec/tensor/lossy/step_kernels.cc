@@ -239,6 +239,26 @@ CKPTFS_STEP_AVX2 uint64_t CombineBf16Avx2(const StepPredictor& pr, const std::by
 }
 #endif
 
+// A block of w_base's elements: their bits, and widened to f32.
+template <typename W>
+void WidenBlock(const std::byte* wb_p, uint64_t count, typename W::Bits* wb_bits, float* wb) {
+  std::memcpy(wb_bits, wb_p, count * sizeof(typename W::Bits));
+  for (uint64_t k = 0; k < count; ++k) wb[k] = W::ToFloat(wb_bits[k]);
+}
+
+// The f32 predictions p rounded to W into `o`; an element whose rounded
+// value is not finite (or, with `p_finite_too`, whose p is not) keeps
+// w_base's bits.
+template <typename W>
+void RoundBlock(const float* p, const typename W::Bits* wb_bits, uint64_t count, bool p_finite_too, std::byte* o) {
+  for (uint64_t k = 0; k < count; ++k) {
+    const typename W::Bits rounded = W::FromFloat(p[k]);
+    const bool finite = (!p_finite_too || std::isfinite(p[k])) && std::isfinite(W::ToFloat(rounded));
+    const typename W::Bits bits = finite ? rounded : wb_bits[k];
+    std::memcpy(o + k * sizeof bits, &bits, sizeof bits);
+  }
+}
+
 }  // namespace
 
 // step_kernels.h says what each of these three computes.
@@ -282,8 +302,7 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
 #endif
   float wb[kBlock] = {}, p[kBlock];  // (zeroed: GCC cannot tell that count elements are set)
   Bits wb_bits[kBlock];
-  std::memcpy(wb_bits, wb_p, count * sizeof(Bits));
-  for (uint64_t k = 0; k < count; ++k) wb[k] = W::ToFloat(wb_bits[k]);
+  WidenBlock<W>(wb_p, count, wb_bits, wb);
   // (A not-finite f32 p that the vector kernel replaced by w_base converts
   // back to w_base's bits below, or fails the same finiteness test.)
 #if defined(__x86_64__)
@@ -295,12 +314,7 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
 #else
   CombinePortable(pr, wb, u, ub, count, p);
 #endif
-  for (uint64_t k = 0; k < count; ++k) {
-    const Bits rounded = W::FromFloat(p[k]);
-    // Not finite in the weights' type: keep w_base's bits.
-    const Bits bits = std::isfinite(W::ToFloat(rounded)) ? rounded : wb_bits[k];
-    std::memcpy(o + k * sizeof bits, &bits, sizeof bits);
-  }
+  RoundBlock<W>(p, wb_bits, count, /*p_finite_too=*/false, o);
 }
 
 // CombineBlock in binary32 (f32_steps): p from the f32 steps, then rounded
@@ -320,8 +334,7 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
 #endif
   float wb[kBlock] = {}, p[kBlock];  // (zeroed: GCC cannot tell that count elements are set)
   Bits wb_bits[kBlock];
-  std::memcpy(wb_bits, wb_p, count * sizeof(Bits));
-  for (uint64_t k = 0; k < count; ++k) wb[k] = W::ToFloat(wb_bits[k]);
+  WidenBlock<W>(wb_p, count, wb_bits, wb);
 #if defined(__x86_64__)
   if (kernels.avx2) {
     CombineInF32Avx2(c, wb, u, ub, count, p);
@@ -332,12 +345,7 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
   (void)kernels;
   CombinePortable(c, wb, u, ub, count, p);
 #endif
-  for (uint64_t k = 0; k < count; ++k) {
-    const Bits rounded = W::FromFloat(p[k]);
-    // Not finite (in f32, or in the weights' type): keep w_base's bits.
-    const Bits bits = std::isfinite(p[k]) && std::isfinite(W::ToFloat(rounded)) ? rounded : wb_bits[k];
-    std::memcpy(o + k * sizeof bits, &bits, sizeof bits);
-  }
+  RoundBlock<W>(p, wb_bits, count, /*p_finite_too=*/true, o);
 }
 
 // Every element type a checkpoint's weights and optimizer state come in.
