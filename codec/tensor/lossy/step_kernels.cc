@@ -259,9 +259,32 @@ void RoundBlock(const float* p, const typename W::Bits* wb_bits, uint64_t count,
   }
 }
 
+// p of a block of weights widened to f32 (p in f32): from binary64 steps
+// in binary64 as CombinePortable, from binary32 steps (f32_steps) in
+// binary32; AVX2 or portable, the same bits.
+void CombineWidened(StepKernels kernels, const StepPredictor& pr, const float* wb, const double* u, const double* ub,
+                    uint64_t count, float* p) {
+#if defined(__x86_64__)
+  if (kernels.avx2) {
+    return CombineF32Avx2(pr, reinterpret_cast<const std::byte*>(wb), u, ub, count, reinterpret_cast<std::byte*>(p));
+  }
+#endif
+  (void)kernels;
+  CombinePortable(pr, wb, u, ub, count, p);
+}
+void CombineWidened(StepKernels kernels, const StepPredictor& pr, const float* wb, const float* u, const float* ub,
+                    uint64_t count, float* p) {
+  const F32Coefficients c(pr);
+#if defined(__x86_64__)
+  if (kernels.avx2) return CombineInF32Avx2(c, wb, u, ub, count, p);
+#endif
+  (void)kernels;
+  CombinePortable(c, wb, u, ub, count, p);
+}
+
 }  // namespace
 
-// step_kernels.h says what each of these three computes.
+// step_kernels.h says what each of these computes.
 template <typename S, typename T>
 void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, T eps, uint64_t first, uint64_t count, T* u) {
   if (m == nullptr) {
@@ -280,15 +303,24 @@ void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, T eps, u
   StepsPortable<S>(m, v, eps, first, count, u);
 }
 
-template <typename W>
-void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte* wb_p, const double* u,
-                  const double* ub, uint64_t count, std::byte* o) {
+template <typename W, typename T>
+void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte* wb_p, const T* u, const T* ub,
+                  uint64_t count, std::byte* o) {
   using Bits = typename W::Bits;
+  constexpr bool kF32Steps = std::is_same_v<T, float>;
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<W, F32Elem>) {
-    if (kernels.avx2) return CombineF32Avx2(pr, wb_p, u, ub, count, o);
+    // f32 weights: straight from w_base into the output.
+    if (kernels.avx2) {
+      if constexpr (kF32Steps) {
+        return CombineInF32Avx2(F32Coefficients(pr), reinterpret_cast<const float*>(wb_p), u, ub, count,
+                                reinterpret_cast<float*>(o));
+      } else {
+        return CombineF32Avx2(pr, wb_p, u, ub, count, o);
+      }
+    }
   }
-  if constexpr (std::is_same_v<W, BF16Elem>) {
+  if constexpr (std::is_same_v<W, BF16Elem> && !kF32Steps) {
     if (kernels.avx2) {
       const uint64_t done = CombineBf16Avx2(pr, wb_p, u, ub, count, o);
       wb_p += done * sizeof(Bits);
@@ -303,49 +335,11 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
   float wb[kBlock] = {}, p[kBlock];  // (zeroed: GCC cannot tell that count elements are set)
   Bits wb_bits[kBlock];
   WidenBlock<W>(wb_p, count, wb_bits, wb);
-  // (A not-finite f32 p that the vector kernel replaced by w_base converts
+  // (A not-finite f32 p that a vector kernel replaced by w_base converts
   // back to w_base's bits below, or fails the same finiteness test.)
-#if defined(__x86_64__)
-  if (kernels.avx2) {
-    CombineF32Avx2(pr, reinterpret_cast<const std::byte*>(wb), u, ub, count, reinterpret_cast<std::byte*>(p));
-  } else {
-    CombinePortable(pr, wb, u, ub, count, p);
-  }
-#else
-  CombinePortable(pr, wb, u, ub, count, p);
-#endif
-  RoundBlock<W>(p, wb_bits, count, /*p_finite_too=*/false, o);
-}
-
-// CombineBlock in binary32 (f32_steps): p from the f32 steps, then rounded
-// to W (f16/bf16) with the same fallback to w_base's bits.
-template <typename W>
-void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte* wb_p, const float* u, const float* ub,
-                  uint64_t count, std::byte* o) {
-  using Bits = typename W::Bits;
-  const F32Coefficients c(pr);
-#if defined(__x86_64__)
-  if constexpr (std::is_same_v<W, F32Elem>) {
-    // f32 weights: straight from w_base into the output (as CombineF32Avx2).
-    if (kernels.avx2) {
-      return CombineInF32Avx2(c, reinterpret_cast<const float*>(wb_p), u, ub, count, reinterpret_cast<float*>(o));
-    }
-  }
-#endif
-  float wb[kBlock] = {}, p[kBlock];  // (zeroed: GCC cannot tell that count elements are set)
-  Bits wb_bits[kBlock];
-  WidenBlock<W>(wb_p, count, wb_bits, wb);
-#if defined(__x86_64__)
-  if (kernels.avx2) {
-    CombineInF32Avx2(c, wb, u, ub, count, p);
-  } else {
-    CombinePortable(c, wb, u, ub, count, p);
-  }
-#else
-  (void)kernels;
-  CombinePortable(c, wb, u, ub, count, p);
-#endif
-  RoundBlock<W>(p, wb_bits, count, /*p_finite_too=*/true, o);
+  CombineWidened(kernels, pr, wb, u, ub, count, p);
+  // With binary32 steps p itself is tested too.
+  RoundBlock<W>(p, wb_bits, count, /*p_finite_too=*/kF32Steps, o);
 }
 
 // Every element type a checkpoint's weights and optimizer state come in.
@@ -353,10 +347,10 @@ void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte*
   template void Steps<E, double>(StepKernels, const std::byte*, const std::byte*, double, uint64_t, uint64_t,          \
                                  double*);                                                                             \
   template void Steps<E, float>(StepKernels, const std::byte*, const std::byte*, float, uint64_t, uint64_t, float*); \
-  template void CombineBlock<E>(StepKernels, const StepPredictor&, const std::byte*, const double*, const double*,     \
-                                uint64_t, std::byte*);                                                                 \
-  template void CombineBlock<E>(StepKernels, const StepPredictor&, const std::byte*, const float*, const float*,       \
-                                uint64_t, std::byte*);
+  template void CombineBlock<E, double>(StepKernels, const StepPredictor&, const std::byte*, const double*,           \
+                                        const double*, uint64_t, std::byte*);                                          \
+  template void CombineBlock<E, float>(StepKernels, const StepPredictor&, const std::byte*, const float*, const float*, \
+                                       uint64_t, std::byte*);
 CKPTFS_STEP_KERNELS(F32Elem)
 CKPTFS_STEP_KERNELS(F16Elem)
 CKPTFS_STEP_KERNELS(BF16Elem)

@@ -47,14 +47,11 @@ struct StepKernels {
 template <typename S, typename T>
 void Steps(StepKernels kernels, const std::byte* m, const std::byte* v, T eps, uint64_t first, uint64_t count, T* u);
 
-// p of `count` (<= kBlock) elements from their steps: wb_p and o point at
-// the block's first element. W: the weights' element type. With binary32
-// steps (f32_steps) p is computed in binary32, then rounded to W.
-template <typename W>
-void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte* wb_p, const double* u,
-                  const double* ub, uint64_t count, std::byte* o);
-template <typename W>
-void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte* wb_p, const float* u, const float* ub,
+// p of `count` (<= kBlock) elements from their steps (T: double, or float
+// for f32_steps, when p is computed in binary32), rounded to the weights'
+// type W: wb_p and o point at the block's first element.
+template <typename W, typename T>
+void CombineBlock(StepKernels kernels, const StepPredictor& pr, const std::byte* wb_p, const T* u, const T* ub,
                   uint64_t count, std::byte* o);
 
 }  // namespace ckptfs::lossy::step_kernels
