@@ -1,7 +1,8 @@
 // The log mode's per-element passes (LOSSY.md section 9), private to
 // log_codec.cc: step 1 (grid index, reconstruction, error sums, shift votes)
 // and step 2 (symbols). The scalar templates here are the reference; the
-// AVX2 paths (log_index.cc, f32 key and delta frames) give the same results
+// AVX2 paths (log_index.cc, log_symbols_avx2.cc, log_hysteresis_avx2.cc;
+// f32 key and delta frames) give the same results
 // bit for bit, which tests/unit/codec/lossy_log_simd_test.cc checks.
 #pragma once
 
