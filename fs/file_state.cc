@@ -269,6 +269,7 @@ Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version
   ASSIGN_OR_RETURN(int mfd, ManifestFdLocked(inode));
   RETURN_IF_ERROR(CommitManifest(mfd, &f.manifest, version, commit_options_));
   f.has_manifest = true;
+  RETURN_IF_ERROR(SyncEntryLocked(inode));
   if (f.pending_mtime) {
     struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
     ::futimens(mfd, times);
@@ -276,6 +277,28 @@ Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version
   f.pending_mtime.reset();
   f.content.reset();
   f.dirty = false;
+  return Status::Ok();
+}
+
+// The first durable record of a file created through the mount (its
+// commit, or an fsync) is followed by an fsync of the folder naming it now
+// (fs/entry_syncs.h); a file found on disk, or synced once, costs nothing
+// more. A rename is as durable as on the backing filesystem: once its
+// folder is fsynced (FsyncDir passes that through).
+Status Filesystem::SyncEntryLocked(Inode& inode) {
+  FileState& f = inode.file;
+  if (f.entry_ticket == 0) return Status::Ok();
+  struct stat st;
+  if (::fstat(inode.fd, &st) != 0) return Status::Io(errno, "fstat manifest");
+  if (st.st_nlink > 0) {  // an unlinked file has no entry to keep
+    char path[PATH_MAX];
+    const ssize_t n = ::readlink(inode.ProcPath().c_str(), path, sizeof path);
+    if (n <= 0 || static_cast<size_t>(n) >= sizeof path) return Status::Io(n < 0 ? errno : ENAMETOOLONG, "readlink manifest");
+    const std::string_view name(path, static_cast<size_t>(n));
+    const size_t slash = name.rfind('/');
+    RETURN_IF_ERROR(entry_syncs_.Sync(slash == 0 ? std::string("/") : std::string(name.substr(0, slash)), f.entry_ticket));
+  }
+  f.entry_ticket = 0;
   return Status::Ok();
 }
 

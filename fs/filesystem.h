@@ -25,6 +25,7 @@
 #include "fs/candidate_lists.h"
 #include "fs/commit_pipeline.h"
 #include "fs/encode_queue.h"
+#include "fs/entry_syncs.h"
 #include "fs/folder_commits.h"
 #include "fs/log.h"
 #include "fs/memory_budget.h"
@@ -189,6 +190,10 @@ class Filesystem {
   // REQUIRES: inode.mu held. Writes `version`'s manifest record (durable)
   // with the pending mtime; the file is clean afterwards.
   Status WriteCommitLocked(Inode& inode, const EncodedVersion& version);
+  // After a durable manifest record of a file whose backing entry is not
+  // known durable (FileState::entry_ticket): fsyncs the folder naming it,
+  // unless an fsync of that folder already covered it (entry_syncs.h).
+  Status SyncEntryLocked(Inode& inode);
   // After a commit, no lock held: the version becomes a delta-base
   // candidate (then `in_folder`, when given, leaves its folder's list), and
   // the kernel drops pages of a lossy file's staged bytes; its
@@ -284,6 +289,7 @@ class Filesystem {
   std::atomic<unsigned> running_encodes_{0};
   // Commits per folder in the order they started (folder_commits.h).
   FolderCommits folder_commits_;
+  EntrySyncs entry_syncs_;
   // Writable handles closed by their process (FLUSH seen) whose RELEASE has
   // not arrived yet. Part of `user.ckptfs.pending`, so that "nothing
   // pending" right after a close() really means the commit has finished.

@@ -66,6 +66,10 @@ struct FileState {
   // commit changes it (RevalidateLocked).
   struct timespec loaded_ctime {};
   ino_t parent_dir = 0;                           // last directory seen naming it (delta scope)
+  // For a file this daemon created (create, mknod), its EntrySyncs ticket
+  // until the folder that names it has been fsynced (the backing entry is
+  // durable only then; Filesystem::SyncEntryLocked); 0 otherwise.
+  uint64_t entry_ticket = 0;
   // The staging file whose bytes the committed content was encoded from
   // (what readers got until the commit). A handle that read them goes on
   // reading them (FileHandle::staged_bytes), so that one open never mixes

@@ -78,6 +78,12 @@ void Filesystem::MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode
   fuse_entry_param e;
   Status s = DoLookup(*dir, name, &e);
   if (!s.ok()) return (void)fuse_reply_err(req, ToErrno(s));
+  if (S_ISREG(mode)) {
+    if (auto inode = inodes_.Get(e.ino)) {
+      std::lock_guard<std::mutex> lock(inode->mu);
+      inode->file.entry_ticket = entry_syncs_.EntryMade();  // SyncEntryLocked
+    }
+  }
   fuse_reply_entry(req, &e);
 }
 

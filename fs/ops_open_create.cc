@@ -65,6 +65,10 @@ void Filesystem::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
     if (inode) inodes_.Forget(e.ino, 1);
     return (void)fuse_reply_err(req, inode && inode->is_dir() ? EISDIR : EEXIST);
   }
+  if (created) {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    inode->file.entry_ticket = entry_syncs_.EntryMade();  // SyncEntryLocked
+  }
   bool write = WantsWrite(fi->flags);
   bool truncate = write && (created || (fi->flags & O_TRUNC));
   AttachedOpen attached;
@@ -181,7 +185,9 @@ void Filesystem::Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_fi
   }
   if (!staging) {  // committed content is durable already; sync the metadata
     int rc = manifest_fd < 0 ? 0 : (datasync ? ::fdatasync(manifest_fd) : ::fsync(manifest_fd));
-    return (void)fuse_reply_err(req, rc != 0 ? errno : 0);
+    if (rc != 0) return (void)fuse_reply_err(req, errno);
+    std::lock_guard<std::mutex> lock(inode.mu);
+    return (void)fuse_reply_err(req, ToErrno(SyncEntryLocked(inode)));
   }
   if (::fsync(staging->fd()) != 0) return (void)fuse_reply_err(req, errno);
   Status s;
@@ -194,6 +200,7 @@ void Filesystem::Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_fi
       Result<int> mfd = RecordStagingLocked(inode, *staging, no_fault);
       s = mfd.status();
       if (s.ok() && ::fsync(*mfd) != 0) s = Status::Io(errno, "fsync manifest");
+      if (s.ok()) s = SyncEntryLocked(inode);
     }
   }
   if (!s.ok()) log_->Error("fsync of inode {} failed: {}", inode.ino, s.ToString());
@@ -228,7 +235,11 @@ Status Filesystem::CommitForFsync(const std::shared_ptr<Inode>& inode) {
       }
     }
     if (!staging) {
-      if (manifest_fd >= 0) return ::fdatasync(manifest_fd) == 0 ? Status::Ok() : Status::Io(errno, "fsync manifest");
+      if (manifest_fd >= 0) {
+        if (::fdatasync(manifest_fd) != 0) return Status::Io(errno, "fsync manifest");
+        std::lock_guard<std::mutex> lock(inode->mu);
+        return SyncEntryLocked(*inode);
+      }
       // A commit queued at the last release is running: its outcome is
       // the answer (a failed one leaves the file dirty and staging).
       std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -11,7 +11,7 @@ CKPTFS_PACKAGES=(
   clang-14 libclang-rt-14-dev
   python3-torch python3-numpy python3-pytest python3-sklearn python3-matplotlib libopenblas0-pthread
   fortunes
-  unzip attr procps
+  unzip attr procps strace
   glusterfs-server glusterfs-client
 )
 
