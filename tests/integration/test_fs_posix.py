@@ -161,6 +161,61 @@ def test_close_then_reopen_always_sees_new_bytes(mnt):
         assert os.path.getsize(p) == len(data)
 
 
+def test_close_then_reopen_reads_the_daemons_new_bytes(mnt):
+    """The same as above with the kernel's cached pages dropped before the
+    read, so that the bytes come from the daemon while the new version is
+    still being committed (RELEASE is asynchronous: DESIGN.md §3,
+    invariant 5), not from the pages the writes left."""
+    p = mnt.path("reread.bin")
+    with open(p, "wb") as f:
+        f.write(os.urandom(8 << 20))
+    mnt.wait_idle()
+    states = set()
+    for i in range(8):
+        data = os.urandom((8 << 20) + i * 4096)
+        with open(p, "wb") as f:
+            f.write(data)
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            states.add(state(p))
+            got = bytearray()
+            while chunk := os.read(fd, 1 << 20):
+                got += chunk
+        finally:
+            os.close(fd)
+        assert bytes(got) == data, f"iteration {i}"
+        mnt.wait_idle()
+    assert states & {"staging", "encoding"}, f"every read came after the commit: {states}"
+
+
+def test_hard_links_across_a_remount(store):
+    """Both names of a hard link stay one file with the newest bytes after
+    the daemon restarts (invariant 5 across a remount)."""
+    store.mount()
+    f, g = store.path("f"), store.path("g")
+    with open(f, "wb") as h:
+        h.write(os.urandom(300_000))
+    os.link(f, g)
+    new = os.urandom(400_000)
+    with open(g, "wb") as h:  # through the second name
+        h.write(new)
+    store.wait_idle()
+    store.umount()
+    store.mount()
+    sf, sg = os.stat(f), os.stat(g)
+    assert sf.st_nlink == sg.st_nlink == 2 and sf.st_ino == sg.st_ino
+    for name in (f, g):
+        with open(name, "rb") as h:
+            assert h.read() == new, name
+    newer = os.urandom(100_000)
+    with open(f, "wb") as h:
+        h.write(newer)
+    store.wait_idle()
+    with open(g, "rb") as h:
+        assert h.read() == newer
+
+
 def test_rename_over_open_file_and_unlink_open(mnt):
     old = os.urandom(300_000)
     new = os.urandom(200_000)

@@ -195,3 +195,47 @@ def test_gc_never_deletes_a_delta_base_chosen_by_another_daemon(store, tmp_path)
     store.umount()
     r = store.cli("fsck", store.backing, check=False)
     assert r.returncode == 0, r.stdout
+
+
+def test_both_daemons_publish_the_same_content_at_once(store, tmp_path):
+    """Two nodes saving the same bytes at the same moment (replicated
+    weights, a copied checkpoint) publish one object: content addressing and
+    the atomic rename into objects/ make the second publication a no-op or
+    a rename over equal bytes (DESIGN.md §3, invariant 6)."""
+    store.mount()
+    second = Second(store, tmp_path)
+    try:
+        rounds = []
+        for r in range(4):
+            data = os.urandom(6 << 20)
+            rounds.append(data)
+            start = threading.Barrier(2)
+
+            def save(path, data=data, start=start):
+                start.wait()
+                with open(path, "wb") as f:
+                    f.write(data)
+
+            ta = threading.Thread(target=save, args=(store.path(f"a{r}.bin"),))
+            tb = threading.Thread(target=save, args=(second.path(f"b{r}.bin"),))
+            ta.start()
+            tb.start()
+            ta.join()
+            tb.join()
+        store.wait_idle()
+        second.wait_idle()
+        for r, data in enumerate(rounds):
+            # Each node reads its own file and the other's.
+            for path in (store.path(f"a{r}.bin"), store.path(f"b{r}.bin"), second.path(f"a{r}.bin"),
+                         second.path(f"b{r}.bin")):
+                assert read(path) == data, path
+            a = os.getxattr(store.path(f"a{r}.bin"), "user.ckptfs.object").decode()
+            b = os.getxattr(second.path(f"b{r}.bin"), "user.ckptfs.object").decode()
+            assert a == b, f"round {r}: equal bytes stored as two objects"
+    finally:
+        second.umount()
+    store.umount()
+    r = store.cli("fsck", store.backing, check=False)
+    assert r.returncode == 0, r.stdout
+    tmp = os.path.join(store.backing, ".ckptfs", "tmp")
+    assert not [n for d, _, files in os.walk(tmp) for n in files], "temporary objects left behind"
