@@ -248,7 +248,6 @@ std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& r
   if (max_count == 0 || rel_path.empty()) return {};
   const size_t slash = rel_path.rfind('/');
   const std::string rel_dir = slash == std::string::npos ? std::string() : rel_path.substr(0, slash);
-  const std::string exclude = slash == std::string::npos ? rel_path : rel_path.substr(slash + 1);
   DIR* dir = OpenBackingDir(store, rel_dir);
   if (dir == nullptr) return {};
   const int dfd = ::dirfd(dir);
@@ -256,7 +255,7 @@ std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& r
   while (struct dirent* e = ::readdir(dir)) {
     if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN) continue;
     std::string name = e->d_name;
-    if (name == "." || name == ".." || name == exclude || (rel_dir.empty() && name == kMetaDirName)) continue;
+    if (name == "." || name == ".." || (rel_dir.empty() && name == kMetaDirName)) continue;
     ReadCandidate(dfd, name, JoinPath(rel_dir, name), &found);
   }
   ::closedir(dir);  // closes dfd

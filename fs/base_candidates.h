@@ -79,13 +79,16 @@ void TrimBaseCandidates(std::deque<BaseCandidate>* list, size_t max_count);
 void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candidate, size_t max_count);
 
 // The delta-base candidates of the file at `rel_path` (relative to the
-// backing root): the committed blob versions among the other files of its
+// backing root): the committed blob versions among the files of its
 // directory, newest `max_count` by modification time, returned oldest first
 // like the daemon's in-memory list; key frames among them are anchors
 // (which versions were anchor frames is not recorded: after a remount the
-// chain that is full first ends in a key frame). The file itself is
-// skipped: it is not its own base. Files whose manifest or blob cannot be read are skipped with
-// a debug line: a missing candidate only costs a key frame.
+// chain that is full first ends in a key frame). The file's own committed
+// version is one of them, as in the daemon's list after it commits: a file
+// saved over in place (`last.ckpt`) deltas against its previous version
+// after a remount too (while its manifest holds a staging record, as in
+// recovery, it has none). Files whose manifest or blob cannot be read are
+// skipped with a debug line: a missing candidate only costs a key frame.
 std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,
                                               Logger* log);
 

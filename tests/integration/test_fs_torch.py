@@ -141,3 +141,29 @@ def test_delta_base_survives_remount(store):
     files = {os.path.basename(f["path"]): f for f in json.loads(r.stdout)["files"]}
     assert files["ckpt-2.pt"]["chain_depth"] == files["ckpt-1.pt"]["chain_depth"] + 1, files
     assert_same(torch.load(p), state)
+
+
+def test_a_file_saved_over_in_place_deltas_after_remount(store):
+    """A trainer that saves over one name (`last.ckpt`) and is restarted: its
+    first save after the remount deltas against the file's own previous
+    version, as every save before did (a daemon restart used to cost such a
+    file a key frame)."""
+    store.mount()
+    p = store.path("last.ckpt")
+    state = model_state(7)
+    for step in range(2):
+        state = model_state(400 + step, drift=1e-3, base=state)
+        torch.save(state, p)
+        store.wait_idle()
+    before = os.getxattr(p, "user.ckptfs.object").decode()
+    assert int(os.getxattr(p, "user.ckptfs.chain_depth")) == 1
+    store.umount()
+    store.mount()
+    state = model_state(500, drift=1e-3, base=state)
+    torch.save(state, p)
+    store.wait_idle()
+    assert os.getxattr(p, "user.ckptfs.base").decode() == before
+    assert int(os.getxattr(p, "user.ckptfs.chain_depth")) == 2
+    store.umount()
+    store.mount()
+    assert_same(torch.load(p), state)
