@@ -173,6 +173,40 @@ def test_fsync_promise_survives_kill9(store):
     assert state(store.path("journal")) == "committed"
 
 
+def test_atomic_save_survives_kill9_before_its_commit(store):
+    """The atomic save of a careful trainer: write a temporary file, fsync
+    it, rename it over the checkpoint (and fsync the folder). A kill -9 of
+    the daemon before the commit ends leaves the new checkpoint under the
+    final name after a remount, and nothing under the temporary one."""
+    store.mount("threads=1")
+    old, new = os.urandom(2 << 20), os.urandom((2 << 20) + 999)
+    write(store.path("ckpt.pt"), old)
+    store.wait_idle()
+    tmp = store.path("ckpt.pt.tmp")
+    f = open(tmp, "wb")
+    f.write(new)
+    f.flush()
+    os.fsync(f.fileno())
+    os.replace(tmp, store.path("ckpt.pt"))
+    dfd = os.open(store.mnt, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    store.kill9()  # the writer is still open: no commit has started
+    try:
+        f.close()
+    except OSError:
+        pass
+    store.mount()
+    assert read(store.path("ckpt.pt")) == new
+    assert not os.path.exists(tmp)
+    assert state(store.path("ckpt.pt")) == "committed"
+    store.umount()
+    assert staging_files(store.backing) == []
+    fsck_clean(store)
+
+
 def test_fsck_finds_flipped_byte_and_read_gives_eio(store, tmp_path):
     store.mount()
     data = os.urandom(12 << 20)  # three 4 MiB chunks
