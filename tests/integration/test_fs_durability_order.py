@@ -133,10 +133,10 @@ class Tracer:
 
 
 @pytest.fixture
-def traced(store, tmp_path):
+def traced(store, tmp_path, request):
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
-    store.mount()
+    store.mount(getattr(request, "param", "").format(tmp=tmp_path))
     tracer = Tracer(store.pid, str(tmp_path / "daemon.strace"))
     try:
         yield store, tracer
@@ -278,4 +278,36 @@ def test_fsync_makes_the_staging_file_durable_before_its_record(traced):
         check_object_published_durably(o)
     check_objects_never_opened_for_writing(calls)
     with open(store.path("synced.bin"), "rb") as f:
+        assert f.read() == data
+
+
+@pytest.mark.parametrize("traced", ["staging={tmp}/node-local"], indirect=True)
+def test_fsync_with_node_local_staging_commits_to_the_store_first(traced):
+    """With the staging area on the node (a shared store's default), fsync
+    returns once the file is committed to the store (fs/STORE.md §3): its
+    object published durably, the final record and the new entry synced."""
+    store, tracer = traced
+    data = os.urandom(1 << 20)
+    fd = os.open(store.path("shared.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+        fsync_returned = time.time()
+    finally:
+        os.close(fd)
+    store.wait_idle()
+    calls = parse(tracer.stop())
+    steps = commit_steps(calls, store.backing, "shared.bin")
+    assert steps["objects"], "no object was published for the file"
+    for o in steps["objects"].values():
+        check_object_published_durably(o)
+        assert o["dir_fsync"].ended_at <= fsync_returned, "fsync returned before the object was durable"
+    records = [c for c in steps["manifest_syncs"] if c.ended_at <= fsync_returned]
+    assert records, "fsync returned before a manifest record was durable"
+    assert all(o["dir_fsync"].end < records[-1].start for o in steps["objects"].values())
+    entry = [c for c in steps["entry_syncs"] if c.ended_at <= fsync_returned]
+    assert entry and entry[0].start > records[-1].end, "fsync returned before the new file's entry was durable"
+    assert not [c for c in calls if c.name == "openat" and any("/.ckptfs/staging/" in x for x in paths(c))], \
+        "node-local staging wrote to the store's staging area"
+    with open(store.path("shared.bin"), "rb") as f:
         assert f.read() == data
