@@ -202,6 +202,23 @@ def check_object_published_durably(o):
     assert o["rename"].end < o["dir_fsync"].start
 
 
+def write_fsync_and_trace(store, tracer, name):
+    """Writes a new file, fsyncs it, closes it and waits for its commit. The
+    traced calls, the file's commit steps, the time fsync returned and the
+    bytes written."""
+    data = os.urandom(1 << 20)
+    fd = os.open(store.path(name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+        fsync_returned = time.time()
+    finally:
+        os.close(fd)
+    store.wait_idle()
+    calls = parse(tracer.stop())
+    return calls, commit_steps(calls, store.backing, name), fsync_returned, data
+
+
 def test_close_commits_in_the_documented_order(traced):
     store, tracer = traced
     data = os.urandom(3 << 20)
@@ -256,17 +273,7 @@ def test_fsync_makes_the_staging_file_durable_before_its_record(traced):
     """fsync's promise (fs/STORE.md §3): when it returns, the staging file and
     a manifest record naming it are durable, before any commit."""
     store, tracer = traced
-    data = os.urandom(1 << 20)
-    fd = os.open(store.path("synced.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-        fsync_returned = time.time()
-    finally:
-        os.close(fd)
-    store.wait_idle()
-    calls = parse(tracer.stop())
-    steps = commit_steps(calls, store.backing, "synced.bin")
+    calls, steps, fsync_returned, data = write_fsync_and_trace(store, tracer, "synced.bin")
     staging = [c for c in steps["staging_fsyncs"] if c.ended_at <= fsync_returned]
     records = [c for c in steps["manifest_syncs"] if c.ended_at <= fsync_returned]
     assert staging, "fsync returned before the staging file was fsynced"
@@ -287,17 +294,7 @@ def test_fsync_with_node_local_staging_commits_to_the_store_first(traced):
     returns once the file is committed to the store (fs/STORE.md §3): its
     object published durably, the final record and the new entry synced."""
     store, tracer = traced
-    data = os.urandom(1 << 20)
-    fd = os.open(store.path("shared.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-        fsync_returned = time.time()
-    finally:
-        os.close(fd)
-    store.wait_idle()
-    calls = parse(tracer.stop())
-    steps = commit_steps(calls, store.backing, "shared.bin")
+    calls, steps, fsync_returned, data = write_fsync_and_trace(store, tracer, "shared.bin")
     assert steps["objects"], "no object was published for the file"
     for o in steps["objects"].values():
         check_object_published_durably(o)

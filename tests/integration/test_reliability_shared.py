@@ -197,6 +197,23 @@ def test_gc_never_deletes_a_delta_base_chosen_by_another_daemon(store, tmp_path)
     assert r.returncode == 0, r.stdout
 
 
+def save_at_once(*saves):
+    """Writes each (path, bytes) on a thread of its own, all released at the
+    same moment (two nodes' saves)."""
+    start = threading.Barrier(len(saves))
+
+    def save(path, data):
+        start.wait()
+        with open(path, "wb") as f:
+            f.write(data)
+
+    threads = [threading.Thread(target=save, args=s) for s in saves]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_both_daemons_publish_the_same_content_at_once(store, tmp_path):
     """Two nodes saving the same bytes at the same moment (replicated
     weights, a copied checkpoint) publish one object: content addressing and
@@ -209,19 +226,7 @@ def test_both_daemons_publish_the_same_content_at_once(store, tmp_path):
         for r in range(4):
             data = os.urandom(6 << 20)
             rounds.append(data)
-            start = threading.Barrier(2)
-
-            def save(path, data=data, start=start):
-                start.wait()
-                with open(path, "wb") as f:
-                    f.write(data)
-
-            ta = threading.Thread(target=save, args=(store.path(f"a{r}.bin"),))
-            tb = threading.Thread(target=save, args=(second.path(f"b{r}.bin"),))
-            ta.start()
-            tb.start()
-            ta.join()
-            tb.join()
+            save_at_once((store.path(f"a{r}.bin"), data), (second.path(f"b{r}.bin"), data))
         store.wait_idle()
         second.wait_idle()
         for r, data in enumerate(rounds):
@@ -251,19 +256,7 @@ def test_both_daemons_save_one_path_and_one_whole_version_wins(store, tmp_path):
     try:
         for r in range(4):
             a, b = os.urandom(5 << 20), os.urandom((5 << 20) + 4096)
-            start = threading.Barrier(2)
-
-            def save(path, data, start=start):
-                start.wait()
-                with open(path, "wb") as f:
-                    f.write(data)
-
-            ta = threading.Thread(target=save, args=(store.path("same.bin"), a))
-            tb = threading.Thread(target=save, args=(second.path("same.bin"), b))
-            ta.start()
-            tb.start()
-            ta.join()
-            tb.join()
+            save_at_once((store.path("same.bin"), a), (second.path("same.bin"), b))
             store.wait_idle()
             second.wait_idle()
             got_a, got_b = read(store.path("same.bin")), read(second.path("same.bin"))
