@@ -269,7 +269,6 @@ Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version
   ASSIGN_OR_RETURN(int mfd, ManifestFdLocked(inode));
   RETURN_IF_ERROR(CommitManifest(mfd, &f.manifest, version, commit_options_));
   f.has_manifest = true;
-  RETURN_IF_ERROR(SyncEntryLocked(inode));
   if (f.pending_mtime) {
     struct timespec times[2] = {{0, UTIME_OMIT}, *f.pending_mtime};
     ::futimens(mfd, times);
@@ -277,27 +276,41 @@ Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version
   f.pending_mtime.reset();
   f.content.reset();
   f.dirty = false;
+  // The commit is done whatever this gives: a failure keeps the ticket, and
+  // the file's next fsync or commit tries again.
+  if (Status s = SyncEntryLocked(inode); !s.ok())
+    log_->Error("inode {}: its folder could not be fsynced after the commit: {}", inode.ino, s.ToString());
   return Status::Ok();
 }
 
 // The first durable record of a file created through the mount (its
-// commit, or an fsync) is followed by an fsync of the folder naming it now
-// (fs/entry_syncs.h); a file found on disk, or synced once, costs nothing
-// more. A rename is as durable as on the backing filesystem: once its
-// folder is fsynced (FsyncDir passes that through).
+// commit, or an fsync) is followed by an fsync of the folder naming it now,
+// and of the new folders above it (fs/entry_syncs.h); a file found on disk,
+// or synced once, costs nothing more. A rename of a file whose entry is
+// durable is as durable as on the backing filesystem: once its folder is
+// fsynced (FsyncDir passes that through). Runs under inode.mu: rarely more
+// than one folder fsync per commit round of a folder.
 Status Filesystem::SyncEntryLocked(Inode& inode) {
   FileState& f = inode.file;
   if (f.entry_ticket == 0) return Status::Ok();
-  struct stat st;
-  if (::fstat(inode.fd, &st) != 0) return Status::Io(errno, "fstat manifest");
-  if (st.st_nlink > 0) {  // an unlinked file has no entry to keep
+  Status synced;
+  // The folder is found by the entry's current path; a rename of it
+  // between the readlink and the fsync (ENOENT) is tried again.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    struct stat st;
+    if (::fstat(inode.fd, &st) != 0) return Status::Io(errno, "fstat manifest");
     char path[PATH_MAX];
     const ssize_t n = ::readlink(inode.ProcPath().c_str(), path, sizeof path);
-    if (n <= 0 || static_cast<size_t>(n) >= sizeof path) return Status::Io(n < 0 ? errno : ENAMETOOLONG, "readlink manifest");
+    if (n <= 0 || static_cast<size_t>(n) >= sizeof path)
+      return Status::Io(n < 0 ? errno : ENAMETOOLONG, "readlink manifest");
     const std::string_view name(path, static_cast<size_t>(n));
+    // Unlinked (or this name of a hard link removed): no entry to keep.
+    if (st.st_nlink == 0 || name.ends_with(" (deleted)")) break;
     const size_t slash = name.rfind('/');
-    RETURN_IF_ERROR(entry_syncs_.Sync(slash == 0 ? std::string("/") : std::string(name.substr(0, slash)), f.entry_ticket));
+    synced = entry_syncs_.Sync(slash == 0 ? std::string("/") : std::string(name.substr(0, slash)), f.entry_ticket);
+    if (synced.ok() || synced.sys_errno() != ENOENT) break;
   }
+  RETURN_IF_ERROR(synced);
   f.entry_ticket = 0;
   return Status::Ok();
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>  // RENAME_EXCHANGE
 #include <cstring>
 
 #include "fs/filesystem.h"
@@ -52,6 +53,9 @@ void Filesystem::MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode
   fuse_entry_param e;
   Status s = DoLookup(*dir, name, &e);
   if (!s.ok()) return (void)fuse_reply_err(req, ToErrno(s));
+  struct stat made;  // the backing folder's identity (EntrySyncs keys folders by it)
+  if (::fstatat(dir->fd, name, &made, AT_SYMLINK_NOFOLLOW) == 0)
+    entry_syncs_.FolderMade(made.st_dev, made.st_ino);  // synced with its first file's commit
   fuse_reply_entry(req, &e);
 }
 
@@ -149,13 +153,22 @@ void Filesystem::Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fus
   // Manifests move with their names; a replaced target that is still open
   // keeps its content through its inode (like unlink).
   if (::renameat2(from->fd, name, to->fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
-  struct stat st;
-  if (::fstatat(to->fd, newname, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+  // The moved entries (both with RENAME_EXCHANGE). One whose entry was not
+  // yet durable (made through the mount) is new in its new folder too: a
+  // new ticket, so that an fsync of that folder made earlier does not count.
+  auto moved_to = [&](const Inode& dir, const char* entry) {
+    struct stat st;
+    if (::fstatat(dir.fd, entry, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+    if (S_ISDIR(st.st_mode)) return entry_syncs_.FolderMoved(st.st_dev, st.st_ino);
+    if (!S_ISREG(st.st_mode)) return;
     if (auto moved = inodes_.FindByBacking(st.st_dev, st.st_ino)) {
       std::lock_guard<std::mutex> lock(moved->mu);
-      moved->file.parent_dir = to->backing_ino;
+      moved->file.parent_dir = dir.backing_ino;
+      if (moved->file.entry_ticket != 0) moved->file.entry_ticket = entry_syncs_.EntryMade();
     }
-  }
+  };
+  moved_to(*to, newname);
+  if (flags & RENAME_EXCHANGE) moved_to(*from, name);
   fuse_reply_err(req, 0);
 }
 

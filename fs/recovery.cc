@@ -106,6 +106,7 @@ Result<RecoveryReport> RecoverStore(Store& store, const CommitOptions& options, 
   FindDeadAreas(store, &dead);
   report.dead_areas = static_cast<uint32_t>(dead.names.size());
   std::set<std::string> referenced;  // staging rel paths still named by manifests
+  std::set<std::string> finished_in;  // folders (relative) where a commit was finished
 
   Status walk = ForEachUserFile(store.backing(), [&](const std::string& rel) {
     std::string path = store.backing() + "/" + rel;
@@ -139,6 +140,10 @@ Result<RecoveryReport> RecoverStore(Store& store, const CommitOptions& options, 
                               options, log, rel);
     if (v.ok()) {
       ++report.finished;
+      // The file may have been new when its daemon died, its entry not yet
+      // durable (fs/entry_syncs.h): its folder is fsynced below, once.
+      const size_t slash = rel.rfind('/');
+      finished_in.insert(slash == std::string::npos ? std::string() : rel.substr(0, slash));
       if (log) log->Info("recovery: {}: finished an interrupted commit ({} bytes)", rel, manifest.logical_size);
     } else {
       referenced.insert(manifest.staging.RelPath());
@@ -147,6 +152,10 @@ Result<RecoveryReport> RecoverStore(Store& store, const CommitOptions& options, 
     ::close(fd);
   });
   RETURN_IF_ERROR(walk);
+  for (const std::string& folder : finished_in) {
+    Status synced = SyncDir(folder.empty() ? store.backing() : store.backing() + "/" + folder);
+    if (!synced.ok() && log) log->Error("recovery: folder {}: {}", folder, synced.ToString());
+  }
 
   for (const std::string& area : dead.names) {
     bool keep_dir = false;

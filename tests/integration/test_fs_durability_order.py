@@ -30,12 +30,13 @@ import time
 import pytest
 
 TRACED = "openat,fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat"
-# A traced line: "TID SECONDS name(args) = result", possibly split into
-# "TID SECONDS name(args <unfinished ...>" and "TID SECONDS <... name
-# resumed>...) = result" (-ttt: the time of the line, in seconds since the
-# epoch).
+# A traced line: "TID SECONDS name(args) = result <DURATION>", possibly split
+# into "TID SECONDS name(args <unfinished ...>" and "TID SECONDS <... name
+# resumed>...) = result <DURATION>" (-ttt: when the call began, in seconds
+# since the epoch; -T: how long it took).
 LINE = re.compile(r"^(\d+)\s+(\d+\.\d+)\s+(.*)$")
 CALL = re.compile(r"^(\w+)\((.*)$")
+DURATION = re.compile(r"<(\d+\.\d+)>$")
 RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")
 WRITE_FLAGS = ("O_WRONLY", "O_RDWR", "O_TRUNC", "O_CREAT")
 
@@ -56,12 +57,15 @@ def parse(trace_text):
         if not m:
             continue
         tid, at, rest = m.group(1), float(m.group(2)), m.group(3)
+        took = DURATION.search(rest)
+        rest = DURATION.sub("", rest).rstrip()
         r = RESUMED.match(rest)
         if r:
             c = open_calls.pop(tid, None)
             if c is not None:
                 c.args += r.group(2)
-                c.end, c.ended_at, c.result = i, at, r.group(2).rsplit("=", 1)[-1].strip()
+                c.end, c.result = i, r.group(2).rsplit("=", 1)[-1].strip()
+                c.ended_at = c.started_at + float(took.group(1)) if took else at
             continue
         cm = CALL.match(rest)
         if not cm:
@@ -70,7 +74,8 @@ def parse(trace_text):
         if rest.endswith("<unfinished ...>"):
             open_calls[tid] = c
         else:
-            c.end, c.ended_at, c.result = i, at, rest.rsplit("=", 1)[-1].strip()
+            c.end, c.result = i, rest.rsplit("=", 1)[-1].strip()
+            c.ended_at = at + float(took.group(1)) if took else at
         calls.append(c)
     return [c for c in calls if c.end is not None]
 
@@ -105,7 +110,7 @@ class Tracer:
         self.out = out
         # -f with -p of the process attaches all its threads, and follows
         # the ones it starts.
-        cmd = ["strace", "-f", "-qq", "-y", "-ttt", "-e", f"trace={TRACED}", "-o", out, "-p", str(pid)]
+        cmd = ["strace", "-f", "-qq", "-y", "-ttt", "-T", "-e", f"trace={TRACED}", "-o", out, "-p", str(pid)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 10
         while not self._attached(pid):
@@ -117,8 +122,14 @@ class Tracer:
 
     @staticmethod
     def _attached(pid):
-        with open(f"/proc/{pid}/status") as f:
-            return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
+        """Every thread of the daemon traced."""
+        def traced(tid):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
+            except FileNotFoundError:  # a thread that ended meanwhile
+                return True
+        return all(traced(t) for t in os.listdir(f"/proc/{pid}/task"))
 
     def stop(self):
         if self.proc.poll() is None:
@@ -152,7 +163,8 @@ def commit_steps(calls, backing, name):
     backing = os.path.realpath(backing)  # strace -y prints resolved paths
     meta = os.path.join(backing, ".ckptfs")
     manifest = os.path.join(backing, name)
-    steps = {"manifest_syncs": [], "entry_syncs": [], "staging_fsyncs": [], "staging_unlinks": [], "objects": {}}
+    steps = {"manifest_syncs": [], "entry_syncs": [], "folder_syncs": [], "staging_fsyncs": [], "staging_unlinks": [],
+             "objects": {}}
     tmp_fsync = {}
     for c in calls:
         path = fd_path(c)
@@ -161,6 +173,9 @@ def commit_steps(calls, backing, name):
                 steps["manifest_syncs"].append(c)
             elif path == os.path.dirname(manifest):
                 steps["entry_syncs"].append(c)
+                steps["folder_syncs"].append((path, c))
+            elif path and not path.startswith(meta) and path.startswith(backing) and os.path.isdir(path):
+                steps["folder_syncs"].append((path, c))
             elif path and path.startswith(os.path.join(meta, "staging") + "/"):
                 steps["staging_fsyncs"].append(c)
             elif path and path.startswith(os.path.join(meta, "tmp") + "/"):
@@ -308,3 +323,25 @@ def test_fsync_with_node_local_staging_commits_to_the_store_first(traced):
         "node-local staging wrote to the store's staging area"
     with open(store.path("shared.bin"), "rb") as f:
         assert f.read() == data
+
+
+def test_a_new_folders_entry_is_synced_with_its_first_file(traced):
+    """A file in a folder made through the mount (a step folder): after its
+    record, its folder is fsynced, then the folder above it (where the new
+    folder's own entry is), once."""
+    store, tracer = traced
+    os.makedirs(store.path("run", "step-1"))
+    for name in ("model.pt", "optimizer.pt"):
+        with open(store.path("run", "step-1", name), "wb") as f:
+            f.write(os.urandom(256 << 10))
+    store.wait_idle()
+    calls = parse(tracer.stop())
+    steps = commit_steps(calls, store.backing, os.path.join("run", "step-1", "model.pt"))
+    assert steps["manifest_syncs"], "the file's records were not synced"
+    backing = os.path.realpath(store.backing)
+    first_record = steps["manifest_syncs"][0].end
+    order = [p for p, c in sorted(steps["folder_syncs"], key=lambda pc: pc[1].start) if c.start > first_record]
+    step, run = os.path.join(backing, "run", "step-1"), os.path.join(backing, "run")
+    assert step in order and run in order and backing in order, f"folders synced after the record: {order}"
+    assert order.index(step) < order.index(run) < order.index(backing), f"synced in the order {order}"
+    assert order.count(run) == 1 and order.count(backing) == 1, f"new folders synced more than once: {order}"

@@ -237,8 +237,9 @@ def test_both_daemons_publish_the_same_content_at_once(store, tmp_path):
             a = os.getxattr(store.path(f"a{r}.bin"), "user.ckptfs.object").decode()
             b = os.getxattr(second.path(f"b{r}.bin"), "user.ckptfs.object").decode()
             assert a == b, f"round {r}: equal bytes stored as two objects"
-    finally:
         second.umount()
+    finally:
+        force_unmount(second.mnt)
     store.umount()
     r = store.cli("fsck", store.backing, check=False)
     assert r.returncode == 0, r.stdout
@@ -262,8 +263,9 @@ def test_both_daemons_save_one_path_and_one_whole_version_wins(store, tmp_path):
             got_a, got_b = read(store.path("same.bin")), read(second.path("same.bin"))
             assert got_a in (a, b) and got_b in (a, b), f"round {r}: a mix of the two saves"
             assert got_a == got_b, f"round {r}: the two nodes read different versions"
-    finally:
         second.umount()
+    finally:
+        force_unmount(second.mnt)
     store.umount()
     store.mount()
     assert read(store.path("same.bin")) in (a, b)
