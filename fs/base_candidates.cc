@@ -262,6 +262,16 @@ std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& r
   return NewestCandidates(store, std::move(found), max_count, /*same_role=*/false, log);
 }
 
+std::optional<BaseCandidate> CandidateOf(Store& store, const Manifest& committed, const std::string& rel_path,
+                                         Logger* log) {
+  if (committed.kind != ManifestKind::kBlob) return std::nullopt;
+  struct timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  std::vector<BaseCandidate> one = NewestCandidates(store, {Found{now, rel_path, committed}}, 1, false, log);
+  if (one.empty()) return std::nullopt;
+  return std::move(one.front());
+}
+
 std::vector<BaseCandidate> ScanRoleCandidates(Store& store, const std::string& rel_path, size_t max_count,
                                               Logger* log) {
   const FileRole role = RoleOf(rel_path);

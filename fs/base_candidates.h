@@ -92,6 +92,13 @@ void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candid
 std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,
                                               Logger* log);
 
+// The candidate of a committed blob record of the file at `rel_path` (a
+// version its manifest no longer names: an fsync replaced the record with
+// a staging one), or nullopt when the record is no blob or the blob does
+// not open.
+std::optional<BaseCandidate> CandidateOf(Store& store, const Manifest& committed, const std::string& rel_path,
+                                         Logger* log);
+
 // The delta-base candidates of the file at `rel_path` found by its role
 // (fs/version_role.h): the committed blob versions of the same file in
 // sibling step folders (`checkpoint-100/optimizer.pt` for

@@ -4,11 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <future>
 
+#include "fs/base_candidates.h"
 #include "fs/dcp_names.h"
 #include "fs/filesystem.h"
 
@@ -201,6 +203,7 @@ Result<int> Filesystem::RecordStagingLocked(Inode& inode, StagingFile& staging, 
   ASSIGN_OR_RETURN(int mfd, ManifestFdLocked(inode));
   struct stat st;
   if (::fstat(staging.fd(), &st) != 0) return Status::Io(errno, "fstat staging");
+  if (f.has_manifest && f.manifest.kind == ManifestKind::kBlob) f.replaced_committed = f.manifest;
   RETURN_IF_ERROR(MarkStaging(mfd, &f.manifest, staging.id(), static_cast<uint64_t>(st.st_size), options));
   f.has_manifest = true;
   staging.set_keep(true);
@@ -246,6 +249,21 @@ Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& st
   std::string rel_path = RelativePath(inode);
   bool retention = false;
   std::vector<BaseCandidate> candidates = BaseCandidatesFor(dir, rel_path, &retention);
+  // The file's own previous version when a staging record (an fsync) took
+  // its place in the manifest: kept in the folder's list too, as after any
+  // commit of the daemon (the list is live for GC).
+  std::optional<Manifest> replaced;
+  {
+    std::lock_guard<std::mutex> lock(inode.mu);
+    replaced = inode.file.replaced_committed;
+  }
+  if (replaced && std::none_of(candidates.begin(), candidates.end(),
+                               [&](const BaseCandidate& c) { return c.id == replaced->object; })) {
+    if (std::optional<BaseCandidate> own = CandidateOf(*store_, *replaced, rel_path, log_)) {
+      AddBaseCandidate(dir, *own);
+      candidates.push_back(std::move(*own));
+    }
+  }
   commit_options.retention = retention;
   commit_options.await_dcp_names = await_names;
   Result<EncodedVersion> version =
@@ -276,6 +294,7 @@ Status Filesystem::WriteCommitLocked(Inode& inode, const EncodedVersion& version
   f.pending_mtime.reset();
   f.content.reset();
   f.dirty = false;
+  f.replaced_committed.reset();
   // The commit is done whatever this gives: a failure keeps the ticket, and
   // the file's next fsync or commit tries again.
   if (Status s = SyncEntryLocked(inode); !s.ok())

@@ -66,6 +66,10 @@ struct FileState {
   // commit changes it (RevalidateLocked).
   struct timespec loaded_ctime {};
   ino_t parent_dir = 0;                           // last directory seen naming it (delta scope)
+  // The committed blob record a staging record replaced (an fsync before
+  // the commit): the version the commit that follows deltas against, which
+  // a folder scan after a remount no longer finds in the manifest.
+  std::optional<Manifest> replaced_committed;
   // For a file this daemon created (create, mknod), its EntrySyncs ticket
   // until the folder that names it has been fsynced (the backing entry is
   // durable only then; Filesystem::SyncEntryLocked); 0 otherwise.

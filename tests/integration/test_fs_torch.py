@@ -147,7 +147,7 @@ def test_a_file_saved_over_in_place_deltas_after_remount(store):
     """A trainer that saves over one name (`last.ckpt`) and is restarted: its
     first save after the remount deltas against the file's own previous
     version, as every save before did (a daemon restart used to cost such a
-    file a key frame)."""
+    file a key frame), also when it fsyncs the save."""
     store.mount()
     p = store.path("last.ckpt")
     state = model_state(7)
@@ -164,6 +164,19 @@ def test_a_file_saved_over_in_place_deltas_after_remount(store):
     store.wait_idle()
     assert os.getxattr(p, "user.ckptfs.base").decode() == before
     assert int(os.getxattr(p, "user.ckptfs.chain_depth")) == 2
+    # A careful trainer fsyncs its save: the fsync puts a staging record in
+    # the manifest, in place of the version the commit deltas against.
+    before = os.getxattr(p, "user.ckptfs.object").decode()
+    store.umount()
+    store.mount()
+    state = model_state(600, drift=1e-3, base=state)
+    with open(p, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    store.wait_idle()
+    assert os.getxattr(p, "user.ckptfs.base").decode() == before
+    assert int(os.getxattr(p, "user.ckptfs.chain_depth")) == 3
     store.umount()
     store.mount()
     assert_same(torch.load(p), state)
