@@ -269,9 +269,9 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
     const bool fits = error_sq <= allowed_sq && max_abs <= allowed_abs;
     // 3b. Unbiased levels: the configuration that fits gets its levels
     // scaled by the gain (level_gain.h), the same symbols, as far as the
-    // error stays within the allowance times the budget, and is quantized
-    // again (a rounding that misses the allowance keeps the levels as they
-    // were).
+    // error stays within the allowance times the budget: its quantized
+    // elements are reconstructed again from their symbols (Relevel; a
+    // rounding that misses the allowance keeps the levels as they were).
     std::optional<QuantizeTable> gained;
     if (unbiased && fits && attempt >= 0 && table.num_levels > 0) {
       const double cap_sq = allowance * allowance * allowed_sq;
@@ -280,15 +280,15 @@ Result<EncodedChunk> EncodeChunk(ElementType type, ByteSpan values, ByteSpan bas
                         allowance > 1 ? cap_sq * (1 - kGainCapMargin) : cap_sq);
       if (g > kMinGain) gained = ScaledLevels(table, std::min(g, kMaxGain));
       if (gained) {
-        RETURN_IF_ERROR(k.QuantizePack(type, *gained, values, base, residual, packed, recon, error_partials,
-                                       &max_abs, &counts));
+        RETURN_IF_ERROR(
+            k.Relevel(type, *gained, values, base, residual, packed, recon, error_partials, &max_abs, &counts));
         const double gained_sq = SumInOrder(error_partials);
         if (gained_sq <= cap_sq) {
           error_sq = gained_sq;
         } else {
           gained.reset();
-          RETURN_IF_ERROR(k.QuantizePack(type, table, values, base, residual, packed, recon, error_partials,
-                                         &max_abs, &counts));
+          RETURN_IF_ERROR(
+              k.Relevel(type, table, values, base, residual, packed, recon, error_partials, &max_abs, &counts));
         }
       }
     }

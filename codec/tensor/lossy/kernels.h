@@ -64,6 +64,24 @@ class LossyKernels {
                               std::span<const float> residual, MutableByteSpan packed, MutableByteSpan reconstruction,
                               std::span<double> error_partials, double* max_abs_error, ClassCounts* counts) = 0;
 
+  // QuantizePack with `table` again, after a QuantizePack of the same
+  // values, base and residual with a table that differs from `table` in
+  // its levels only (ScaledLevels: the same bounds, thresholds and bits,
+  // so the same symbols and classes): `packed` holds that call's symbols
+  // and `reconstruction` its output. Writes what QuantizePack(table) would:
+  // the reconstruction of the quantized elements, the error partials and
+  // the max abs error (packed and *counts stay: they would not change).
+  // The default calls QuantizePack; the CPU's AVX-512 path reads the
+  // symbols instead of finding them again (the level search was most of
+  // a second pass's time).
+  // REQUIRES: as QuantizePack, and the earlier call as above.
+  virtual Status Relevel(ElementType type, const QuantizeTable& table, ByteSpan values, ByteSpan base,
+                         std::span<const float> residual, MutableByteSpan packed, MutableByteSpan reconstruction,
+                         std::span<double> error_partials, double* max_abs_error, ClassCounts* counts) {
+    return QuantizePack(type, table, values, base, residual, packed, reconstruction, error_partials, max_abs_error,
+                        counts);
+  }
+
   // Lists the exact elements in increasing position: positions[k] and the
   // raw value bits (ElementSize bytes each, little-endian) in raw.
   // REQUIRES: positions.size() >= the exact count of QuantizePack with the

@@ -247,6 +247,28 @@ class CpuKernels final : public LossyKernels {
     return Status::Ok();
   }
 
+  Status Relevel(ElementType type, const QuantizeTable& table, ByteSpan values, ByteSpan base,
+                 std::span<const float> residual, MutableByteSpan packed, MutableByteSpan reconstruction,
+                 std::span<double> error_partials, double* max_abs_error, ClassCounts* counts) override {
+    if (!use_simd_ || !use_avx512_ || type != ElementType::kF32 || table.bits == 0 || table.bits > 8)
+      return QuantizePack(type, table, values, base, residual, packed, reconstruction, error_partials, max_abs_error,
+                          counts);
+    // The symbols' values as DequantizeF32Avx512 reads them.
+    lookup_->symbol_values[0] = 0.0f;
+    for (uint32_t s = 1; s < 256; ++s) lookup_->symbol_values[s] = table.levels[s - 1];
+    const uint64_t n = residual.size();
+    double max_err = 0.0;
+    for (uint64_t start = 0, blk = 0; start < n; start += kReduceBlock, ++blk) {
+      double lanes[kReduceLanes] = {};
+      RelevelBlockF32Avx512(*lookup_, table.bits, reinterpret_cast<const uint8_t*>(packed.data()), packed.size(),
+                            values.data(), BaseOrNull(base), start, std::min<uint64_t>(n, start + kReduceBlock),
+                            reconstruction.data(), lanes, &max_err);
+      error_partials[blk] = FoldLanes(lanes);
+    }
+    *max_abs_error = max_err;
+    return Status::Ok();
+  }
+
   Status CompactExact(ElementType type, const QuantizeTable& table, ByteSpan values, std::span<const float> residual,
                       std::span<uint32_t> positions, MutableByteSpan raw, uint64_t* count) override {
     if (use_simd_) {

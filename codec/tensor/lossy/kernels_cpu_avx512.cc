@@ -228,10 +228,107 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeF32Avx512(
   }
 }
 
+namespace {
+
+// The symbol of element i of a packed stream of `bits`-bit symbols (8 per
+// group, little-endian), reading no byte past `packed_bytes`.
+uint32_t SymbolAt(const uint8_t* packed, uint64_t packed_bytes, uint32_t bits, uint64_t i) {
+  const uint64_t bit = (i / kPackGroup) * bits * 8 + (i % kPackGroup) * bits;
+  const uint64_t byte = bit / 8;
+  uint32_t word = packed[byte];
+  if (byte + 1 < packed_bytes) word |= uint32_t{packed[byte + 1]} << 8;
+  return (word >> (bit % 8)) & ((1u << bits) - 1);
+}
+
+// Sixteen elements at `at` whose symbols are `sym`: Quantize16's outputs
+// for them, the symbols read instead of found.
+CKPTFS_Q512 void Relevel16(const __m512* t, uint32_t registers, __m512i sym, const uint32_t* values,
+                           const uint32_t* base, uint64_t at, uint32_t* recon, __m512i abs_mask, __m512i non_finite,
+                           __m512d* acc_lo, __m512d* acc_hi, __m512d* vmax) {
+  const __mmask16 bit5 = _mm512_test_epi32_mask(sym, _mm512_set1_epi32(32));
+  __m512 vals = SixtyFour(t, sym, bit5);
+  if (registers >= 8) {
+    const __mmask16 bit6 = _mm512_test_epi32_mask(sym, _mm512_set1_epi32(64));
+    vals = _mm512_mask_blend_ps(bit6, vals, SixtyFour(t + 4, sym, bit5));
+    if (registers == 16) {
+      const __m512 upper = _mm512_mask_blend_ps(bit6, SixtyFour(t + 8, sym, bit5), SixtyFour(t + 12, sym, bit5));
+      vals = _mm512_mask_blend_ps(_mm512_test_epi32_mask(sym, _mm512_set1_epi32(128)), vals, upper);
+    }
+  }
+  const __m512i xb = _mm512_loadu_si512(values + at);
+  const __m512i bb = base ? _mm512_loadu_si512(base + at) : _mm512_setzero_si512();
+  const __m512i q = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(bb), vals));
+  const __mmask16 quantized = _mm512_test_epi32_mask(sym, sym);
+  const __m512i out = _mm512_mask_blend_epi32(quantized, _mm512_loadu_si512(recon + at), q);
+  _mm512_storeu_si512(recon + at, out);
+
+  const __mmask16 finite = _mm512_cmplt_epu32_mask(_mm512_and_si512(xb, abs_mask), non_finite);
+  const __m512 xf = _mm512_castsi512_ps(xb), of = _mm512_castsi512_ps(out);
+  const __m512d e_lo = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(of)),
+                                     _mm512_cvtps_pd(_mm512_castps512_ps256(xf)));
+  const __m512d e_hi = _mm512_sub_pd(_mm512_cvtps_pd(UpperHalf(of)), _mm512_cvtps_pd(UpperHalf(xf)));
+  const __mmask8 fin_lo = static_cast<__mmask8>(finite), fin_hi = static_cast<__mmask8>(finite >> 8);
+  *acc_lo = _mm512_add_pd(*acc_lo, _mm512_maskz_mov_pd(fin_lo, _mm512_mul_pd(e_lo, e_lo)));
+  *acc_hi = _mm512_add_pd(*acc_hi, _mm512_maskz_mov_pd(fin_hi, _mm512_mul_pd(e_hi, e_hi)));
+  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_lo, _mm512_abs_pd(e_lo)), *vmax);
+  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_hi, _mm512_abs_pd(e_hi)), *vmax);
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void RelevelBlockF32Avx512(
+    const LevelLookup& lut, uint32_t bits, const uint8_t* packed, uint64_t packed_bytes, const void* values_bits,
+    const void* base_bits, uint64_t start, uint64_t end, void* recon_bits, double* lanes, double* max_err) {
+  const auto* values = static_cast<const uint32_t*>(values_bits);
+  const auto* base = static_cast<const uint32_t*>(base_bits);
+  auto* recon = static_cast<uint32_t*>(recon_bits);
+  const int64_t b = bits;
+  const __m512i shifts = _mm512_setr_epi64(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
+  const __m512i mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i non_finite = _mm512_set1_epi32(static_cast<int32_t>(kNonFiniteBits));
+  __m512 t[16];
+  const uint32_t registers = bits <= 6 ? 4u : bits == 7 ? 8u : 16u;
+  for (uint32_t r = 0; r < registers; ++r) t[r] = _mm512_load_ps(lut.symbol_values + 16 * r);
+  __m512d acc[4];
+  for (int v = 0; v < 4; ++v) acc[v] = _mm512_loadu_pd(lanes + 8 * v);
+  __m512d vmax = _mm512_set1_pd(*max_err);
+  uint64_t i = start;
+  // Four groups per step; each group's 8-byte load stays inside `packed`.
+  for (; i + kReduceLanes <= end && (i / kPackGroup + 3) * bits + 8 <= packed_bytes; i += kReduceLanes) {
+    const uint8_t* g = packed + i / kPackGroup * bits;
+    const __m512i sym_lo = _mm512_inserti64x4(_mm512_castsi256_si512(GroupSymbols(g, shifts, mask)),
+                                              GroupSymbols(g + bits, shifts, mask), 1);
+    const __m512i sym_hi = _mm512_inserti64x4(_mm512_castsi256_si512(GroupSymbols(g + 2 * bits, shifts, mask)),
+                                              GroupSymbols(g + 3 * bits, shifts, mask), 1);
+    Relevel16(t, registers, sym_lo, values, base, i, recon, abs_mask, non_finite, &acc[0], &acc[1], &vmax);
+    Relevel16(t, registers, sym_hi, values, base, i + 16, recon, abs_mask, non_finite, &acc[2], &acc[3], &vmax);
+  }
+  for (int v = 0; v < 4; ++v) _mm512_storeu_pd(lanes + 8 * v, acc[v]);
+  alignas(64) double m[8];
+  _mm512_store_pd(m, vmax);
+  double mx = m[0];
+  for (int l = 1; l < 8; ++l) mx = m[l] > mx ? m[l] : mx;
+  // The rest one by one, into the same lanes in the same order.
+  for (; i < end; ++i) {
+    const uint32_t sym = SymbolAt(packed, packed_bytes, bits, i);
+    if (sym != 0) {
+      const float bf = base ? F32Elem::ToFloat(base[i]) : 0.0f;
+      recon[i] = F32Elem::FromFloat(bf + lut.symbol_values[sym]);
+    }
+    double abs_err;
+    lanes[i % kReduceLanes] += SquaredError<F32Elem>(values[i], recon[i], &abs_err);
+    mx = abs_err > mx ? abs_err : mx;
+  }
+  *max_err = mx;
+}
+
 #else  // not x86-64
 
 bool QuantizeAvx512Available() { return false; }
 void DequantizeF32Avx512(const LevelLookup&, uint32_t, const uint8_t*, const void*, uint64_t, void*, uint32_t*) {}
+void RelevelBlockF32Avx512(const LevelLookup&, uint32_t, const uint8_t*, uint64_t, const void*, const void*, uint64_t,
+                           uint64_t, void*, double*, double*) {}
 void QuantizeBlockF32Avx512(const QuantizeTable&, const LevelLookup&, const void*, const void*, uint64_t, uint64_t,
                             const float*, uint8_t*, void*, double*, double*, uint64_t*, uint64_t*) {}
 

@@ -105,6 +105,18 @@ void QuantizeBlockF32Avx512(const QuantizeTable& t, const LevelLookup& lut, cons
                             uint64_t start, uint64_t end, const float* residual, uint8_t* symbols, void* recon,
                             double* lanes, double* max_err, uint64_t* pruned, uint64_t* exact);
 
+// Relevel (kernels.h) of f32 elements [start, end) of one reduction block
+// (start a multiple of kReduceBlock): the symbols from `packed` (the whole
+// chunk's stream, `packed_bytes` long), quantized elements (symbol > 0)
+// reconstructed as base + lut.symbol_values[symbol], the others left as
+// `recon` holds them; the squared errors into lanes[i % 32] in element
+// order and the running max abs error, as QuantizeBlockF32Avx512 adds them.
+// REQUIRES: QuantizeAvx512Available(), lut.symbol_values filled from the
+// table's levels, base null or n elements.
+void RelevelBlockF32Avx512(const LevelLookup& lut, uint32_t bits, const uint8_t* packed, uint64_t packed_bytes,
+                           const void* values, const void* base, uint64_t start, uint64_t end, void* recon,
+                           double* lanes, double* max_err);
+
 // DequantizeSimd for f32 with AVX-512: groups [0, groups), sixteen lanes,
 // the symbols' values by register permutes (the same entries a gather
 // reads); the same bits. REQUIRES: QuantizeAvx512Available(), as

@@ -1,6 +1,6 @@
 // The CPU kernels against the per-element spec (element_ops.h): the AVX2
-// paths, the scalar paths and the reference functions must agree bit for
-// bit. Also the f16/bf16 conversions and the search/codebook basics.
+// and AVX-512 paths, the scalar paths and the reference functions must
+// agree bit for bit (Relevel with QuantizePack too). Also the f16/bf16 conversions and the search/codebook basics.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "codec/tensor/lossy/codebook.h"
 #include "codec/tensor/lossy/element_ops.h"
 #include "codec/tensor/lossy/kernels.h"
+#include "codec/tensor/lossy/level_gain.h"
 #include "codec/tensor/lossy/search.h"
 #include "tests/unit/codec/lossy_test_util.h"
 
@@ -96,6 +97,34 @@ void CheckLevelAgainstSpec(ElementType type, const std::vector<std::byte>& value
     ASSERT_EQ(got, DequantizeElement<E>(t.levels, sym, b, !base.empty())) << "element " << i;
   }
   EXPECT_EQ(ms, max_sym);
+
+  // Relevel with the levels scaled (the encoder's unbiasing gain) and
+  // back: what QuantizePack with that table writes, from the symbols the
+  // first pass packed; the symbols and counts stay.
+  for (double g : {1.07, 0.5}) {
+    std::optional<QuantizeTable> scaled = ScaledLevels(t, g);
+    if (!scaled) continue;
+    SCOPED_TRACE("relevel gain " + std::to_string(g));
+    std::vector<std::byte> pk3(pk.size()), rc3(values.size());
+    std::vector<double> ep3(ep.size());
+    double mx3 = 0;
+    ClassCounts c3;
+    ASSERT_TRUE(scalar->QuantizePack(type, *scaled, values, base, r, pk3, rc3, ep3, &mx3, &c3).ok());
+    std::vector<std::byte> pk4 = pk, rc4 = rc;
+    std::vector<double> ep4(ep.size());
+    double mx4 = -1;
+    ClassCounts c4 = c;
+    ASSERT_TRUE(simd->Relevel(type, *scaled, values, base, r, pk4, rc4, ep4, &mx4, &c4).ok());
+    ASSERT_EQ(pk4, pk);
+    ASSERT_EQ(rc4, rc3);
+    ASSERT_EQ(std::memcmp(ep4.data(), ep3.data(), ep.size() * 8), 0);
+    ASSERT_EQ(std::memcmp(&mx4, &mx3, 8), 0);
+    EXPECT_EQ(c4.exact, c3.exact);
+    ASSERT_TRUE(simd->Relevel(type, t, values, base, r, pk4, rc4, ep4, &mx4, &c4).ok());
+    ASSERT_EQ(rc4, rc);
+    ASSERT_EQ(std::memcmp(ep4.data(), ep.data(), ep.size() * 8), 0);
+    ASSERT_EQ(std::memcmp(&mx4, &mx, 8), 0);
+  }
 
   std::vector<uint32_t> pos(c.exact), pos2(c.exact);
   std::vector<std::byte> raw(c.exact * sizeof(Bits)), raw2(raw.size());
