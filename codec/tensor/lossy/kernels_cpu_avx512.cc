@@ -43,6 +43,36 @@ struct Consts512 {
   uint32_t bound_count = 0;
 };
 
+// The squared errors of sixteen reconstructed elements `out` of values
+// `xb` into acc_lo (the first eight lanes) and acc_hi, and their running
+// max abs error, over the finite values.
+CKPTFS_Q512 void AddErrors16(__m512i xb, __m512i out, __m512i abs_mask, __m512i non_finite, __m512d* acc_lo,
+                             __m512d* acc_hi, __m512d* vmax) {
+  const __mmask16 finite = _mm512_cmplt_epu32_mask(_mm512_and_si512(xb, abs_mask), non_finite);
+  const __m512 xf = _mm512_castsi512_ps(xb), of = _mm512_castsi512_ps(out);
+  const __m512d e_lo = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(of)),
+                                     _mm512_cvtps_pd(_mm512_castps512_ps256(xf)));
+  const __m512d e_hi = _mm512_sub_pd(_mm512_cvtps_pd(UpperHalf(of)), _mm512_cvtps_pd(UpperHalf(xf)));
+  const __mmask8 fin_lo = static_cast<__mmask8>(finite), fin_hi = static_cast<__mmask8>(finite >> 8);
+  // Non-finite lanes add +0.0 (as the reference does), not nothing.
+  *acc_lo = _mm512_add_pd(*acc_lo, _mm512_maskz_mov_pd(fin_lo, _mm512_mul_pd(e_lo, e_lo)));
+  *acc_hi = _mm512_add_pd(*acc_hi, _mm512_maskz_mov_pd(fin_hi, _mm512_mul_pd(e_hi, e_hi)));
+  // max_pd(a, b) is a > b ? a : b: the reference's update with a = |e|.
+  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_lo, _mm512_abs_pd(e_lo)), *vmax);
+  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_hi, _mm512_abs_pd(e_hi)), *vmax);
+}
+
+// Stores the four accumulators into lanes[0..32) and returns the largest
+// lane of vmax (the scalar rule: a later lane replaces it only if larger).
+CKPTFS_Q512 double StoreErrorLanes(const __m512d* acc, __m512d vmax, double* lanes) {
+  for (int v = 0; v < 4; ++v) _mm512_storeu_pd(lanes + 8 * v, acc[v]);
+  alignas(64) double m[8];
+  _mm512_store_pd(m, vmax);
+  double mx = m[0];
+  for (int l = 1; l < 8; ++l) mx = m[l] > mx ? m[l] : mx;
+  return mx;
+}
+
 // Sixteen elements at `at`: symbols, reconstruction, and the errors into
 // acc_lo (lanes of the first eight) and acc_hi (the next eight).
 template <uint32_t kProbes, LevelFind kFind>
@@ -85,18 +115,7 @@ CKPTFS_Q512 void Quantize16(const Consts512& c, const LevelLookup& lut, const ui
   *n_pruned += static_cast<uint64_t>(__builtin_popcount(is_pruned));
   *n_exact += static_cast<uint64_t>(__builtin_popcount(is_exact));
 
-  const __mmask16 finite = _mm512_cmplt_epu32_mask(_mm512_and_si512(xb, c.abs_mask), c.non_finite);
-  const __m512 xf = _mm512_castsi512_ps(xb), of = _mm512_castsi512_ps(out);
-  const __m512d e_lo = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(of)),
-                                     _mm512_cvtps_pd(_mm512_castps512_ps256(xf)));
-  const __m512d e_hi = _mm512_sub_pd(_mm512_cvtps_pd(UpperHalf(of)), _mm512_cvtps_pd(UpperHalf(xf)));
-  const __mmask8 fin_lo = static_cast<__mmask8>(finite), fin_hi = static_cast<__mmask8>(finite >> 8);
-  // Non-finite lanes add +0.0 (as the reference does), not nothing.
-  *acc_lo = _mm512_add_pd(*acc_lo, _mm512_maskz_mov_pd(fin_lo, _mm512_mul_pd(e_lo, e_lo)));
-  *acc_hi = _mm512_add_pd(*acc_hi, _mm512_maskz_mov_pd(fin_hi, _mm512_mul_pd(e_hi, e_hi)));
-  // max_pd(a, b) is a > b ? a : b: the reference's update with a = |e|.
-  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_lo, _mm512_abs_pd(e_lo)), *vmax);
-  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_hi, _mm512_abs_pd(e_hi)), *vmax);
+  AddErrors16(xb, out, c.abs_mask, c.non_finite, acc_lo, acc_hi, vmax);
 }
 
 template <uint32_t kProbes, LevelFind kFind>
@@ -130,11 +149,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeF32Avx512(
     Quantize16<kProbes, kFind>(c, lut, values, base, residual, i + 16, symbols + (i + 16 - start), recon, &acc[2],
                                &acc[3], &vmax, &n_pruned, &n_exact);
   }
-  for (int v = 0; v < 4; ++v) _mm512_storeu_pd(lanes + 8 * v, acc[v]);
-  alignas(64) double m[8];
-  _mm512_store_pd(m, vmax);
-  double mx = m[0];
-  for (int l = 1; l < 8; ++l) mx = m[l] > mx ? m[l] : mx;
+  double mx = StoreErrorLanes(acc, vmax, lanes);
   // The tail (fewer than 32 elements, only in the chunk's last block).
   for (; i < end; ++i) {
     const uint32_t x = values[i], b = base ? base[i] : 0u;
@@ -185,28 +200,29 @@ CKPTFS_Q512 __m512 SixtyFour(const __m512* t, __m512i sym, __mmask16 bit5) {
   return _mm512_mask_blend_ps(bit5, _mm512_permutex2var_ps(t[0], sym, t[1]), _mm512_permutex2var_ps(t[2], sym, t[3]));
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeF32Avx512(
-    const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const void* base_bits, uint64_t groups,
-    void* out_bits, uint32_t* max_symbol) {
-  const auto* base = static_cast<const uint32_t*>(base_bits);
-  auto* out = static_cast<uint32_t*>(out_bits);
-  const int64_t b = bits;
-  const __m512i shifts = _mm512_setr_epi64(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
-  const __m512i mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
-  // Symbol values by register permutes instead of a gather: two for up
-  // to 64 values, four for 128, eight for 256 (the symbols' bits 5, 6
-  // and 7 pick among them). On the AMD EPYC the project is measured on,
-  // `lossy_bench`'s dequantize of 7-bit symbols ran 8-10 GB/s by gather,
-  // 23-27 GB/s so.
+// Packed `bits`-wide symbols (8 per little-endian group) and their values
+// (LevelLookup::symbol_values) by register permutes instead of a gather:
+// two for up to 64 values, four for 128, eight for 256 (the symbols' bits
+// 5, 6 and 7 pick among them). On the AMD EPYC the project is measured
+// on, `lossy_bench`'s dequantize of 7-bit symbols ran 8-10 GB/s by gather,
+// 23-27 GB/s so.
+struct SymbolValues512 {
+  __m512i shifts, mask;
   __m512 t[16];
-  const uint32_t registers = bits <= 6 ? 4u : bits == 7 ? 8u : 16u;
-  for (uint32_t r = 0; r < registers; ++r) t[r] = _mm512_load_ps(lut.symbol_values + 16 * r);
-  __m512i vmax = _mm512_setzero_si512();
-  uint64_t g = 0;
-  for (; g + 2 <= groups; g += 2) {
-    const __m512i sym = _mm512_inserti64x4(_mm512_castsi256_si512(GroupSymbols(packed + g * bits, shifts, mask)),
-                                           GroupSymbols(packed + (g + 1) * bits, shifts, mask), 1);
-    vmax = _mm512_max_epu32(vmax, sym);
+  uint32_t bits, registers;
+  CKPTFS_Q512 SymbolValues512(const LevelLookup& lut, uint32_t symbol_bits)
+      : bits(symbol_bits), registers(symbol_bits <= 6 ? 4u : symbol_bits == 7 ? 8u : 16u) {
+    const int64_t b = bits;
+    shifts = _mm512_setr_epi64(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
+    mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+    for (uint32_t r = 0; r < registers; ++r) t[r] = _mm512_load_ps(lut.symbol_values + 16 * r);
+  }
+  // The sixteen symbols of the two groups at `g` (reads 8 bytes at each).
+  CKPTFS_Q512 __m512i TwoGroups(const uint8_t* g) const {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(GroupSymbols(g, shifts, mask)),
+                              GroupSymbols(g + bits, shifts, mask), 1);
+  }
+  CKPTFS_Q512 __m512 Of(__m512i sym) const {
     const __mmask16 bit5 = _mm512_test_epi32_mask(sym, _mm512_set1_epi32(32));
     __m512 vals = SixtyFour(t, sym, bit5);
     if (registers >= 8) {
@@ -217,6 +233,22 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeF32Avx512(
         vals = _mm512_mask_blend_ps(_mm512_test_epi32_mask(sym, _mm512_set1_epi32(128)), vals, upper);
       }
     }
+    return vals;
+  }
+};
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeF32Avx512(
+    const LevelLookup& lut, uint32_t bits, const uint8_t* packed, const void* base_bits, uint64_t groups,
+    void* out_bits, uint32_t* max_symbol) {
+  const auto* base = static_cast<const uint32_t*>(base_bits);
+  auto* out = static_cast<uint32_t*>(out_bits);
+  const SymbolValues512 symbols(lut, bits);
+  __m512i vmax = _mm512_setzero_si512();
+  uint64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    const __m512i sym = symbols.TwoGroups(packed + g * bits);
+    vmax = _mm512_max_epu32(vmax, sym);
+    const __m512 vals = symbols.Of(sym);
     const uint64_t at = g * kPackGroup;
     const __m512i bb = base ? _mm512_loadu_si512(base + at) : _mm512_setzero_si512();
     const __m512i q = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(bb), vals));
@@ -242,36 +274,17 @@ uint32_t SymbolAt(const uint8_t* packed, uint64_t packed_bytes, uint32_t bits, u
 
 // Sixteen elements at `at` whose symbols are `sym`: Quantize16's outputs
 // for them, the symbols read instead of found.
-CKPTFS_Q512 void Relevel16(const __m512* t, uint32_t registers, __m512i sym, const uint32_t* values,
-                           const uint32_t* base, uint64_t at, uint32_t* recon, __m512i abs_mask, __m512i non_finite,
-                           __m512d* acc_lo, __m512d* acc_hi, __m512d* vmax) {
-  const __mmask16 bit5 = _mm512_test_epi32_mask(sym, _mm512_set1_epi32(32));
-  __m512 vals = SixtyFour(t, sym, bit5);
-  if (registers >= 8) {
-    const __mmask16 bit6 = _mm512_test_epi32_mask(sym, _mm512_set1_epi32(64));
-    vals = _mm512_mask_blend_ps(bit6, vals, SixtyFour(t + 4, sym, bit5));
-    if (registers == 16) {
-      const __m512 upper = _mm512_mask_blend_ps(bit6, SixtyFour(t + 8, sym, bit5), SixtyFour(t + 12, sym, bit5));
-      vals = _mm512_mask_blend_ps(_mm512_test_epi32_mask(sym, _mm512_set1_epi32(128)), vals, upper);
-    }
-  }
+CKPTFS_Q512 void Relevel16(const SymbolValues512& symbols, __m512i sym, const uint32_t* values, const uint32_t* base,
+                           uint64_t at, uint32_t* recon, __m512i abs_mask, __m512i non_finite, __m512d* acc_lo,
+                           __m512d* acc_hi, __m512d* vmax) {
+  const __m512 vals = symbols.Of(sym);
   const __m512i xb = _mm512_loadu_si512(values + at);
   const __m512i bb = base ? _mm512_loadu_si512(base + at) : _mm512_setzero_si512();
   const __m512i q = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(bb), vals));
   const __mmask16 quantized = _mm512_test_epi32_mask(sym, sym);
   const __m512i out = _mm512_mask_blend_epi32(quantized, _mm512_loadu_si512(recon + at), q);
   _mm512_storeu_si512(recon + at, out);
-
-  const __mmask16 finite = _mm512_cmplt_epu32_mask(_mm512_and_si512(xb, abs_mask), non_finite);
-  const __m512 xf = _mm512_castsi512_ps(xb), of = _mm512_castsi512_ps(out);
-  const __m512d e_lo = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(of)),
-                                     _mm512_cvtps_pd(_mm512_castps512_ps256(xf)));
-  const __m512d e_hi = _mm512_sub_pd(_mm512_cvtps_pd(UpperHalf(of)), _mm512_cvtps_pd(UpperHalf(xf)));
-  const __mmask8 fin_lo = static_cast<__mmask8>(finite), fin_hi = static_cast<__mmask8>(finite >> 8);
-  *acc_lo = _mm512_add_pd(*acc_lo, _mm512_maskz_mov_pd(fin_lo, _mm512_mul_pd(e_lo, e_lo)));
-  *acc_hi = _mm512_add_pd(*acc_hi, _mm512_maskz_mov_pd(fin_hi, _mm512_mul_pd(e_hi, e_hi)));
-  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_lo, _mm512_abs_pd(e_lo)), *vmax);
-  *vmax = _mm512_max_pd(_mm512_maskz_mov_pd(fin_hi, _mm512_abs_pd(e_hi)), *vmax);
+  AddErrors16(xb, out, abs_mask, non_finite, acc_lo, acc_hi, vmax);
 }
 
 }  // namespace
@@ -282,14 +295,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void RelevelBlockF32Avx512(
   const auto* values = static_cast<const uint32_t*>(values_bits);
   const auto* base = static_cast<const uint32_t*>(base_bits);
   auto* recon = static_cast<uint32_t*>(recon_bits);
-  const int64_t b = bits;
-  const __m512i shifts = _mm512_setr_epi64(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
-  const __m512i mask = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  const SymbolValues512 symbols(lut, bits);
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   const __m512i non_finite = _mm512_set1_epi32(static_cast<int32_t>(kNonFiniteBits));
-  __m512 t[16];
-  const uint32_t registers = bits <= 6 ? 4u : bits == 7 ? 8u : 16u;
-  for (uint32_t r = 0; r < registers; ++r) t[r] = _mm512_load_ps(lut.symbol_values + 16 * r);
   __m512d acc[4];
   for (int v = 0; v < 4; ++v) acc[v] = _mm512_loadu_pd(lanes + 8 * v);
   __m512d vmax = _mm512_set1_pd(*max_err);
@@ -297,18 +305,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void RelevelBlockF32Avx512(
   // Four groups per step; each group's 8-byte load stays inside `packed`.
   for (; i + kReduceLanes <= end && (i / kPackGroup + 3) * bits + 8 <= packed_bytes; i += kReduceLanes) {
     const uint8_t* g = packed + i / kPackGroup * bits;
-    const __m512i sym_lo = _mm512_inserti64x4(_mm512_castsi256_si512(GroupSymbols(g, shifts, mask)),
-                                              GroupSymbols(g + bits, shifts, mask), 1);
-    const __m512i sym_hi = _mm512_inserti64x4(_mm512_castsi256_si512(GroupSymbols(g + 2 * bits, shifts, mask)),
-                                              GroupSymbols(g + 3 * bits, shifts, mask), 1);
-    Relevel16(t, registers, sym_lo, values, base, i, recon, abs_mask, non_finite, &acc[0], &acc[1], &vmax);
-    Relevel16(t, registers, sym_hi, values, base, i + 16, recon, abs_mask, non_finite, &acc[2], &acc[3], &vmax);
+    Relevel16(symbols, symbols.TwoGroups(g), values, base, i, recon, abs_mask, non_finite, &acc[0], &acc[1], &vmax);
+    Relevel16(symbols, symbols.TwoGroups(g + 2 * bits), values, base, i + 16, recon, abs_mask, non_finite, &acc[2],
+              &acc[3], &vmax);
   }
-  for (int v = 0; v < 4; ++v) _mm512_storeu_pd(lanes + 8 * v, acc[v]);
-  alignas(64) double m[8];
-  _mm512_store_pd(m, vmax);
-  double mx = m[0];
-  for (int l = 1; l < 8; ++l) mx = m[l] > mx ? m[l] : mx;
+  double mx = StoreErrorLanes(acc, vmax, lanes);
   // The rest one by one, into the same lanes in the same order.
   for (; i < end; ++i) {
     const uint32_t sym = SymbolAt(packed, packed_bytes, bits, i);
