@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -132,7 +133,11 @@ Result<Manifest> Manifest::DecodeFrom(ByteSpan slot) {
   return m;
 }
 
-Result<std::optional<Manifest>> ReadManifest(int fd) {
+namespace {
+
+// The valid records of both slots of the manifest in `fd`, the newest
+// first; Unsupported when none is valid and one is from a newer version.
+Result<std::vector<Manifest>> ReadValidSlots(int fd) {
   std::vector<std::byte> buf(2 * Manifest::kSlotSize);
   size_t have = 0;
   while (have < buf.size()) {
@@ -144,7 +149,7 @@ Result<std::optional<Manifest>> ReadManifest(int fd) {
     if (n == 0) break;
     have += static_cast<size_t>(n);
   }
-  std::optional<Manifest> best;
+  std::vector<Manifest> valid;
   Status unsupported;
   for (size_t slot = 0; slot < 2; ++slot) {
     size_t at = slot * Manifest::kSlotSize;
@@ -154,11 +159,26 @@ Result<std::optional<Manifest>> ReadManifest(int fd) {
       if (m.status().code() == StatusCode::kUnsupported) unsupported = m.status();
       continue;
     }
-    if (!best || m->sequence > best->sequence) best = std::move(*m);
+    valid.push_back(std::move(*m));
   }
   // A valid slot from a newer version must not be mistaken for a plain file.
-  if (!best && !unsupported.ok()) return unsupported;
-  return best;
+  if (valid.empty() && !unsupported.ok()) return unsupported;
+  std::sort(valid.begin(), valid.end(), [](const Manifest& a, const Manifest& b) { return a.sequence > b.sequence; });
+  return valid;
+}
+
+}  // namespace
+
+Result<std::optional<Manifest>> ReadManifest(int fd) {
+  ASSIGN_OR_RETURN(std::vector<Manifest> valid, ReadValidSlots(fd));
+  if (valid.empty()) return std::optional<Manifest>();
+  return std::optional<Manifest>(std::move(valid.front()));
+}
+
+Result<std::optional<Manifest>> ReadReplacedManifest(int fd) {
+  ASSIGN_OR_RETURN(std::vector<Manifest> valid, ReadValidSlots(fd));
+  if (valid.size() < 2 || valid[1].sequence >= valid[0].sequence) return std::optional<Manifest>();
+  return std::optional<Manifest>(std::move(valid[1]));
 }
 
 Status WriteManifest(int fd, Manifest* m, bool durable) {

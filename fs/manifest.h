@@ -86,6 +86,13 @@ std::string_view StorageName(const Manifest& m);
 // the mount serves verbatim). Thread safety: reentrant.
 Result<std::optional<Manifest>> ReadManifest(int fd);
 
+// The record the newest one replaced: the other slot's, when it is valid
+// and older (nullopt otherwise). An update overwrites the older slot, so
+// after a staging record (an fsync, or a close before its commit) that
+// replaced a committed one, this is the file's committed version until
+// the next update. Thread safety: reentrant.
+Result<std::optional<Manifest>> ReadReplacedManifest(int fd);
+
 // Writes `*m` into the slot after `m->sequence` (setting m->sequence to the
 // new value), then fdatasyncs when `durable`. Keeps the file's mtime/atime
 // (the manifest's times are the user file's times). REQUIRES: fd is open

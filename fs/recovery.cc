@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
@@ -135,9 +136,17 @@ Result<RecoveryReport> RecoverStore(Store& store, const CommitOptions& options, 
     StagingFile staging(manifest.staging, sfd, staging_path);
     staging.set_keep(true);  // only removed once the new manifest is durable
     // The same base choice and policy as the daemon's own commit: the
-    // directory's committed versions, the file's path for the rules.
-    auto v = CommitStagedFile(store, fd, &manifest, staging, ScanBaseCandidates(store, rel, kRecoveryBaseCandidates, log),
-                              options, log, rel);
+    // directory's committed versions, the file's path for the rules. The
+    // file's own committed version, which the staging record took the
+    // place of (a save fsynced over its name), is not among them: it is in
+    // the manifest's other slot.
+    std::vector<BaseCandidate> candidates = ScanBaseCandidates(store, rel, kRecoveryBaseCandidates, log);
+    if (auto replaced = ReadReplacedManifest(fd); replaced.ok() && replaced->has_value()) {
+      const Manifest& own = **replaced;
+      if (std::none_of(candidates.begin(), candidates.end(), [&](const BaseCandidate& c) { return c.id == own.object; }))
+        if (std::optional<BaseCandidate> c = CandidateOf(store, own, rel, log)) candidates.push_back(std::move(*c));
+    }
+    auto v = CommitStagedFile(store, fd, &manifest, staging, candidates, options, log, rel);
     if (v.ok()) {
       ++report.finished;
       // The file may have been new when its daemon died, its entry not yet

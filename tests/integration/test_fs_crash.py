@@ -87,10 +87,11 @@ def test_crash_at_each_commit_step(store, step, kind):
     assert state(store.path("f")) == "committed"
     expect = {"blob": "blob", "delta": "blob", "raw": "raw", "inline": "inline"}[kind]
     assert xattr_codec(store.path("f")).startswith(expect), xattr_codec(store.path("f"))
-    if kind == "delta" and step in ("after_manifest", "before_staging_removal"):
-        # The daemon committed before it died: a delta of the previous
-        # version, its base found after a remount (recovery, which finds the
-        # file's manifest holding the staging record, has no such base).
+    if kind == "delta" and got == new:
+        # A delta of the previous version: committed by the daemon before it
+        # died, or by the recovery, which finds the file's committed record
+        # in the manifest's other slot, beside the staging record that took
+        # its place (the old version is the key frame).
         assert os.getxattr(store.path("f"), "user.ckptfs.base").decode(), "not stored as a delta"
     store.umount()
     assert staging_files(store.backing) == []
@@ -101,8 +102,7 @@ def test_crash_at_each_commit_step(store, step, kind):
 def test_crash_after_fsync_keeps_the_new_version(store, step):
     # fsync() records the staging file itself: whatever step of the commit
     # that follows the close aborts, the fsynced bytes are what a remount shows.
-    old = os.urandom(1 << 20)
-    new = os.urandom((1 << 20) + 777)
+    old, new = versions_of("delta")
     store.mount()
     write(store.path("f"), old)
     store.umount()
@@ -115,6 +115,9 @@ def test_crash_after_fsync_keeps_the_new_version(store, step):
     store.mount()
     assert read(store.path("f")) == new
     assert state(store.path("f")) == "committed"
+    # Committed by the daemon or by the recovery: either finds the previous
+    # version the fsync's staging record replaced, and deltas against it.
+    assert os.getxattr(store.path("f"), "user.ckptfs.base").decode(), "not stored as a delta"
     store.umount()
     assert staging_files(store.backing) == []
     fsck_clean(store)

@@ -196,6 +196,46 @@ TEST_F(ManifestFileTest, TornWriteOfNewestSlotFallsBackToTheOther) {
   EXPECT_EQ((*m)->logical_size, 111u);
 }
 
+// Recovery takes the committed record a staging record replaced from the
+// other slot (fs/recovery.cc): present after one update, gone after the
+// next, none beside a torn newest slot or a fresh manifest.
+TEST_F(ManifestFileTest, TheReplacedRecordIsTheOlderSlot) {
+  ASSERT_TRUE(InitEmptyManifest(fd_, false).ok());
+  auto none = ReadReplacedManifest(fd_);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());  // slot 1 never written
+  Manifest committed = SampleBlobManifest();
+  committed.sequence = 1;
+  committed.logical_size = 111;
+  ASSERT_TRUE(WriteManifest(fd_, &committed, false).ok());  // sequence 2, slot 0 (over the empty record)
+  Manifest staging;
+  staging.kind = ManifestKind::kStaging;
+  staging.sequence = committed.sequence;
+  staging.logical_size = 222;
+  ASSERT_TRUE(WriteManifest(fd_, &staging, false).ok());  // sequence 3, slot 1
+  auto replaced = ReadReplacedManifest(fd_);
+  ASSERT_TRUE(replaced.ok() && replaced->has_value());
+  EXPECT_EQ((*replaced)->kind, ManifestKind::kBlob);
+  EXPECT_EQ((*replaced)->logical_size, 111u);
+  EXPECT_EQ((*replaced)->object, committed.object);
+  Manifest again = staging;
+  again.logical_size = 333;
+  ASSERT_TRUE(WriteManifest(fd_, &again, false).ok());  // sequence 4, slot 0: the blob record is gone
+  replaced = ReadReplacedManifest(fd_);
+  ASSERT_TRUE(replaced.ok() && replaced->has_value());
+  EXPECT_EQ((*replaced)->kind, ManifestKind::kStaging);
+  EXPECT_EQ((*replaced)->logical_size, 222u);
+  // A torn newest slot: the other is the newest, and nothing replaced it.
+  std::vector<std::byte> garbage(40, std::byte{0xab});
+  ASSERT_EQ(::pwrite(fd_, garbage.data(), garbage.size(), 30), 40);
+  replaced = ReadReplacedManifest(fd_);
+  ASSERT_TRUE(replaced.ok());
+  EXPECT_FALSE(replaced->has_value());
+  auto newest = ReadManifest(fd_);
+  ASSERT_TRUE(newest.ok() && newest->has_value());
+  EXPECT_EQ((*newest)->logical_size, 222u);
+}
+
 TEST_F(ManifestFileTest, DurableSlotZeroGivesSlotOnesBlockBack) {
   ASSERT_TRUE(InitEmptyManifest(fd_, true).ok());
   Manifest a = SampleBlobManifest();
