@@ -262,13 +262,16 @@ std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& r
   return NewestCandidates(store, std::move(found), max_count, /*same_role=*/false, log);
 }
 
-std::optional<BaseCandidate> CandidateOf(Store& store, const Manifest& committed, const std::string& rel_path,
-                                         Logger* log) {
-  if (committed.kind != ManifestKind::kBlob) return std::nullopt;
+std::optional<BaseCandidate> AddReplacedCandidate(Store& store, const Manifest& replaced, const std::string& rel_path,
+                                                  Logger* log, std::vector<BaseCandidate>* candidates) {
+  if (replaced.kind != ManifestKind::kBlob ||
+      std::any_of(candidates->begin(), candidates->end(), [&](const BaseCandidate& c) { return c.id == replaced.object; }))
+    return std::nullopt;
   struct timespec now;
   ::clock_gettime(CLOCK_REALTIME, &now);
-  std::vector<BaseCandidate> one = NewestCandidates(store, {Found{now, rel_path, committed}}, 1, false, log);
+  std::vector<BaseCandidate> one = NewestCandidates(store, {Found{now, rel_path, replaced}}, 1, false, log);
   if (one.empty()) return std::nullopt;
+  candidates->push_back(one.front());
   return std::move(one.front());
 }
 

@@ -92,12 +92,12 @@ void RememberBaseCandidate(std::deque<BaseCandidate>* list, BaseCandidate candid
 std::vector<BaseCandidate> ScanBaseCandidates(Store& store, const std::string& rel_path, size_t max_count,
                                               Logger* log);
 
-// The candidate of a committed blob record of the file at `rel_path` (a
-// version its manifest no longer names: an fsync replaced the record with
-// a staging one), or nullopt when the record is no blob or the blob does
-// not open.
-std::optional<BaseCandidate> CandidateOf(Store& store, const Manifest& committed, const std::string& rel_path,
-                                         Logger* log);
+// Adds to `candidates` the committed blob record `replaced` of the file at
+// `rel_path` (a version its manifest no longer names: a staging record, an
+// fsync before the commit, took its place), unless it is listed already,
+// is no blob, or its blob does not open. Returns the candidate it added.
+std::optional<BaseCandidate> AddReplacedCandidate(Store& store, const Manifest& replaced, const std::string& rel_path,
+                                                  Logger* log, std::vector<BaseCandidate>* candidates);
 
 // The delta-base candidates of the file at `rel_path` found by its role
 // (fs/version_role.h): the committed blob versions of the same file in

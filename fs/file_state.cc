@@ -257,13 +257,9 @@ Result<EncodedVersion> Filesystem::EncodeForCommit(Inode& inode, StagingFile& st
     std::lock_guard<std::mutex> lock(inode.mu);
     replaced = inode.file.replaced_committed;
   }
-  if (replaced && std::none_of(candidates.begin(), candidates.end(),
-                               [&](const BaseCandidate& c) { return c.id == replaced->object; })) {
-    if (std::optional<BaseCandidate> own = CandidateOf(*store_, *replaced, rel_path, log_)) {
+  if (replaced)
+    if (std::optional<BaseCandidate> own = AddReplacedCandidate(*store_, *replaced, rel_path, log_, &candidates))
       AddBaseCandidate(dir, *own);
-      candidates.push_back(std::move(*own));
-    }
-  }
   commit_options.retention = retention;
   commit_options.await_dcp_names = await_names;
   Result<EncodedVersion> version =

@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
@@ -141,11 +140,8 @@ Result<RecoveryReport> RecoverStore(Store& store, const CommitOptions& options, 
     // place of (a save fsynced over its name), is not among them: it is in
     // the manifest's other slot.
     std::vector<BaseCandidate> candidates = ScanBaseCandidates(store, rel, kRecoveryBaseCandidates, log);
-    if (auto replaced = ReadReplacedManifest(fd); replaced.ok() && replaced->has_value()) {
-      const Manifest& own = **replaced;
-      if (std::none_of(candidates.begin(), candidates.end(), [&](const BaseCandidate& c) { return c.id == own.object; }))
-        if (std::optional<BaseCandidate> c = CandidateOf(store, own, rel, log)) candidates.push_back(std::move(*c));
-    }
+    if (auto replaced = ReadReplacedManifest(fd); replaced.ok() && replaced->has_value())
+      AddReplacedCandidate(store, **replaced, rel, log, &candidates);
     auto v = CommitStagedFile(store, fd, &manifest, staging, candidates, options, log, rel);
     if (v.ok()) {
       ++report.finished;

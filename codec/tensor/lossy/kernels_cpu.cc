@@ -254,8 +254,7 @@ class CpuKernels final : public LossyKernels {
       return QuantizePack(type, table, values, base, residual, packed, reconstruction, error_partials, max_abs_error,
                           counts);
     // The symbols' values as DequantizeF32Avx512 reads them.
-    lookup_->symbol_values[0] = 0.0f;
-    for (uint32_t s = 1; s < 256; ++s) lookup_->symbol_values[s] = table.levels[s - 1];
+    SetSymbolValues(table.levels);
     const uint64_t n = residual.size();
     double max_err = 0.0;
     for (uint64_t start = 0, blk = 0; start < n; start += kReduceBlock, ++blk) {
@@ -291,8 +290,7 @@ class CpuKernels final : public LossyKernels {
     if (use_simd_ && n >= kPackGroup && packed.size() >= 8) {
       // Full groups whose 8-byte load stays inside `packed`.
       done_groups = std::min<uint64_t>(n / kPackGroup, (packed.size() - 8) / bits + 1);
-      for (uint32_t s = 1; s < 256; ++s) lookup_->symbol_values[s] = levels[s - 1];
-      lookup_->symbol_values[0] = 0.0f;
+      SetSymbolValues(levels.data());
       if (use_avx512_ && type == ElementType::kF32) {
         DequantizeF32Avx512(*lookup_, bits, reinterpret_cast<const uint8_t*>(packed.data()), BaseOrNull(base),
                             done_groups, out.data(), &simd_max);
@@ -312,6 +310,12 @@ class CpuKernels final : public LossyKernels {
   }
 
  private:
+  // LevelLookup::symbol_values from a table's levels: [0] = 0 (pruned and
+  // exact elements), [s] = levels[s - 1].
+  void SetSymbolValues(const float* levels) {
+    lookup_->symbol_values[0] = 0.0f;
+    for (uint32_t s = 1; s < 256; ++s) lookup_->symbol_values[s] = levels[s - 1];
+  }
   std::vector<uint32_t> sub_histograms_;
   bool use_simd_;
   bool use_avx512_;  // the f32 quantize pass
